@@ -1,0 +1,7 @@
+"""`python -m srtr`: the same entry point as the `srtr` console script."""
+
+import sys
+
+from srtr.cli import main
+
+sys.exit(main())

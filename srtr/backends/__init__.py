@@ -1,0 +1,1 @@
+"""Backends: the only code that starts, signals and watches real processes."""

@@ -1,0 +1,114 @@
+"""The narrow interface between controllers and whatever really runs processes.
+
+Controllers import only this module. `local.py` runs instances as process groups on this
+machine, `slurm.py` as srun steps, and `fake.py` scripts exits for controller tests. A backend
+reports what happened through the listener it was given; it never decides anything.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node of the allocation, in allocation order."""
+
+    name: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything a backend needs to start one attempt of one instance.
+
+    `argv` is never passed through a shell. When `preamble` is set the backend runs
+    `bash -c '<preamble>\\nexec "$@"' srtr <argv...>` so the preamble is shell text but the argv
+    stays an argv. When `shell` is set, `argv` is a single shell command line (the benchmark
+    step) and runs as `bash -c <argv[0]>`.
+    """
+
+    name: str
+    node: str
+    node_ip: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    log_path: Path
+    attempt: int = 0
+    preamble: str | None = None
+    shell: bool = False
+    container: str | None = None
+    cwd: Path | None = None
+
+
+class ObservationKind(enum.StrEnum):
+    STARTED = "Started"
+    EXITED = "Exited"
+    LOST = "Lost"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A fact a backend saw about one attempt of one instance.
+
+    `exit_code` follows the shell convention for EXITED: 0..255 for a normal exit and
+    128+n when the process was killed by signal n (`signal` is then set too).
+    """
+
+    kind: ObservationKind
+    name: str
+    attempt: int
+    pid: int | None = None
+    step: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    message: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+Listener = Callable[[Observation], None]
+
+
+class LaunchError(Exception):
+    """The backend could not start the instance at all (missing binary, bad cwd, ...).
+
+    The message is shown to the user; controllers treat it like an exit with code 127.
+    """
+
+
+class Backend(Protocol):
+    """What controllers may ask of a backend. All methods are called on the event loop."""
+
+    name: str
+
+    def nodes(self) -> list[NodeInfo]:
+        """The allocation's nodes in allocation order."""
+        ...
+
+    def set_listener(self, listener: Listener) -> None:
+        """Where observations go. Called once, before the first launch."""
+        ...
+
+    async def launch(self, spec: LaunchSpec) -> int:
+        """Start one attempt; return its pid. Raises LaunchError when it cannot start.
+
+        A STARTED observation is not required: the returned pid is the start. The matching
+        EXITED observation arrives through the listener whenever the attempt ends.
+        """
+        ...
+
+    async def signal(self, name: str, signum: int) -> None:
+        """Send `signum` to every process of the instance's running attempt. No-op if none."""
+        ...
+
+    def running(self) -> set[str]:
+        """Names of instances that have a live attempt right now."""
+        ...
+
+    async def close(self) -> None:
+        """SIGKILL whatever still runs and wait for it to be reaped. Idempotent."""
+        ...

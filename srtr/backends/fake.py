@@ -1,0 +1,80 @@
+"""A scripted backend for controller tests: launches nothing, exits when told to.
+
+Behaviour, not imitation: a launch records the spec and returns a pid; `exit(name, code)`
+reports an exit; SIGTERM ends an attempt with 143 unless the instance is told to ignore it;
+SIGKILL always ends it with 137.
+"""
+
+from __future__ import annotations
+
+import signal as signals
+
+from srtr.backends.base import (
+    LaunchError,
+    LaunchSpec,
+    Listener,
+    NodeInfo,
+    Observation,
+    ObservationKind,
+)
+
+
+class FakeBackend:
+    name = "fake"
+
+    def __init__(self, node_count: int = 4) -> None:
+        self._nodes = [NodeInfo(f"node{k}", f"127.0.0.{k + 1}") for k in range(1, node_count + 1)]
+        self._listener: Listener | None = None
+        self.launches: list[LaunchSpec] = []
+        self.signals: list[tuple[str, int]] = []
+        self.live: dict[str, LaunchSpec] = {}
+        self.ignore_term: set[str] = set()
+        self.fail_launch: set[str] = set()
+        self._pid = 1000
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes)
+
+    def set_listener(self, listener: Listener) -> None:
+        self._listener = listener
+
+    async def launch(self, spec: LaunchSpec) -> int:
+        if spec.name in self.fail_launch:
+            raise LaunchError(f"cannot start {spec.argv[0]!r}: scripted failure")
+        self.launches.append(spec)
+        self.live[spec.name] = spec
+        self._pid += 1
+        return self._pid
+
+    def exit(self, name: str, code: int, signum: int | None = None) -> None:
+        """Report that the live attempt of `name` ended with `code`."""
+        spec = self.live.pop(name)
+        assert self._listener is not None
+        self._listener(
+            Observation(
+                kind=ObservationKind.EXITED,
+                name=name,
+                attempt=spec.attempt,
+                exit_code=code,
+                signal=signum,
+            )
+        )
+
+    async def signal(self, name: str, signum: int) -> None:
+        self.signals.append((name, signum))
+        if name not in self.live:
+            return
+        if signum == signals.SIGKILL:
+            self.exit(name, 128 + signum, signum)
+        elif signum == signals.SIGTERM and name not in self.ignore_term:
+            self.exit(name, 128 + signum, signum)
+
+    def running(self) -> set[str]:
+        return set(self.live)
+
+    async def close(self) -> None:
+        for name in list(self.live):
+            self.exit(name, 137, signals.SIGKILL)
+
+    def launched(self, name: str) -> int:
+        return sum(1 for s in self.launches if s.name == name)

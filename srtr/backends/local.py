@@ -1,0 +1,382 @@
+"""The local backend: every instance attempt is a process group on this machine.
+
+It owns the processes it starts and nothing else. `launch` starts one attempt in a new session,
+so the attempt's process group id is its pid and `signal` reaches the whole group. Exits are seen
+through one pidfd per live leader registered with the event loop, so there is no thread per
+child: asyncio's default child watcher on Python 3.11 starts one per child, which does not scale
+to thousands of instances (see "Facts measured on this machine" in the design notes).
+
+Nodes are simulated: node K is `nodeK` with the loopback IP 127.0.0.1 + K, so services that
+bind to `{node_ip}` do not collide. The CLI constructs this backend; controllers see it only as
+a `srtr.backends.base.Backend`.
+
+Costs worth knowing: one pidfd per live attempt (the controller's open-file limit bounds the
+job), and Popen forks instead of using vfork/posix_spawn because of the preexec hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import ipaddress
+import logging
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from srtr.backends.base import (
+    LaunchError,
+    LaunchSpec,
+    Listener,
+    NodeInfo,
+    Observation,
+    ObservationKind,
+)
+
+log = logging.getLogger(__name__)
+
+_CLOSE_TIMEOUT = 5.0
+_PR_SET_PDEATHSIG = 1
+# Only these are taken from the controller's environment: anything else (tokens, SLURM_*,
+# the user's experiments) must come from the recipe so that a run is reproducible.
+_INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR", "PYTHONPATH")
+# Below this many lingering groups, pruning is not worth a syscall per group.
+_PRUNE_MIN = 64
+_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+_FIRST_IP = ipaddress.ip_address("127.0.0.1")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Run in the forked child before exec: ask the kernel to SIGKILL us if the controller dies.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked exits; every Backend method runs on the
+    event loop's thread, which lives as long as the controller. It survives exec (except of
+    set-uid binaries) but covers this direct child only: grandchildren (a preamble's background
+    jobs, a server's workers) are reached only by the group kills of `signal` and `close`, so
+    they survive a controller that is itself SIGKILLed.
+    """
+    _libc.prctl(
+        _PR_SET_PDEATHSIG,
+        ctypes.c_ulong(signal.SIGKILL),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    )
+    # The controller may have died between fork and prctl, and then the signal never comes.
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One started attempt whose leader has not been reaped yet."""
+
+    name: str
+    attempt: int
+    pid: int
+    # Equal to pid (the child calls setsid), kept apart to make the killpg calls read right.
+    pgid: int
+    pidfd: int
+    # Kept so that we can set its returncode after reaping: an unreaped-looking Popen that is
+    # garbage collected goes to subprocess._active, whose waitpid(pid) could later reap an
+    # unrelated child that reused the pid.
+    popen: subprocess.Popen[bytes]
+    loop: asyncio.AbstractEventLoop
+
+
+class LocalBackend:
+    """Runs instances as process groups on this machine, on simulated loopback nodes."""
+
+    name = "local"
+
+    def __init__(self, node_count: int) -> None:
+        """Simulate `node_count` nodes.
+
+        Args:
+            node_count: how many simulated nodes (`node1`..`nodeN`, 127.0.0.2 upwards).
+
+        Raises:
+            ValueError: node_count is below 1 or does not fit in 127.0.0.0/8.
+        """
+        if not 1 <= node_count <= _LOOPBACK.num_addresses - 3:
+            raise ValueError(f"node_count must be between 1 and {_LOOPBACK.num_addresses - 3}")
+        self._nodes = [
+            NodeInfo(name=f"node{k}", ip=str(_FIRST_IP + k)) for k in range(1, node_count + 1)
+        ]
+        self._listener: Listener | None = None
+        self._live: dict[str, _Attempt] = {}
+        # Groups whose leader was reaped while other members (grandchildren) remained. Only
+        # close() kills them; signal() targets the live attempt alone.
+        self._lingering: set[int] = set()
+        self._prune_at = _PRUNE_MIN
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes)
+
+    def set_listener(self, listener: Listener) -> None:
+        self._listener = listener
+
+    def running(self) -> set[str]:
+        return set(self._live)
+
+    async def launch(self, spec: LaunchSpec) -> int:
+        """Start one attempt as a new session with its output appended to `spec.log_path`.
+
+        Returns:
+            The pid of the attempt's leader, which is also its process group id.
+
+        Raises:
+            LaunchError: the backend is closed, the instance still has a live attempt, the log
+                cannot be opened, or the process cannot be started (the message is also
+                appended to the log when the log could be opened).
+        """
+        if self._closed:
+            raise LaunchError(f"cannot start {spec.name!r}: the local backend is closed")
+        previous = self._live.get(spec.name)
+        if previous is not None:
+            raise LaunchError(
+                f"cannot start {spec.name!r} attempt {spec.attempt}: attempt {previous.attempt}"
+                f" (pid {previous.pid}) has not exited yet"
+            )
+        loop = asyncio.get_running_loop()
+        fd = _open_log(spec.log_path)
+        try:
+            if spec.attempt > 0:
+                stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                _append(
+                    fd,
+                    f"==== srtr: {spec.name} attempt {spec.attempt} starting on {spec.node}"
+                    f" at {stamp} ====\n",
+                )
+            try:
+                popen = _start(spec, fd)
+                attempt = _watch(spec, popen, loop)
+            except LaunchError as exc:
+                _append(fd, f"==== srtr: {exc} ====\n")
+                raise
+        finally:
+            os.close(fd)
+        self._live[spec.name] = attempt
+        self._idle.clear()
+        loop.add_reader(attempt.pidfd, self._on_exit, attempt)
+        return attempt.pid
+
+    async def signal(self, name: str, signum: int) -> None:
+        attempt = self._live.get(name)
+        if attempt is None:
+            return
+        # The leader is not reaped yet, so its pid (the group id) cannot have been reused.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(attempt.pgid, signum)
+
+    async def close(self) -> None:
+        """SIGKILL every group we started, lingering ones too, and wait for the leaders' exits.
+
+        Exits seen meanwhile are still reported to the listener. Leaders that are not reaped
+        within a few seconds (stuck in the kernel) are abandoned with a warning.
+        """
+        self._closed = True
+        for attempt in self._live.values():
+            _kill_group(attempt.pgid)
+        for pgid in self._lingering:
+            _kill_group(pgid)
+        self._lingering.clear()
+        if not self._live:
+            return
+        try:
+            async with asyncio.timeout(_CLOSE_TIMEOUT):
+                await self._idle.wait()
+        except TimeoutError:
+            self._abandon()
+
+    def _on_exit(self, attempt: _Attempt) -> None:
+        """Reader callback: the pidfd became readable, so the leader is a zombie; reap it."""
+        attempt.loop.remove_reader(attempt.pidfd)
+        os.close(attempt.pidfd)
+        # An instance ends with its main process, as a container does: leftovers of the
+        # group (a backgrounded child holding a port) would break the next attempt. The
+        # unreaped leader keeps the group id from being reused, so this cannot hit a stranger.
+        _kill_group(attempt.pgid)
+        try:
+            _, status = os.waitpid(attempt.pid, 0)
+        except ChildProcessError:
+            # Someone else in this process reaped it (a stray waitpid(-1)); the status is lost.
+            exit_code, signum, message = 255, None, "exit status lost: reaped elsewhere"
+        else:
+            exit_code, signum, message = _describe(status)
+        attempt.popen.returncode = -signum if signum is not None else exit_code
+        if self._live.get(attempt.name) is attempt:
+            del self._live[attempt.name]
+        self._note_lingering(attempt.pgid)
+        if not self._live:
+            self._idle.set()
+        if self._listener is not None:
+            self._listener(
+                Observation(
+                    kind=ObservationKind.EXITED,
+                    name=attempt.name,
+                    attempt=attempt.attempt,
+                    pid=attempt.pid,
+                    exit_code=exit_code,
+                    signal=signum,
+                    message=message,
+                )
+            )
+
+    def _note_lingering(self, pgid: int) -> None:
+        # Once a group is empty its number is a free pid that an unrelated process may reuse as
+        # its own group id, so forget empty groups as soon as we notice them. The check right
+        # after reaping is exact; the amortised prune keeps each exit O(1) on average. After
+        # close() every group has been SIGKILLed already.
+        if self._closed or not _group_exists(pgid):
+            return
+        self._lingering.add(pgid)
+        if len(self._lingering) >= self._prune_at:
+            self._lingering = {g for g in self._lingering if _group_exists(g)}
+            self._prune_at = max(_PRUNE_MIN, 2 * len(self._lingering))
+
+    def _abandon(self) -> None:
+        stuck = list(self._live.values())
+        log.warning(
+            "local backend: %d process(es) not reaped %.0fs after SIGKILL, abandoning: %s",
+            len(stuck),
+            _CLOSE_TIMEOUT,
+            ", ".join(f"{a.name} (pid {a.pid})" for a in stuck),
+        )
+        for attempt in stuck:
+            attempt.loop.remove_reader(attempt.pidfd)
+            os.close(attempt.pidfd)
+        # Their Popen objects keep returncode None on purpose: subprocess then reaps them later.
+        self._live.clear()
+        self._idle.set()
+
+
+def _open_log(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # O_APPEND and never O_TRUNC: one log spans every attempt, and writes by the child and
+        # by us interleave without overwriting each other.
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise LaunchError(f"cannot open log {path}: {exc.strerror}") from exc
+
+
+def _append(fd: int, text: str) -> None:
+    # Best effort: a full disk must not turn into a second, more confusing error.
+    with contextlib.suppress(OSError):
+        os.write(fd, text.encode())
+
+
+def _command(spec: LaunchSpec) -> list[str]:
+    if spec.shell:
+        if len(spec.argv) != 1:
+            raise LaunchError(
+                f"cannot start {spec.name!r}: a shell launch takes exactly one command line,"
+                f" got {len(spec.argv)} arguments"
+            )
+        script = spec.argv[0] if spec.preamble is None else f"{spec.preamble}\n{spec.argv[0]}"
+        return ["bash", "-c", script]
+    if not spec.argv:
+        raise LaunchError(f"cannot start {spec.name!r}: empty argv")
+    if spec.preamble is not None:
+        # The argv travels as "$@", so it is never split or expanded by the shell.
+        return ["bash", "-c", spec.preamble + '\nexec "$@"', "srtr-" + spec.name, *spec.argv]
+    return list(spec.argv)
+
+
+def _environment(spec: LaunchSpec) -> dict[str, str]:
+    env = {key: os.environ[key] for key in _INHERITED_ENV if key in os.environ}
+    env.update(spec.env)
+    env["SRTR_NODE"] = spec.node
+    env["SRTR_NODE_IP"] = spec.node_ip
+    env["SRTR_INSTANCE"] = spec.name
+    return env
+
+
+def _start(spec: LaunchSpec, log_fd: int) -> subprocess.Popen[bytes]:
+    argv = _command(spec)
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            # The log fd itself, not a pipe: nothing of ours sits between the child and the
+            # file, so no line is lost when the controller stops or falls behind.
+            stdout=log_fd,
+            stderr=log_fd,
+            cwd=spec.cwd,
+            env=_environment(spec),
+            start_new_session=True,
+            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
+        )
+    except OSError as exc:
+        where = ""
+        if spec.cwd is not None and exc.filename is not None:
+            if os.fsdecode(exc.filename) == os.fsdecode(spec.cwd):
+                where = f" in {os.fsdecode(spec.cwd)!r}"
+        raise LaunchError(
+            f"cannot start {argv[0]!r}{where}: [Errno {exc.errno}] {exc.strerror}"
+        ) from exc
+    except (subprocess.SubprocessError, ValueError) as exc:
+        # ValueError: a NUL byte in argv, env or cwd. SubprocessError: the preexec hook failed.
+        raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
+
+
+def _watch(
+    spec: LaunchSpec, popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop
+) -> _Attempt:
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except OSError as exc:
+        # An attempt whose exit we could never observe must not be left running.
+        _kill_group(popen.pid)
+        popen.wait()
+        raise LaunchError(f"cannot watch {spec.name!r} (pid {popen.pid}): {exc}") from exc
+    return _Attempt(
+        name=spec.name,
+        attempt=spec.attempt,
+        pid=popen.pid,
+        pgid=popen.pid,
+        pidfd=pidfd,
+        popen=popen,
+        loop=loop,
+    )
+
+
+def _describe(status: int) -> tuple[int, int | None, str]:
+    """A wait status → (exit code in the shell convention, signal number or None, message)."""
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        try:
+            signame = signal.Signals(signum).name
+        except ValueError:
+            signame = f"signal {signum}"
+        return 128 + signum, signum, f"killed by {signame}"
+    code = os.WEXITSTATUS(status)
+    return code, None, f"exited with code {code}"
+
+
+def _kill_group(pgid: int) -> None:
+    # EPERM means no member could be signalled (all became set-uid); nothing more we can do,
+    # and close() must go on with the other groups.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

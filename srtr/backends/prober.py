@@ -1,0 +1,61 @@
+"""The real readiness prober: runs an instance's probe against its node, one attempt at a time.
+
+Called by the probe controller through the `Prober` protocol. tcp/http go to the instance's
+node IP; log probes read the instance's log incrementally from where this attempt began;
+file probes resolve relative paths against the run's logs/ directory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Protocol
+
+from srtr.backends.probes import LogProbe, probe_file, probe_http, probe_tcp
+from srtr.resources.objects import InstanceSpec, ProbeKind
+
+
+class _Status(Protocol):
+    attempt: int
+    log_offset: int
+
+
+class Prober:
+    """One LogProbe per instance attempt, so each restart only scans its own output."""
+
+    def __init__(self) -> None:
+        self._logs: dict[str, tuple[int, LogProbe]] = {}
+
+    def forget(self, name: str) -> None:
+        self._logs.pop(name, None)
+
+    async def check(self, spec: InstanceSpec, status: _Status, run_dir: Path) -> tuple[bool, str]:
+        probe = spec.probe
+        assert probe is not None
+        if probe.kind is ProbeKind.TCP:
+            assert probe.port is not None
+            result = await probe_tcp(spec.node_ip, probe.port, min(1.0, probe.interval_seconds))
+        elif probe.kind is ProbeKind.HTTP:
+            assert probe.port is not None and probe.path is not None
+            result = await probe_http(
+                spec.node_ip,
+                probe.port,
+                probe.path,
+                probe.status or 200,
+                min(5.0, max(probe.interval_seconds, 1.0)),
+            )
+        elif probe.kind is ProbeKind.LOG:
+            assert probe.pattern is not None
+            held = self._logs.get(spec.name)
+            if held is None or held[0] != status.attempt:
+                log_probe = LogProbe(
+                    run_dir / spec.log, re.compile(probe.pattern), offset=status.log_offset
+                )
+                held = (status.attempt, log_probe)
+                self._logs[spec.name] = held
+            result = held[1].check()
+        else:
+            assert probe.path is not None
+            path = Path(probe.path)
+            result = probe_file(path if path.is_absolute() else run_dir / "logs" / path)
+        return result.ok, result.message

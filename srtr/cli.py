@@ -1,0 +1,121 @@
+"""The `srtr` command: verbs → calls into resources, reconciler and backends.
+
+stdout carries what the user asked for (`plan`, `-o json`, `status`); diagnostics go to
+stderr. Bad input prints `FILE:LINE: path: message` lines and exits 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from srtr import __version__
+from srtr.resources.errors import Problem, RecipeError
+
+EXIT_BAD_INPUT = 2
+
+
+def _allocation(args: argparse.Namespace) -> list[tuple[str, str]] | None:
+    from srtr.resources.expand import local_allocation
+
+    if getattr(args, "nodelist", None):
+        import hostlist
+
+        try:
+            names = hostlist.expand_hostlist(args.nodelist)
+        except hostlist.BadHostlist as exc:
+            raise RecipeError("--nodelist", [Problem((), f"bad node list: {exc}")]) from None
+        # Outside a cluster the IPs are unknown; show that rather than invent them.
+        return [(name, f"<ip:{name}>") for name in names]
+    if getattr(args, "nodes", None):
+        return local_allocation(args.nodes)
+    return None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from srtr.resources.planning import plan_file
+    from srtr.resources.render import plan_json, plan_text
+
+    recipe, state = plan_file(args.recipe, _allocation(args))
+    for warning in state.warnings:
+        print(f"{args.recipe}: warning: {warning}", file=sys.stderr)
+    if args.output == "json":
+        print(json.dumps(plan_json(recipe, state), indent=2))
+    else:
+        sys.stdout.write(plan_text(recipe, state))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from srtr.resources.recipe import Recipe
+
+    schema = Recipe.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "srtr recipe"
+    print(json.dumps(schema, indent=2))
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="srtr",
+        description="Run multi-service jobs on whole nodes of a SLURM allocation.",
+    )
+    parser.add_argument("--version", action="version", version=f"srtr {__version__}")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    for name in ("plan", "dry-run"):
+        plan = verbs.add_parser(
+            name,
+            help="validate a recipe and print where every instance runs (runs nothing)"
+            if name == "plan"
+            else "alias of plan",
+        )
+        plan.add_argument("recipe", help="recipe YAML file")
+        where = plan.add_mutually_exclusive_group()
+        where.add_argument(
+            "--nodes",
+            type=_positive_int,
+            metavar="N",
+            help="plan on N local nodes node1..nodeN (default: what fits)",
+        )
+        where.add_argument(
+            "--nodelist", metavar="LIST", help="plan on a SLURM node list, e.g. 'gpu[01-04]'"
+        )
+        plan.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        plan.set_defaults(func=cmd_plan)
+
+    schema = verbs.add_parser("schema", help="print the recipe's JSON Schema")
+    schema.set_defaults(func=cmd_schema)
+
+    try:
+        from srtr import cli_run
+    except ImportError:  # pragma: no cover - only during bootstrapping
+        return parser
+    cli_run.add_verbs(verbs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RecipeError as exc:
+        for line in exc.lines():
+            print(line, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,311 @@
+"""The verbs that run or inspect a job: up, status, logs, down.
+
+`up` is the only place that picks a backend, creates the run dir and starts the loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from srtr.resources.errors import Problem, RecipeError
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def add_verbs(verbs: Any) -> None:
+    up = verbs.add_parser("up", help="run a recipe until its job ends")
+    up.add_argument("recipe", help="recipe YAML file")
+    up.add_argument(
+        "--backend",
+        choices=("auto", "local"),
+        default="auto",
+        help="where instances run (auto: local until the SLURM backend lands)",
+    )
+    up.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="simulated nodes for the local backend (default: what the recipe needs)",
+    )
+    up.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="where state, events and logs go (default outputs/<name>-<UTC time>)",
+    )
+    up.add_argument(
+        "--headless",
+        action="store_true",
+        help="plain progress lines (the only mode until the TUI lands)",
+    )
+    up.set_defaults(func=cmd_up)
+
+    status = verbs.add_parser("status", help="show a run's pools and instances")
+    status.add_argument("run_dir", metavar="RUN_DIR")
+    status.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status.set_defaults(func=cmd_status)
+
+    logs = verbs.add_parser("logs", help="print an instance's log")
+    logs.add_argument("run_dir", metavar="RUN_DIR")
+    logs.add_argument("instance", metavar="INSTANCE")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.set_defaults(func=cmd_logs)
+
+    down = verbs.add_parser("down", help="ask a running `srtr up` to tear down gracefully")
+    down.add_argument("run_dir", metavar="RUN_DIR")
+    down.set_defaults(func=cmd_down)
+
+
+def _bad(where: str, message: str) -> RecipeError:
+    return RecipeError(where, [Problem((), message)])
+
+
+def _make_run_dir(args: argparse.Namespace, name: str) -> Path:
+    if args.run_dir:
+        run_dir = Path(args.run_dir)
+    else:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        run_dir = Path("outputs") / f"{name}-{stamp}"
+    if (run_dir / "state.json").exists():
+        state = _read_state(run_dir)
+        pid = state.get("job", {}).get("controller_pid")
+        if (
+            isinstance(pid, int)
+            and _pid_alive(pid)
+            and state["job"]["phase"] not in ("Succeeded", "Failed")
+        ):
+            raise _bad("--run-dir", f"{run_dir} belongs to a running job (controller pid {pid})")
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from srtr.resources.effective import allocation_size
+    from srtr.resources.expand import local_allocation
+    from srtr.resources.loading import load_text
+    from srtr.resources.planning import plan_text_source, read_text
+
+    text = read_text(args.recipe)
+    recipe = load_text(text, args.recipe)
+    if args.nodes is not None and args.nodes < 1:
+        raise _bad("--nodes", "must be at least 1")
+    count = args.nodes or allocation_size(recipe)
+    _, desired = plan_text_source(text, args.recipe, local_allocation(count))
+    run_dir = _make_run_dir(args, recipe.name)
+    (run_dir / "recipe.yaml").write_text(text, encoding="utf-8")
+    return asyncio.run(_run(desired, run_dir, count, len(desired.warnings) and desired.warnings))
+
+
+async def _run(desired: Any, run_dir: Path, node_count: int, warnings: Any) -> int:
+    from rich.console import Console
+
+    from srtr.backends.local import LocalBackend
+    from srtr.backends.prober import Prober
+    from srtr.controllers import manager
+    from srtr.controllers.context import Ctx
+    from srtr.progress import ProgressPrinter
+    from srtr.reconciler.clock import MonotonicClock
+    from srtr.reconciler.persist import EventLog, snapshot, write_atomic
+    from srtr.reconciler.store import Store
+    from srtr.reconciler.workqueue import WorkQueue
+
+    logger = logging.getLogger("srtr")
+    handler = logging.FileHandler(run_dir / "logs" / "srtr.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+    console = Console(highlight=False)
+    clock = MonotonicClock()
+    store = Store(desired, clock)
+    events = EventLog(run_dir / "events.jsonl")
+    store.subscribe_events(events)
+    store.subscribe_events(
+        lambda e: logger.info("%s %s %s: %s", e.type, e.reason, e.object, e.message)
+    )
+    store.subscribe_events(ProgressPrinter(console, len(desired.instances)))
+    backend = LocalBackend(node_count)
+    ctx = Ctx(
+        store=store,
+        backend=backend,
+        clock=clock,
+        queue=WorkQueue(clock),
+        prober=Prober(),
+        run_dir=run_dir,
+    )
+    state_path = run_dir / "state.json"
+    loop = asyncio.get_running_loop()
+    pending: list[asyncio.TimerHandle] = []
+
+    def persist() -> None:
+        pending.clear()
+        doc = snapshot(store, backend=backend.name, controller_pid=os.getpid())
+        write_atomic(state_path, json.dumps(doc, indent=1) + "\n")
+
+    def on_change() -> None:
+        # Coalesce bursts (a stage of 4,096 launches) into one write per 0.2 s.
+        if not pending:
+            pending.append(loop.call_later(0.2, persist))
+
+    store.subscribe_changes(on_change)
+    for warning in warnings or ():
+        store.record("job", "PlanWarning", warning, warning=True)
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
+    store.record(
+        "job",
+        "Started",
+        f"{desired.job_name}: {len(desired.instances)} instance(s) on {node_count} "
+        f"local node(s); run dir {run_dir}",
+    )
+    persist()
+    try:
+        code = await manager.run(ctx)
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+        for handle in pending:
+            handle.cancel()
+        persist()
+        events.close()
+        logger.removeHandler(handler)
+        handler.close()
+    console.print(f"run dir: {run_dir}  (srtr status {run_dir})", highlight=False)
+    return code
+
+
+def _read_state(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / "state.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _bad(str(run_dir), "no state.json here; is this a run dir of `srtr up`?") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise _bad(str(path), f"cannot read the state file: {exc}") from None
+    if not isinstance(doc, dict) or "job" not in doc:
+        raise _bad(str(path), "not an srtr state file")
+    return doc
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = _read_state(Path(args.run_dir))
+    if args.output == "json":
+        print(json.dumps(state, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    # Piped output is for grep and tests: never truncate cells to an 80-column guess.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
+    job = state["job"]
+    alive = _pid_alive(job["controller_pid"]) and job["phase"] not in ("Succeeded", "Failed")
+    console.print(
+        f"[bold]{job['name']}[/bold]  backend={job['backend']}  phase={job['phase']}"
+        f"  exit_code={job['exit_code']}  gen {job['generation']}/{job['observed_generation']}"
+        f"  controller={'running' if alive else 'gone'} (pid {job['controller_pid']})"
+    )
+    if job.get("reason"):
+        console.print(f"reason: {job['reason']}")
+    instances = state["instances"]
+    for pool_doc in state["pools"]:
+        owners = [i for i in instances if i["pool"] == pool_doc["name"] and i["kind"] == "owner"]
+        ready = sum(1 for i in owners if i["ready"] and i["phase"] in ("Ready", "Running"))
+        riders = ", ".join(pool_doc["riders"]) or "no riders"
+        console.print(
+            f"pool {pool_doc['name']} {ready}/{len(owners)} ready on "
+            f"{', '.join(pool_doc['nodes'])} ({riders})"
+        )
+    table = Table(box=None, pad_edge=False)
+    for column in (
+        "NAME",
+        "SERVICE",
+        "KIND",
+        "NODE",
+        "IP",
+        "PHASE",
+        "READY",
+        "RESTARTS",
+        "EXIT",
+        "PID",
+    ):
+        table.add_column(column)
+    for i in instances:
+        table.add_row(
+            i["name"],
+            i["service"],
+            i["kind"],
+            i["node"],
+            i["node_ip"],
+            i["phase"],
+            "yes" if i["ready"] else "no",
+            str(i["restarts"]),
+            "" if i["exit_code"] is None else str(i["exit_code"]),
+            "" if i["pid"] is None else str(i["pid"]),
+        )
+    console.print(table)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    state = _read_state(run_dir)
+    names = {i["name"]: i for i in state["instances"]}
+    if args.instance not in names:
+        raise _bad(
+            str(run_dir), f"no instance {args.instance!r}; instances: " + ", ".join(sorted(names))
+        )
+    path = run_dir / names[args.instance]["log"]
+    if not path.exists():
+        print(f"{path}: no output yet", file=sys.stderr)
+        if not args.follow:
+            return 0
+    offset = 0
+    out = sys.stdout.buffer
+    while True:
+        if path.exists():
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+                offset += len(chunk)
+                out.write(chunk)
+                out.flush()
+        if not args.follow:
+            return 0
+        state = _read_state(run_dir)
+        if state["job"]["phase"] in ("Succeeded", "Failed") or not _pid_alive(
+            state["job"]["controller_pid"]
+        ):
+            return 0
+        time.sleep(0.25)  # a CLI tail, not the controller: polling a file here is fine
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state = _read_state(Path(args.run_dir))
+    job = state["job"]
+    pid = job["controller_pid"]
+    if job["phase"] in ("Succeeded", "Failed") or not _pid_alive(pid):
+        raise _bad(str(args.run_dir), f"the job is not running (phase {job['phase']})")
+    os.kill(pid, signal.SIGTERM)
+    print(
+        f"asked srtr (pid {pid}) to tear down {job['name']}; follow with "
+        f"`srtr status {args.run_dir}`"
+    )
+    return 0

@@ -1,0 +1,1 @@
+"""Controllers: one small `reconcile(ctx, key)` per resource kind, and the manager wiring them."""

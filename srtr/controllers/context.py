@@ -1,0 +1,72 @@
+"""What every reconcile function gets: the store, a backend, a clock, the queue, a prober.
+
+Controllers import only this, the store and `backends.base`; the real backend and prober are
+chosen by the CLI, and tests pass fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from srtr.backends.base import Backend
+from srtr.reconciler.clock import Clock
+from srtr.reconciler.store import InstanceStatus, Store
+from srtr.reconciler.workqueue import WorkQueue
+from srtr.resources.objects import InstanceSpec
+
+
+class Prober(Protocol):
+    """Runs one attempt of an instance's readiness probe; never blocks the loop."""
+
+    async def check(
+        self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
+    ) -> tuple[bool, str]: ...
+
+    def forget(self, name: str) -> None:
+        """Drop per-attempt probe state (log offsets) of an instance."""
+        ...
+
+
+def default_jitter() -> float:
+    # ±20 %: restarts of many riders that died together spread out (peers.md §10.2).
+    return random.uniform(0.8, 1.2)
+
+
+@dataclass
+class Ctx:
+    store: Store
+    backend: Backend
+    clock: Clock
+    queue: WorkQueue[str]
+    prober: Prober
+    run_dir: Path
+    jitter: Callable[[], float] = default_jitter
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def spawn(self, coro: object) -> None:
+        """Run a side task (a probe attempt) without awaiting it in the reconcile."""
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+def instance_key(name: str) -> str:
+    return f"instance/{name}"
+
+
+def probe_key(name: str) -> str:
+    return f"probe/{name}"
+
+
+def pool_key(name: str) -> str:
+    return f"pool/{name}"
+
+
+JOB = "job"
+TEARDOWN = "teardown"

@@ -1,0 +1,80 @@
+"""The manager: wires the store, the queue, the backend and the controllers into one loop.
+
+One asyncio task takes keys off the work queue and dispatches them to the controller of
+their kind; backend observations, probe results, timers and intents only enqueue keys.
+Nothing polls: with nothing to do the loop sleeps in `queue.get()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from srtr.controllers import instance, job, pool, probe, teardown
+from srtr.controllers.context import JOB, TEARDOWN, Ctx, pool_key
+from srtr.reconciler.workqueue import QueueShutDown, Result, settle
+
+log = logging.getLogger("srtr")
+
+
+async def dispatch(ctx: Ctx, key: str) -> Result | None:
+    kind, _, name = key.partition("/")
+    if kind == JOB:
+        return await job.reconcile(ctx)
+    if kind == TEARDOWN:
+        return await teardown.reconcile(ctx)
+    if kind == "instance":
+        return await instance.reconcile(ctx, name)
+    if kind == "probe":
+        return await probe.reconcile(ctx, name)
+    if kind == "pool":
+        return await pool.reconcile(ctx, name)
+    raise ValueError(f"unknown key {key!r}")
+
+
+async def process_one(ctx: Ctx, key: str) -> None:
+    try:
+        outcome: Result | BaseException | None = await dispatch(ctx, key)
+    except Exception as exc:  # a controller bug: log it, back off, keep the job alive
+        log.exception("reconcile %s failed", key)
+        outcome = exc
+    settle(ctx.queue, key, outcome)
+
+
+def request_stop(ctx: Ctx, signum: int) -> None:
+    """Intent: stop the job because of signal `signum`; a second request kills everything."""
+    store = ctx.store
+    if store.job.teardown_requested:
+        store.job.kill_now = True
+        ctx.queue.add(TEARDOWN)
+        return
+    name = signal.Signals(signum).name
+    job.begin_teardown(ctx, exit_code=128 + signum, reason=f"stopped by {name}")
+
+
+async def run(ctx: Ctx) -> int:
+    """Run the job to its end; return its exit code."""
+    ctx.backend.set_listener(lambda obs: instance.observe(ctx, obs))
+    ctx.queue.add(JOB)
+    for spec in ctx.store.desired.pools:
+        ctx.queue.add(pool_key(spec.name))
+
+    async def worker() -> None:
+        while True:
+            try:
+                key = await ctx.queue.get()
+            except QueueShutDown:
+                return
+            await process_one(ctx, key)
+
+    task = asyncio.create_task(worker())
+    try:
+        await ctx.done.wait()
+    finally:
+        ctx.queue.shutdown()
+        await asyncio.wait({task}, timeout=5)
+        for pending in list(ctx.tasks):
+            pending.cancel()
+        await ctx.backend.close()
+    return ctx.store.job.exit_code or 0

@@ -1,0 +1,113 @@
+"""Writers of the run dir's contract files: state.json (atomic snapshot) and events.jsonl.
+
+state.json is rewritten whole through a temp file and `os.replace`, so a reader never sees a
+half-written file. events.jsonl is append-only, one JSON object per line, flushed per event so
+`srtr tui`/`tail -f` see each event at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TextIO
+
+from srtr.reconciler.store import Event, Store
+from srtr.resources.render import mask
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so readers see either the old or the new file, never a part."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def snapshot(
+    store: Store, *, backend: str, controller_pid: int, slurm_job_id: str | None = None
+) -> dict[str, Any]:
+    """The state.json document (design.md contract)."""
+    desired = store.desired
+    job = store.job
+    instances = []
+    for name, spec in store.specs.items():
+        st = store.status[name]
+        instances.append(
+            {
+                "name": name,
+                "service": spec.service,
+                "kind": str(spec.kind),
+                "pool": spec.pool,
+                "index": spec.index,
+                "node": spec.node,
+                "node_ip": spec.node_ip,
+                "phase": str(st.phase),
+                "ready": st.ready,
+                "restarts": st.restarts,
+                "exit_code": st.exit_code,
+                "pid": st.pid,
+                "step": st.step,
+                "log": spec.log,
+                "shutdown_tier": spec.shutdown_tier,
+                "critical": spec.critical,
+                "terminal": spec.terminal,
+                "command": list(spec.argv),
+                "env": {k: mask(k, v) for k, v in spec.env},
+                "probe": spec.probe.describe(spec.node_ip) if spec.probe else None,
+                "probe_message": st.probe_message,
+                "started_at": st.started_at,
+                "history": st.history[-20:],
+            }
+        )
+    return {
+        "job": {
+            "name": desired.job_name,
+            "backend": backend,
+            "phase": str(job.phase),
+            "exit_code": job.exit_code,
+            "reason": job.reason,
+            "generation": job.generation,
+            "observed_generation": job.observed_generation,
+            "controller_pid": controller_pid,
+            "slurm_job_id": slurm_job_id,
+            "stage": job.stage,
+            "stages": [s.name for s in desired.stages],
+        },
+        "nodes": [{"name": n.name, "ip": n.ip, "state": n.role} for n in desired.nodes.allocation],
+        "pools": [
+            {
+                "name": p.name,
+                "type": p.type,
+                "nodes": list(p.nodes),
+                "riders": list(p.riders),
+                "ready": store.pool_ready.get(p.name, False),
+            }
+            for p in desired.pools
+        ],
+        "instances": instances,
+        "exporters": [
+            {"service": e.service, "node": e.node, "url": e.url} for e in desired.exporters
+        ],
+    }
+
+
+class EventLog:
+    """Appends events to events.jsonl; never truncates."""
+
+    def __init__(self, path: Path) -> None:
+        self._handle: TextIO = path.open("a", encoding="utf-8")
+
+    def __call__(self, event: Event) -> None:
+        self._handle.write(json.dumps(event.to_json()) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()

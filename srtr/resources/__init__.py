@@ -1,0 +1,1 @@
+"""Pure recipe → resources: schema, loading, validation, carving, expansion, plan output."""

@@ -1,0 +1,153 @@
+"""Effective values of a recipe: the defaults a user did not write, applied (reference §1.2).
+
+Pure helpers shared by `rules.py` (validation), `expand.py` (objects) and `render.py` (plan).
+"""
+
+from __future__ import annotations
+
+from srtr.resources.kinds import Kind, get_kind
+from srtr.resources.recipe import Metrics, Recipe, RestartPolicy, Role, Service
+
+ROLE_NAMES = ("prefill", "decode", "agg")
+IMPLIED_REASON = "observability.exporters"
+IMPLIED_EXPORTERS = ("node-exporter", "dcgm-exporter")
+
+
+def kind_of(service: Service) -> Kind:
+    kind = get_kind(service.type)
+    if kind is None:  # rules.py refuses unknown types before anything asks
+        raise KeyError(service.type)
+    return kind
+
+
+def roles(recipe: Recipe) -> list[tuple[str, Role]]:
+    """Declared engine roles in carving order."""
+    return [(n, r) for n in ROLE_NAMES if (r := getattr(recipe.roles, n)) is not None]
+
+
+def engine_node_count(recipe: Recipe) -> int:
+    return sum(role.nodes for _, role in roles(recipe))
+
+
+def frontend_type(recipe: Recipe) -> str:
+    if recipe.frontend.type is not None:
+        return recipe.frontend.type
+    return "generic" if roles(recipe) else "none"
+
+
+def effective_services(recipe: Recipe) -> list[tuple[Service, str | None]]:
+    """Enabled services with the reason each implied one exists (None when declared).
+
+    Implied exporters come first; a declared service with the same name replaces the implied
+    one in its slot, and `enabled: false` drops it (reference S-49).
+    """
+    declared = {s.name: s for s in recipe.services}
+    out: list[tuple[Service, str | None]] = []
+    if recipe.observability.exporters:
+        for name in IMPLIED_EXPORTERS:
+            if name in declared:
+                out.append((declared[name], None))
+            else:
+                implied = Service(name=name, type=name, placement={"node": "compute"})
+                out.append((implied, IMPLIED_REASON))
+    taken = {s.name for s, _ in out}
+    out.extend((s, None) for s in recipe.services if s.name not in taken)
+    return [(s, why) for s, why in out if s.enabled]
+
+
+def pool_services(recipe: Recipe) -> list[Service]:
+    return [s for s, _ in effective_services(recipe) if s.nodes is not None]
+
+
+def services_node_count(recipe: Recipe) -> int:
+    return sum(s.nodes or 0 for s in pool_services(recipe))
+
+
+def total_nodes(recipe: Recipe) -> int:
+    """Nodes the recipe's work needs, dedicated nodes excluded (reference S-85)."""
+    return max(1, engine_node_count(recipe) + services_node_count(recipe))
+
+
+def dedicated_roles(recipe: Recipe) -> list[str]:
+    out = []
+    if recipe.frontend.dedicated_node:
+        out.append("frontend")
+    if recipe.benchmark.client_dedicated_node:
+        out.append("client")
+    return out
+
+
+def allocation_size(recipe: Recipe) -> int:
+    """The smallest allocation that fits: work nodes plus one shared dedicated node."""
+    return total_nodes(recipe) + (1 if dedicated_roles(recipe) else 0)
+
+
+def effective_start(service: Service) -> str:
+    return service.start or kind_of(service).default_start
+
+
+def effective_pool(service: Service) -> str | None:
+    if service.nodes is not None:
+        return service.name
+    return service.placement.pool if service.placement else None
+
+
+def effective_placement(service: Service) -> str:
+    if service.placement is not None:
+        if service.placement.pool:
+            return "workers"
+        if service.placement.node:
+            return service.placement.node
+        return "workers" if service.nodes is not None else "head"
+    if service.nodes is not None:
+        return "workers"
+    return kind_of(service).default_placement
+
+
+def effective_critical(service: Service) -> bool:
+    return service.critical if service.critical is not None else kind_of(service).default_critical
+
+
+def effective_command(service: Service) -> list[str]:
+    kind = kind_of(service)
+    base = service.command
+    if base is None and kind.default_command is not None:
+        base = kind.default_command(service.options)
+    return [*(base or []), *service.args]
+
+
+def is_rider(service: Service) -> bool:
+    return service.nodes is None and bool(service.placement and service.placement.pool)
+
+
+def effective_restart(service: Service) -> RestartPolicy:
+    """Riders default to on-failure, everything else to never (design.md)."""
+    if service.restart is not None:
+        return service.restart
+    return RestartPolicy(policy="on-failure" if is_rider(service) else "never")
+
+
+def effective_metrics(service: Service) -> list[Metrics]:
+    if service.metrics:
+        return list(service.metrics)
+    port = kind_of(service).default_metrics_port
+    return [Metrics(port=port(service.options))] if port else []
+
+
+START_TIERS = {"after_frontend": 0, "before_workers": 1, "infra": 2}
+
+
+def effective_tier(service: Service, by_name: dict[str, Service]) -> int:
+    """Explicit tier, else the owner's tier for riders, else the start phase's (S-75)."""
+    if service.shutdown_tier is not None:
+        return service.shutdown_tier
+    if is_rider(service) and service.placement and service.placement.pool in by_name:
+        owner = by_name[service.placement.pool]
+        if owner is not service:
+            return effective_tier(owner, by_name)
+    return START_TIERS[effective_start(service)]
+
+
+def env_key(name: str) -> str:
+    """`dcgm-exporter` → `DCGM_EXPORTER` (reference S-100)."""
+    return "".join(c if c.isalnum() and c.isascii() else "_" for c in name).upper()

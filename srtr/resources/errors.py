@@ -1,0 +1,54 @@
+"""Recipe problems and their one-line form `FILE:LINE: path: message`.
+
+Every bad input srtr can be given ends up as a `RecipeError`; the CLI prints its lines and
+exits 2. Nothing here knows about YAML or pydantic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Path = tuple[str | int, ...]
+
+
+def format_path(path: Path) -> str:
+    """`("services", 2, "placement", "pool")` → `services[2].placement.pool`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a recipe. `line` is 0 when unknown."""
+
+    path: Path
+    message: str
+    line: int = 0
+    warning: bool = False
+
+    def format(self, file: str) -> str:
+        where = f"{file}:{self.line}" if self.line else file
+        dotted = format_path(self.path)
+        prefix = "warning: " if self.warning else ""
+        return (
+            f"{where}: {prefix}{dotted}: {self.message}"
+            if dotted
+            else (f"{where}: {prefix}{self.message}")
+        )
+
+
+class RecipeError(Exception):
+    """A recipe that cannot be run, with every problem found in it."""
+
+    def __init__(self, file: str, problems: list[Problem]) -> None:
+        self.file = file
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        return [p.format(self.file) for p in self.problems]

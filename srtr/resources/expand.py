@@ -1,0 +1,431 @@
+"""expand(recipe, allocation) → DesiredState: every instance, pool, stage and exporter.
+
+Pure: no I/O, no clock. `srtr plan` prints its result and `srtr up` hands it to the
+controllers, so the dry run is the real code path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from srtr.resources import placeholders
+from srtr.resources.carving import CarveError, carve
+from srtr.resources.effective import (
+    effective_command,
+    effective_critical,
+    effective_metrics,
+    effective_placement,
+    effective_pool,
+    effective_restart,
+    effective_services,
+    effective_start,
+    effective_tier,
+    engine_node_count,
+    env_key,
+    frontend_type,
+    is_rider,
+    roles,
+)
+from srtr.resources.errors import Path, Problem
+from srtr.resources.objects import (
+    DesiredState,
+    ExporterSpec,
+    InstanceKind,
+    InstanceSpec,
+    NodeMap,
+    PoolSpec,
+    ProbeKind,
+    ProbeSpec,
+    RestartSpec,
+    Stage,
+)
+from srtr.resources.recipe import Readiness, Recipe, RestartPolicy, Service
+
+PHASE_ORDER = ("infra", "before_workers", "workers", "frontend", "after_frontend", "benchmark")
+
+
+class ExpandError(ValueError):
+    """The recipe is valid on its own but cannot run on this allocation."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(p.message for p in problems))
+        self.problems = problems
+
+
+def local_allocation(count: int, prefix: str = "node") -> list[tuple[str, str]]:
+    """`node1..nodeN` with the local backend's loopback IPs (node K → 127.0.0.(K+1))."""
+    import ipaddress
+
+    base = ipaddress.ip_address("127.0.0.1")
+    return [(f"{prefix}{k}", str(base + k)) for k in range(1, count + 1)]
+
+
+def _restart(policy: RestartPolicy) -> RestartSpec:
+    return RestartSpec(
+        policy=policy.policy,
+        backoff_seconds=policy.backoff_seconds,
+        max_backoff_seconds=policy.max_backoff_seconds,
+        reset_after_seconds=policy.reset_after_seconds,
+        max_restarts=policy.max_restarts,
+        window_seconds=policy.window_seconds,
+    )
+
+
+NEVER = _restart(RestartPolicy(policy="never"))
+
+
+def _probe(readiness: Readiness | None, values: dict[str, str]) -> ProbeSpec | None:
+    if readiness is None:
+        return None
+    timing = {
+        "timeout_seconds": readiness.timeout_seconds,
+        "interval_seconds": readiness.interval_seconds,
+    }
+    if readiness.port is not None:
+        return ProbeSpec(ProbeKind.TCP, port=readiness.port, **timing)
+    if readiness.tcp is not None:
+        return ProbeSpec(ProbeKind.TCP, port=readiness.tcp.port, **timing)
+    if readiness.http is not None:
+        http = readiness.http
+        return ProbeSpec(
+            ProbeKind.HTTP, port=http.port, path=http.path, status=http.status, **timing
+        )
+    if readiness.log is not None:
+        return ProbeSpec(ProbeKind.LOG, pattern=readiness.log.pattern, **timing)
+    assert readiness.file is not None
+    return ProbeSpec(
+        ProbeKind.FILE, path=placeholders.render(readiness.file.path, values), **timing
+    )
+
+
+class _Expander:
+    def __init__(self, recipe: Recipe, nodes: NodeMap) -> None:
+        self.recipe = recipe
+        self.nodes = nodes
+        self.ips = {spec.name: spec.ip for spec in nodes.allocation}
+        self.compute_pos = {n: i for i, n in enumerate(nodes.compute)}
+        self.by_name = {s.name: s for s, _ in effective_services(recipe)}
+        self.index_of = {s.name: i for i, s in enumerate(recipe.services)}
+        self.warnings: list[str] = []
+        self.problems: list[Problem] = []
+        self.service_nodes: dict[str, list[str]] = {}
+
+    def placement_nodes(self, service: Service) -> list[str]:
+        nodes = self.nodes
+        pool = effective_pool(service)
+        if pool is not None:
+            return list(nodes.pools.get(pool, ()))
+        where = effective_placement(service)
+        if where == "head":
+            return [nodes.head]
+        if where in ("infra", "dedicated"):
+            return [nodes.infra]
+        if where == "workers":
+            return list(nodes.workers)
+        if where == "compute":
+            return list(nodes.compute)
+        if where == "all":
+            return list(dict.fromkeys([nodes.head, nodes.infra, nodes.bench, *nodes.compute]))
+        return list(nodes.role_nodes.get(where, ()))
+
+    def values(self, node: str, index: int, members: list[str], role: str) -> dict[str, str]:
+        ips = self.ips
+        return {
+            "node": node,
+            "node_ip": ips[node],
+            "node_id": str(self.compute_pos.get(node, index)),
+            "index": str(index),
+            "role": role,
+            "head_node": self.nodes.head,
+            "head_ip": ips[self.nodes.head],
+            "infra_node": self.nodes.infra,
+            "infra_ip": ips[self.nodes.infra],
+            "pool_node": members[0],
+            "pool_ip": ips[members[0]],
+            "pool_nodes": ",".join(members),
+            "pool_ips": ",".join(ips[m] for m in members),
+            "pool_node_count": str(len(members)),
+            "gpus_per_node": str(self.recipe.resources.gpus_per_node),
+            "job_name": self.recipe.name,
+        }
+
+    def service_instances(self, service: Service) -> list[InstanceSpec]:
+        members = self.placement_nodes(service)
+        self.service_nodes[service.name] = members
+        if not members:
+            self.warnings.append(
+                f"services[{service.name}]: placement.node={effective_placement(service)} "
+                "selects no nodes in this allocation; skipping"
+            )
+            return []
+        kind = (
+            InstanceKind.OWNER
+            if service.nodes is not None
+            else InstanceKind.RIDER
+            if is_rider(service)
+            else InstanceKind.SERVICE
+        )
+        command = effective_command(service)
+        tier = effective_tier(service, self.by_name)
+        restart = _restart(effective_restart(service))
+        critical = effective_critical(service)
+        role = effective_placement(service)
+        start = effective_start(service)
+        out = []
+        for index, node in enumerate(members):
+            values = self.values(node, index, members, role)
+            name = (
+                f"service_{service.name}"
+                if len(members) == 1
+                else (f"service_{service.name}_{node}")
+            )
+            out.append(
+                InstanceSpec(
+                    name=name,
+                    service=service.name,
+                    kind=kind,
+                    type=service.type,
+                    index=index,
+                    node=node,
+                    node_ip=values["node_ip"],
+                    argv=tuple(placeholders.render(a, values) for a in command),
+                    env=tuple((k, placeholders.render(v, values)) for k, v in service.env.items()),
+                    log=f"logs/{name}.out",
+                    stage=f"{start}/{service.name}",
+                    shutdown_tier=tier,
+                    stop_grace_seconds=service.stop_grace_seconds,
+                    critical=critical,
+                    terminal=service.terminal,
+                    restart=restart,
+                    probe=_probe(service.readiness, values),
+                    pool=effective_pool(service),
+                    preamble=(
+                        placeholders.render(service.preamble, values).rstrip()
+                        if service.preamble
+                        else None
+                    ),
+                    container=service.container,
+                )
+            )
+        return out
+
+    def worker_instances(self) -> list[InstanceSpec]:
+        out = []
+        for role_name, role in roles(self.recipe):
+            if role.command is None:
+                continue
+            members = list(self.nodes.role_nodes[role_name])
+            workers = role.workers or role.nodes
+            restart = _restart(role.restart) if role.restart else NEVER
+            for index in range(workers):
+                node = members[index * len(members) // workers]
+                values = self.values(node, index, members, role_name)
+                env = {**self.recipe.environment, **role.env}
+                name = f"worker_{role_name}_{index}"
+                out.append(
+                    InstanceSpec(
+                        name=name,
+                        service=role_name,
+                        kind=InstanceKind.WORKER,
+                        type="worker",
+                        index=index,
+                        node=node,
+                        node_ip=values["node_ip"],
+                        argv=tuple(placeholders.render(a, values) for a in role.command),
+                        env=tuple((k, placeholders.render(v, values)) for k, v in env.items()),
+                        log=f"logs/{name}.out",
+                        stage="workers",
+                        shutdown_tier=0,
+                        stop_grace_seconds=role.stop_grace_seconds,
+                        critical=True,
+                        terminal=False,
+                        restart=restart,
+                        probe=_probe(role.readiness, values),
+                    )
+                )
+        return out
+
+    def frontend_instance(self) -> InstanceSpec | None:
+        frontend = self.recipe.frontend
+        if frontend_type(self.recipe) == "none" or frontend.command is None:
+            return None
+        node = self.nodes.head
+        values = self.values(node, 0, [node], "head")
+        return InstanceSpec(
+            name="frontend",
+            service="frontend",
+            kind=InstanceKind.FRONTEND,
+            type="generic",
+            index=0,
+            node=node,
+            node_ip=values["node_ip"],
+            argv=tuple(placeholders.render(a, values) for a in frontend.command),
+            env=tuple(self.recipe.environment.items()),
+            log="logs/frontend.out",
+            stage="frontend",
+            shutdown_tier=0,
+            stop_grace_seconds=frontend.stop_grace_seconds,
+            critical=True,
+            terminal=False,
+            restart=NEVER,
+            probe=_probe(frontend.readiness, values),
+        )
+
+    def benchmark_env(self) -> list[tuple[str, str]]:
+        env: dict[str, str] = {}
+        for service in self.by_name.values():
+            members = self.service_nodes.get(service.name, [])
+            if not members:
+                continue
+            key = env_key(service.name)
+            env[f"SRT_SERVICE_{key}_NODES"] = ",".join(members)
+            env[f"SRT_SERVICE_{key}_IPS"] = ",".join(self.ips[m] for m in members)
+            env[f"SRT_SERVICE_{key}_NODE_COUNT"] = str(len(members))
+        env["SRT_GPUS_PER_NODE"] = str(self.recipe.resources.gpus_per_node)
+        role_nodes = [n for ns in self.nodes.role_nodes.values() for n in ns]
+        env["SRT_WORKER_NODES"] = ",".join(dict.fromkeys(role_nodes))
+        env["SRT_FRONTEND_TYPE"] = frontend_type(self.recipe)
+        for role_name, members in self.nodes.role_nodes.items():
+            env[f"SRT_{role_name.upper()}_NODES"] = ",".join(members)
+            env[f"SRT_{role_name.upper()}_IPS"] = ",".join(self.ips[m] for m in members)
+        env.update(self.recipe.environment)
+        env.update(self.recipe.benchmark.env)
+        return list(env.items())
+
+    def benchmark_instance(self, env: list[tuple[str, str]]) -> InstanceSpec | None:
+        bench = self.recipe.benchmark
+        if bench.type != "custom" or bench.command is None:
+            return None
+        node = self.nodes.bench
+        return InstanceSpec(
+            name="benchmark",
+            service="benchmark",
+            kind=InstanceKind.BENCHMARK,
+            type="custom",
+            index=0,
+            node=node,
+            node_ip=self.ips[node],
+            argv=(bench.command,),
+            env=tuple(env),
+            log="logs/benchmark.out",
+            stage="benchmark",
+            shutdown_tier=0,
+            stop_grace_seconds=30.0,
+            critical=False,
+            terminal=False,
+            restart=NEVER,
+            shell=True,
+        )
+
+    def check_ports(self, instances: list[InstanceSpec]) -> None:
+        taken: dict[tuple[str, int], str] = {}
+        reported: set[tuple[str, str, int]] = set()
+        for spec in instances:
+            if spec.probe is None or spec.probe.port is None:
+                continue
+            key = (spec.node, spec.probe.port)
+            other = taken.setdefault(key, spec.service)
+            if other != spec.service and (other, spec.service, spec.probe.port) not in reported:
+                reported.add((other, spec.service, spec.probe.port))
+                self.problems.append(
+                    Problem(
+                        self.path_of(spec.service, "readiness"),
+                        f"services[{other}] and services[{spec.service}] both listen on port "
+                        f"{spec.probe.port} on node {spec.node}; give them disjoint placements or "
+                        "ports",
+                    )
+                )
+
+    def path_of(self, service: str, *rest: str) -> Path:
+        if service in self.index_of:
+            return ("services", self.index_of[service], *rest)
+        if service in ("prefill", "decode", "agg"):
+            return ("roles", service, *rest)
+        return ("observability", "exporters")
+
+    def exporters(self, instances: list[InstanceSpec]) -> list[ExporterSpec]:
+        by_service: dict[str, list[InstanceSpec]] = {}
+        for spec in instances:
+            by_service.setdefault(spec.service, []).append(spec)
+        out = []
+        for service in self.by_name.values():
+            members = by_service.get(service.name, [])
+            for metrics in effective_metrics(service):
+                chosen = members[:1] if metrics.nodes == "first" else members
+                for spec in chosen:
+                    out.append(
+                        ExporterSpec(
+                            service=service.name,
+                            instance=spec.name,
+                            node=spec.node,
+                            url=f"http://{spec.node_ip}:{metrics.port}{metrics.path}",
+                            name=f"{metrics.name or service.name}_{spec.node}",
+                        )
+                    )
+        return out
+
+
+def expand(recipe: Recipe, allocation: Sequence[tuple[str, str]]) -> DesiredState:
+    """Every desired object of `recipe` on `allocation` ((name, ip) in allocation order).
+
+    Raises:
+        ExpandError: the allocation is too short, or two services collide on a port.
+    """
+    try:
+        nodes = carve(recipe, allocation)
+    except CarveError as exc:
+        raise ExpandError([Problem(("allocation",), str(exc))]) from None
+    ex = _Expander(recipe, nodes)
+    per_phase: dict[str, list[Stage]] = {phase: [] for phase in PHASE_ORDER}
+    instances: list[InstanceSpec] = []
+    for service, _ in effective_services(recipe):
+        made = ex.service_instances(service)
+        if made:
+            instances += made
+            per_phase[effective_start(service)].append(
+                Stage(made[0].stage, effective_start(service), tuple(s.name for s in made))
+            )
+    workers = ex.worker_instances()
+    if workers:
+        instances += workers
+        per_phase["workers"].append(Stage("workers", "workers", tuple(s.name for s in workers)))
+    frontend = ex.frontend_instance()
+    if frontend is not None:
+        instances.append(frontend)
+        per_phase["frontend"].append(Stage("frontend", "frontend", (frontend.name,)))
+    bench_env = ex.benchmark_env()
+    bench = ex.benchmark_instance(bench_env)
+    if bench is not None:
+        instances.append(bench)
+        per_phase["benchmark"].append(Stage("benchmark", "benchmark", (bench.name,)))
+    ex.check_ports(instances)
+    if ex.problems:
+        raise ExpandError(ex.problems)
+    owners = [s for s in ex.by_name.values() if s.nodes is not None]
+    pools = tuple(
+        PoolSpec(
+            name=o.name,
+            type=o.type,
+            nodes=nodes.pools[o.name],
+            riders=tuple(
+                s.name for s in ex.by_name.values() if is_rider(s) and effective_pool(s) == o.name
+            ),
+        )
+        for o in owners
+    )
+    summary = [("engine roles", engine_node_count(recipe))]
+    summary += [(f"pool {o.name} ({o.type})", o.nodes or 0) for o in owners]
+    summary.append(("total", engine_node_count(recipe) + sum(o.nodes or 0 for o in owners)))
+    return DesiredState(
+        job_name=recipe.name,
+        nodes=nodes,
+        instances=tuple(instances),
+        pools=pools,
+        stages=tuple(s for phase in PHASE_ORDER for s in per_phase[phase]),
+        exporters=tuple(ex.exporters(instances)),
+        benchmark_env=tuple(bench_env),
+        frontend_type=frontend_type(recipe),
+        terminal_services=tuple(s.name for s in ex.by_name.values() if s.terminal),
+        warnings=tuple(ex.warnings),
+        node_summary=tuple(summary) if owners else (),
+    )

@@ -1,0 +1,191 @@
+"""Resource objects that `expand` produces and controllers reconcile: the desired state.
+
+Specs are frozen dataclasses (cheap to build by the thousand, hashable, comparable). Status
+lives in the reconciler's store, never here.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+
+class InstanceKind(enum.StrEnum):
+    OWNER = "owner"
+    RIDER = "rider"
+    SERVICE = "service"
+    WORKER = "worker"
+    FRONTEND = "frontend"
+    BENCHMARK = "benchmark"
+
+
+class ProbeKind(enum.StrEnum):
+    TCP = "tcp"
+    HTTP = "http"
+    LOG = "log"
+    FILE = "file"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    name: str
+    ip: str
+    role: str  # worker | pool:<name> | dedicated | spare
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSpec:
+    kind: ProbeKind
+    timeout_seconds: float
+    interval_seconds: float
+    port: int | None = None
+    path: str | None = None  # http path, or the file probe's path (rendered)
+    status: int | None = None
+    pattern: str | None = None
+
+    def describe(self, ip: str = "<node_ip>") -> str:
+        """Short text used in plan output and in readiness failure messages (S-61)."""
+        if self.kind is ProbeKind.TCP:
+            return f"tcp/{self.port}"
+        if self.kind is ProbeKind.HTTP:
+            return f"http://{ip}:{self.port}{self.path} -> {self.status}"
+        if self.kind is ProbeKind.LOG:
+            return f"log matches /{self.pattern}/"
+        return f"nonempty file {self.path}"
+
+
+@dataclass(frozen=True, slots=True)
+class RestartSpec:
+    policy: str
+    backoff_seconds: float
+    max_backoff_seconds: float
+    reset_after_seconds: float
+    max_restarts: int
+    window_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """One process of a service on one node: one srun step on SLURM, one process group here.
+
+    `name` is the step name and the log stem (`service_<name>[_<node>]`, S-59), so it is
+    deterministic and unique within the job.
+    """
+
+    name: str
+    service: str
+    kind: InstanceKind
+    type: str
+    index: int
+    node: str
+    node_ip: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    log: str  # relative to the run dir
+    stage: str  # the launch stage it belongs to (see DesiredState.stages)
+    shutdown_tier: int
+    stop_grace_seconds: float
+    critical: bool
+    terminal: bool
+    restart: RestartSpec
+    probe: ProbeSpec | None = None
+    pool: str | None = None
+    preamble: str | None = None
+    shell: bool = False
+    container: str | None = None
+
+    def config_hash(self) -> str:
+        """What decides a restart on a live edit: rendered argv, env, preamble and probe."""
+        payload = json.dumps(
+            [
+                self.argv,
+                self.env,
+                self.preamble,
+                self.shell,
+                self.container,
+                asdict(self.probe) if self.probe else None,
+            ],
+            sort_keys=True,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    name: str
+    type: str
+    nodes: tuple[str, ...]
+    riders: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterSpec:
+    """One Prometheus scrape target: one (metrics endpoint, node) of a service."""
+
+    service: str
+    instance: str
+    node: str
+    url: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A launch step: its instances start together; the next stage waits until all are ready.
+
+    `phase` is before_workers | workers | frontend | after_frontend | benchmark | infra.
+    """
+
+    name: str
+    phase: str
+    instances: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NodeMap:
+    """How the allocation was carved (reference §3)."""
+
+    allocation: tuple[NodeSpec, ...]
+    workers: tuple[str, ...]
+    pools: dict[str, tuple[str, ...]]
+    reserved: tuple[str, ...]
+    spares: tuple[str, ...]
+    head: str
+    bench: str
+    infra: str
+    role_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def compute(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*self.workers, *(n for p in self.pools.values() for n in p)]))
+
+    def ip(self, node: str) -> str:
+        for spec in self.allocation:
+            if spec.name == node:
+                return spec.ip
+        raise KeyError(node)
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """Everything `expand` derives from a recipe and an allocation."""
+
+    job_name: str
+    nodes: NodeMap
+    instances: tuple[InstanceSpec, ...]
+    pools: tuple[PoolSpec, ...]
+    stages: tuple[Stage, ...]
+    exporters: tuple[ExporterSpec, ...]
+    benchmark_env: tuple[tuple[str, str], ...]
+    frontend_type: str
+    terminal_services: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    node_summary: tuple[tuple[str, int], ...] = ()  # the `Nodes:` map lines, in order
+
+    def instance(self, name: str) -> InstanceSpec:
+        for spec in self.instances:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)

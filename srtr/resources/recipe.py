@@ -1,0 +1,442 @@
+"""The recipe schema: what a user may write in recipe.yaml, as pydantic v2 models.
+
+Field-level rules (types, ranges, vocabularies) live here, with the older system's message
+key words (reference §1.3). Rules that relate several fields or the whole recipe live in
+`rules.py`, so that all of them can be reported at once. Every model forbids unknown keys.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+PLACEMENT_NODES = (
+    "head",
+    "infra",
+    "dedicated",
+    "prefill",
+    "decode",
+    "agg",
+    "workers",
+    "compute",
+    "all",
+)
+START_PHASES = ("infra", "before_workers", "after_frontend")
+RESTART_POLICIES = ("never", "on-failure", "always")
+
+PositiveSeconds = Annotated[float, Field(gt=0)]
+
+
+def _scalar_to_str(value: Any) -> Any:
+    # YAML reads `PORT: 8000` and `["sleep", 1]` as numbers; users mean the text.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+Text = Annotated[str, BeforeValidator(_scalar_to_str)]
+
+
+class Spec(BaseModel):
+    """Base of every recipe model: frozen, unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_name(value: str, what: str) -> str:
+    if not value.strip():
+        raise ValueError(f"{what} must be a non-empty string")
+    if not NAME_RE.match(value):
+        raise ValueError(
+            f"{what} {value!r} may only contain letters, digits, '-' and '_' "
+            "(it becomes file, step and env var names)"
+        )
+    return value
+
+
+def _check_argv(value: list[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    if not value:
+        raise ValueError("if set, must be non-empty (omit it to use the type's default)")
+    if any(not part for part in value):
+        raise ValueError("command/args must not contain empty arguments")
+    return value
+
+
+def _check_port(value: int, what: str) -> int:
+    if not 1 <= value <= 65535:
+        raise ValueError(f"{what} must be between 1 and 65535")
+    return value
+
+
+class TcpProbe(Spec):
+    port: int
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        return _check_port(v, "readiness.tcp.port")
+
+
+class HttpProbe(Spec):
+    port: int
+    path: str = "/health"
+    status: int = 200
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        return _check_port(v, "readiness.http.port")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("readiness.http.path must start with '/'")
+        return v
+
+    @field_validator("status")
+    @classmethod
+    def _status(cls, v: int) -> int:
+        if not 100 <= v <= 599:
+            raise ValueError("readiness.http.status must be an HTTP status code")
+        return v
+
+
+class LogProbe(Spec):
+    pattern: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _pattern(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(
+                f"readiness.log.pattern is not a valid regular expression: {exc}"
+            ) from None
+        return v
+
+
+class FileProbe(Spec):
+    path: str
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("readiness.file.path must not be empty")
+        return v
+
+
+class Readiness(Spec):
+    """Exactly one probe, plus its timing. `port: N` is shorthand for `tcp: {port: N}`."""
+
+    port: int | None = None
+    tcp: TcpProbe | None = None
+    http: HttpProbe | None = None
+    log: LogProbe | None = None
+    file: FileProbe | None = None
+    timeout_seconds: float = 120.0
+    interval_seconds: float = 2.0
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int | None) -> int | None:
+        return None if v is None else _check_port(v, "readiness.port")
+
+    @field_validator("timeout_seconds", "interval_seconds")
+    @classmethod
+    def _positive(cls, v: float, info: Any) -> float:
+        if v <= 0:
+            raise ValueError(f"readiness.{info.field_name} must be positive")
+        return v
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Readiness:
+        if self.port is not None and self.tcp is not None:
+            raise ValueError("give either port (shorthand) or tcp, not both")
+        given = [k for k in ("port", "tcp", "http", "log", "file") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "readiness needs exactly one probe: port, tcp, http, log, or file; got "
+                + (", ".join(given) if given else "none")
+            )
+        return self
+
+
+class Placement(Spec):
+    node: str | None = None
+    pool: str | None = None
+
+    @field_validator("node")
+    @classmethod
+    def _node(cls, v: str | None) -> str | None:
+        if v is not None and v not in PLACEMENT_NODES:
+            raise ValueError(
+                f"placement.node must be one of {', '.join(PLACEMENT_NODES)}; got '{v}'"
+            )
+        return v
+
+    @field_validator("pool")
+    @classmethod
+    def _pool(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("placement.pool must name a service that declares nodes")
+        return v
+
+
+class Metrics(Spec):
+    """A Prometheus scrape annotation (reference S-28)."""
+
+    port: int
+    path: str = "/metrics"
+    nodes: str = "all"
+    name: str | None = None
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        return _check_port(v, "metrics.port")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("metrics.path must start with '/'")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: str) -> str:
+        if v not in ("all", "first"):
+            raise ValueError(f"metrics.nodes must be all or first; got '{v}'")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("metrics.name must not be empty")
+        return v
+
+
+class RestartPolicy(Spec):
+    """When and how fast an instance is relaunched (srtr's own; the older system had none)."""
+
+    policy: Literal["never", "on-failure", "always"] = "on-failure"
+    backoff_seconds: float = Field(default=1.0, ge=0)
+    max_backoff_seconds: float = Field(default=60.0, ge=0)
+    reset_after_seconds: PositiveSeconds = 600.0
+    max_restarts: int = Field(default=10, ge=0)
+    window_seconds: PositiveSeconds = 1800.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _word(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value not in RESTART_POLICIES:
+                raise ValueError(
+                    f"restart must be one of {', '.join(RESTART_POLICIES)} or a mapping; "
+                    f"got '{value}'"
+                )
+            return {"policy": value}
+        return value
+
+    @model_validator(mode="after")
+    def _cap(self) -> RestartPolicy:
+        if self.max_backoff_seconds < self.backoff_seconds:
+            raise ValueError("restart.max_backoff_seconds must be >= backoff_seconds")
+        return self
+
+
+class Service(Spec):
+    """One entry of `services:` (reference §1.1, plus restart/shutdown_tier/stop_grace)."""
+
+    name: str
+    type: str = "generic"
+    command: list[Text] | None = None
+    args: list[Text] = []
+    container: str | None = None
+    env: dict[str, Text] = {}
+    placement: Placement | None = None
+    nodes: int | None = None
+    start: str | None = None
+    readiness: Readiness | None = None
+    critical: bool | None = None
+    terminal: bool = False
+    preamble: str | None = None
+    cpus_per_task: int | None = None
+    cpu_bind: str | None = None
+    srun_options: dict[str, Text] = {}
+    enabled: bool = True
+    options: dict[str, Any] = {}
+    metrics: list[Metrics] = []
+    restart: RestartPolicy | None = None
+    shutdown_tier: int | None = Field(default=None, ge=0)
+    stop_grace_seconds: float = Field(default=30.0, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "name")
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | None) -> list[str] | None:
+        return _check_argv(v)
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str]) -> list[str]:
+        if any(not part for part in v):
+            raise ValueError("command/args must not contain empty arguments")
+        return v
+
+    @field_validator("start")
+    @classmethod
+    def _start(cls, v: str | None) -> str | None:
+        if v is not None and v not in START_PHASES:
+            raise ValueError(f"start must be one of {', '.join(START_PHASES)}; got '{v}'")
+        return v
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: int | None) -> int | None:
+        if v is not None and v < 1:
+            raise ValueError(f"nodes must be at least 1; got {v}")
+        return v
+
+    @field_validator("cpus_per_task")
+    @classmethod
+    def _cpus(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError("cpus_per_task must be positive")
+        return v
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _metrics_list(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_env(v)
+
+
+def _check_env(v: dict[str, str]) -> dict[str, str]:
+    for key in v:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise ValueError(f"env key {key!r} is not a valid environment variable name")
+    return v
+
+
+class Role(Spec):
+    """An engine role: owns `nodes`, runs `command` once per worker (none: only holds nodes)."""
+
+    nodes: int = Field(ge=1)
+    workers: int | None = Field(default=None, ge=1)
+    gpus: int = Field(default=0, ge=0)
+    command: list[Text] | None = None
+    env: dict[str, Text] = {}
+    readiness: Readiness | None = None
+    restart: RestartPolicy | None = None
+    stop_grace_seconds: float = Field(default=30.0, ge=0)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | None) -> list[str] | None:
+        return _check_argv(v)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_env(v)
+
+
+class Roles(Spec):
+    prefill: Role | None = None
+    decode: Role | None = None
+    agg: Role | None = None
+
+
+class Resources(Spec):
+    gpus_per_node: int = Field(default=8, ge=0)
+    het_jobs: bool = False
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None
+
+
+class Frontend(Spec):
+    """`generic` runs `command` (if any) on the head node once the workers are ready."""
+
+    type: Literal["none", "generic"] | None = None
+    command: list[Text] | None = None
+    readiness: Readiness | None = None
+    dedicated_node: bool = False
+    stop_grace_seconds: float = Field(default=30.0, ge=0)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | None) -> list[str] | None:
+        return _check_argv(v)
+
+
+class Benchmark(Spec):
+    type: Literal["manual", "custom"] = "manual"
+    command: str | None = None
+    env: dict[str, Text] = {}
+    client_dedicated_node: bool = False
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_env(v)
+
+    @model_validator(mode="after")
+    def _command_for_custom(self) -> Benchmark:
+        if self.type == "custom" and not (self.command and self.command.strip()):
+            raise ValueError("benchmark.type: custom needs a command")
+        return self
+
+
+class Observability(Spec):
+    exporters: bool = False
+
+
+class Recipe(Spec):
+    """The whole recipe file."""
+
+    name: str
+    resources: Resources = Resources()
+    roles: Roles = Roles()
+    frontend: Frontend = Frontend()
+    services: list[Service] = []
+    benchmark: Benchmark = Benchmark()
+    environment: dict[str, Text] = {}
+    observability: Observability = Observability()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "name")
+
+    @field_validator("environment")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_env(v)

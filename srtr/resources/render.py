@@ -1,0 +1,187 @@
+"""DesiredState → the text and JSON that `srtr plan` prints. Pure."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from srtr.resources.effective import (
+    effective_critical,
+    effective_metrics,
+    effective_placement,
+    effective_restart,
+    effective_services,
+    effective_start,
+    effective_tier,
+)
+from srtr.resources.objects import DesiredState
+from srtr.resources.recipe import Recipe
+
+_SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
+MASK = "***"
+
+
+def mask(key: str, value: str) -> str:
+    """Hide values whose key looks secret, in every output srtr writes."""
+    return MASK if _SECRET.search(key) else value
+
+
+def node_map_lines(state: DesiredState) -> list[str]:
+    if not state.node_summary:
+        return []
+    return ["Nodes:", *(f"  {label}: {count}" for label, count in state.node_summary)]
+
+
+def _metrics_text(recipe_service: Any) -> str:
+    parts = []
+    for m in effective_metrics(recipe_service):
+        first = "@first" if m.nodes == "first" else ""
+        parts.append(f"{m.name or ''}:{m.port}{m.path}{first}")
+    return ",".join(parts)
+
+
+def service_lines(recipe: Recipe) -> list[str]:
+    effective = effective_services(recipe)
+    if not effective:
+        return []
+    by_name = {s.name: s for s, _ in effective}
+    lines = ["Services:"]
+    for service, reason in effective:
+        head = (
+            f"  {service.name} type={service.type} placement={effective_placement(service)}"
+            f" start={effective_start(service)}"
+            f" critical={str(effective_critical(service)).lower()}"
+        )
+        if service.nodes is not None:
+            head += f" nodes={service.nodes}"
+        if service.terminal:
+            head += " terminal"
+        metrics = _metrics_text(service)
+        if metrics:
+            head += f" metrics={metrics}"
+        head += (
+            f" restart={effective_restart(service).policy} tier={effective_tier(service, by_name)}"
+        )
+        lines.append(head)
+        if reason:
+            lines.append(
+                f"    implied by: {reason} (declare a service named {service.name} to change it)"
+            )
+        if service.container:
+            lines.append(
+                f"    container: {service.container} (runs on the host where "
+                "containers are unsupported)"
+            )
+    return lines
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    out = []
+    for row in rows:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=False)]
+        out.append("  " + "  ".join([*cells, row[-1]]).rstrip())
+    return out
+
+
+def command_text(argv: tuple[str, ...], shell: bool) -> str:
+    return argv[0] if shell else shlex.join(argv)
+
+
+def plan_text(recipe: Recipe, state: DesiredState) -> str:
+    lines = [*service_lines(recipe), *node_map_lines(state)]
+    nodes = state.nodes
+    lines.append(
+        f"Allocation: {len(nodes.allocation)} node(s); head {nodes.head}"
+        + (f"; spares {', '.join(nodes.spares)}" if nodes.spares else "")
+    )
+    for name, members in nodes.pools.items():
+        lines.append(f"  Pool {name}: {', '.join(members)}")
+    workers = [n for ns in nodes.role_nodes.values() for n in ns]
+    lines.append(f"  Worker nodes: {', '.join(workers) if workers else '(none: no engine roles)'}")
+    if state.instances:
+        lines.append(f"Instances ({len(state.instances)}):")
+        rows = [["NAME", "SERVICE", "KIND", "NODE", "IP", "TIER", "COMMAND"]]
+        for spec in state.instances:
+            rows.append(
+                [
+                    spec.name,
+                    spec.service,
+                    str(spec.kind),
+                    spec.node,
+                    spec.node_ip,
+                    str(spec.shutdown_tier),
+                    command_text(spec.argv, spec.shell),
+                ]
+            )
+        lines += _table(rows)
+        lines.append("Launch order:")
+        for number, stage in enumerate(state.stages, 1):
+            lines.append(f"  {number}. {stage.name} ({len(stage.instances)} instance(s))")
+    else:
+        lines.append("Instances: none")
+    if recipe.benchmark.type == "custom":
+        lines.append("Benchmark env:")
+        lines += [f"  {k}={mask(k, v)}" for k, v in state.benchmark_env]
+    else:
+        ending = (
+            f"waits for terminal service(s): {', '.join(state.terminal_services)}"
+            if state.terminal_services
+            else "holds until stopped (benchmark: manual)"
+        )
+        lines.append(f"Benchmark: manual; the job {ending}")
+    return "\n".join(lines) + "\n"
+
+
+def plan_json(recipe: Recipe, state: DesiredState) -> dict[str, Any]:
+    nodes = state.nodes
+    return {
+        "name": recipe.name,
+        "nodes": {label: count for label, count in state.node_summary},
+        "allocation": [{"name": n.name, "ip": n.ip, "role": n.role} for n in nodes.allocation],
+        "head": nodes.head,
+        "pools": [
+            {"name": p.name, "type": p.type, "nodes": list(p.nodes), "riders": list(p.riders)}
+            for p in state.pools
+        ],
+        "spares": list(nodes.spares),
+        "instances": [
+            {
+                "name": s.name,
+                "service": s.service,
+                "kind": str(s.kind),
+                "pool": s.pool,
+                "index": s.index,
+                "node": s.node,
+                "node_ip": s.node_ip,
+                "shutdown_tier": s.shutdown_tier,
+                "critical": s.critical,
+                "terminal": s.terminal,
+                "restart": s.restart.policy,
+                "command": list(s.argv),
+                "shell": s.shell,
+                "env": {k: mask(k, v) for k, v in s.env},
+                "preamble": s.preamble,
+                "log": s.log,
+                "stage": s.stage,
+                "probe": s.probe.describe(s.node_ip) if s.probe else None,
+                "config_hash": s.config_hash(),
+            }
+            for s in state.instances
+        ],
+        "stages": [
+            {"name": st.name, "phase": st.phase, "instances": list(st.instances)}
+            for st in state.stages
+        ],
+        "exporters": [
+            {"service": e.service, "node": e.node, "url": e.url, "name": e.name}
+            for e in state.exporters
+        ],
+        "benchmark": {
+            "type": recipe.benchmark.type,
+            "env": {k: mask(k, v) for k, v in state.benchmark_env},
+        },
+        "terminal_services": list(state.terminal_services),
+        "warnings": list(state.warnings),
+    }

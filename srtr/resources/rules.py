@@ -1,0 +1,200 @@
+"""Whole-recipe validation: rules that relate several fields (reference §1.3, V-17..V-46).
+
+`check(recipe)` returns every problem at once, each with the path it is about. Field-level
+rules (ranges, vocabularies) are in `recipe.py` and run earlier, inside pydantic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from srtr.resources.effective import (
+    effective_placement,
+    effective_restart,
+    effective_services,
+    frontend_type,
+    roles,
+)
+from srtr.resources.errors import Path, Problem
+from srtr.resources.kinds import KINDS, get_kind
+from srtr.resources.recipe import Recipe, Service
+
+
+def check(recipe: Recipe) -> list[Problem]:
+    """Every whole-recipe problem, in recipe order."""
+    problems: list[Problem] = []
+    problems += _check_names(recipe)
+    for index, service in enumerate(recipe.services):
+        problems += _check_service(recipe, index, service)
+    problems += _check_pools(recipe)
+    problems += _check_frontend_and_benchmark(recipe)
+    problems += _check_roles(recipe)
+    return problems
+
+
+def _check_names(recipe: Recipe) -> list[Problem]:
+    counts = Counter(s.name for s in recipe.services)
+    problems = []
+    seen: set[str] = set()
+    for index, service in enumerate(recipe.services):
+        if counts[service.name] > 1 and service.name in seen:
+            problems.append(
+                Problem(("services", index, "name"), f"must be unique; duplicate: '{service.name}'")
+            )
+        seen.add(service.name)
+    return problems
+
+
+def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem]:
+    at: Path = ("services", index)
+    kind = get_kind(service.type)
+    if kind is None:
+        known = ", ".join(sorted(KINDS))
+        return [
+            Problem((*at, "type"), f"'{service.type}' is not a known service type (known: {known})")
+        ]
+    problems = []
+    if kind.needs_command and service.command is None:
+        problems.append(Problem((*at, "command"), f"is required for type '{service.type}'"))
+    placement = service.placement
+    if placement is not None and placement.pool and placement.node:
+        problems.append(Problem((*at, "placement"), "give either node or pool, not both"))
+    if service.nodes is not None:
+        if placement is not None and placement.pool:
+            problems.append(
+                Problem((*at, "nodes"), "makes the service its own pool; drop placement.pool")
+            )
+        elif effective_placement(service) != "workers":
+            problems.append(
+                Problem(
+                    (*at, "placement", "node"),
+                    "nodes owns a pool, so placement.node must be workers, meaning that pool "
+                    f"(got '{effective_placement(service)}')",
+                )
+            )
+    if effective_placement(service) == "dedicated":
+        problems.append(
+            Problem(
+                (*at, "placement", "node"),
+                "dedicated is only supported for infra-class kinds (etcd, nats, mooncake-master); "
+                f"use head, infra, or workers for type '{service.type}'",
+            )
+        )
+    unknown = sorted(set(service.options) - set(kind.option_keys))
+    if unknown:
+        problems.append(
+            Problem(
+                (*at, "options"),
+                f"has keys type '{service.type}' does not understand: {', '.join(unknown)}",
+            )
+        )
+    if len(service.metrics) > 1:
+        names = [m.name for m in service.metrics]
+        if None in names or len(set(names)) != len(names):
+            problems.append(
+                Problem(
+                    (*at, "metrics"),
+                    f"declares {len(names)} endpoints; give each a distinct name "
+                    "(it becomes the endpoint's name in the targets file)",
+                )
+            )
+    if service.terminal and effective_restart(service).policy == "always":
+        problems.append(
+            Problem(
+                (*at, "restart"),
+                "terminal services end the job when they exit, so restart: always would never "
+                "let the job end; use on-failure or never",
+            )
+        )
+    if service.container is not None and not service.container.strip():
+        problems.append(Problem((*at, "container"), "must not be empty"))
+    return problems
+
+
+def _check_pools(recipe: Recipe) -> list[Problem]:
+    problems = []
+    effective = [s for s, _ in effective_services(recipe)]
+    owners = sorted(s.name for s in effective if s.nodes is not None and get_kind(s.type))
+    for index, service in enumerate(recipe.services):
+        pool = service.placement.pool if service.placement else None
+        if pool and service.nodes is None and service.enabled and pool not in owners:
+            listed = ", ".join(owners) if owners else "none"
+            problems.append(
+                Problem(
+                    ("services", index, "placement", "pool"),
+                    f"'{pool}' names no service that declares nodes (pools: {listed})",
+                )
+            )
+    if owners and recipe.resources.het_jobs:
+        problems.append(
+            Problem(
+                ("resources", "het_jobs"),
+                "services[].nodes (pools) are not supported together with resources.het_jobs: "
+                f"true; owners: {', '.join(owners)}",
+            )
+        )
+    return problems
+
+
+def _check_frontend_and_benchmark(recipe: Recipe) -> list[Problem]:
+    problems = []
+    if frontend_type(recipe) == "none":
+        if roles(recipe):
+            problems.append(
+                Problem(
+                    ("frontend", "type"),
+                    "none is only supported without engine roles (no prefill/decode/agg workers); "
+                    "pick a frontend for the workers or drop them",
+                )
+            )
+        if recipe.frontend.dedicated_node:
+            problems.append(
+                Problem(
+                    ("frontend", "dedicated_node"),
+                    "frontend.type: none has no frontend process; "
+                    "frontend.dedicated_node is invalid",
+                )
+            )
+        if recipe.frontend.command is not None:
+            problems.append(
+                Problem(("frontend", "command"), "frontend.type: none runs no frontend command")
+            )
+    terminal = [s.name for s in recipe.services if s.terminal and s.enabled]
+    if terminal and recipe.benchmark.type != "manual":
+        problems.append(
+            Problem(
+                ("benchmark", "type"),
+                f"services[{', '.join(terminal)}].terminal ends the job when the service exits, so "
+                f"the job cannot also run benchmark.type: {recipe.benchmark.type}; drop the "
+                "benchmark block (manual) or the terminal flag",
+            )
+        )
+    if recipe.benchmark.type == "manual" and recipe.benchmark.command is not None:
+        problems.append(
+            Problem(("benchmark", "command"), "is only run with benchmark.type: custom")
+        )
+    return problems
+
+
+def _check_roles(recipe: Recipe) -> list[Problem]:
+    problems = []
+    gpus_per_node = recipe.resources.gpus_per_node
+    for name, role in roles(recipe):
+        workers = role.workers or role.nodes
+        per_node = -(-workers // role.nodes)
+        if role.gpus and per_node * role.gpus > gpus_per_node:
+            problems.append(
+                Problem(
+                    ("roles", name, "gpus"),
+                    f"{per_node} worker(s) per node × {role.gpus} GPUs exceeds "
+                    f"resources.gpus_per_node ({gpus_per_node})",
+                )
+            )
+        if role.command is None and (role.readiness or role.env):
+            problems.append(
+                Problem(
+                    ("roles", name, "command"),
+                    "is needed for readiness/env: a role without command only holds its nodes",
+                )
+            )
+    return problems

@@ -1,0 +1,83 @@
+"""Store + FakeBackend + FakeClock + FakeProber: drive controllers with no real waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from pathlib import Path
+
+from srtr.backends.fake import FakeBackend
+from srtr.controllers import instance, manager
+from srtr.controllers.context import JOB, Ctx
+from srtr.reconciler.clock import FakeClock
+from srtr.reconciler.store import Event, InstanceStatus, Store
+from srtr.reconciler.workqueue import WorkQueue
+from srtr.resources.effective import allocation_size
+from srtr.resources.expand import local_allocation
+from srtr.resources.loading import load_text
+from srtr.resources.objects import InstanceSpec
+from srtr.resources.planning import plan_text_source
+
+
+class FakeProber:
+    def __init__(self) -> None:
+        self.ready: set[str] = set()
+        self.calls: list[str] = []
+
+    async def check(
+        self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
+    ) -> tuple[bool, str]:
+        self.calls.append(spec.name)
+        return spec.name in self.ready, "connection refused"
+
+    def forget(self, name: str) -> None:
+        pass
+
+
+class Harness:
+    def __init__(self, recipe: str, tmp_path: Path, nodes: int | None = None) -> None:
+        text = textwrap.dedent(recipe)
+        count = nodes or allocation_size(load_text(text))
+        _, desired = plan_text_source(text, "recipe.yaml", local_allocation(count))
+        self.clock = FakeClock()
+        self.store = Store(desired, self.clock)
+        self.backend = FakeBackend(count)
+        self.prober = FakeProber()
+        self.events: list[Event] = []
+        self.store.subscribe_events(self.events.append)
+        self.ctx = Ctx(
+            store=self.store,
+            backend=self.backend,
+            clock=self.clock,
+            queue=WorkQueue(self.clock),
+            prober=self.prober,
+            run_dir=tmp_path,
+            jitter=lambda: 1.0,
+        )
+        self.backend.set_listener(lambda obs: instance.observe(self.ctx, obs))
+        self.ctx.queue.add(JOB)
+
+    async def settle(self) -> None:
+        """Process every key that is due now, including probe tasks, until nothing moves."""
+        for _ in range(100_000):
+            key = self.ctx.queue.get_nowait()
+            if key is None:
+                if not self.ctx.tasks:
+                    return
+                await asyncio.gather(*list(self.ctx.tasks))
+                continue
+            await manager.process_one(self.ctx, key)
+        raise AssertionError("the controllers did not settle")
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        await self.settle()
+
+    def phase(self, name: str) -> str:
+        return str(self.store.status[name].phase)
+
+    def reasons(self, obj: str | None = None) -> list[str]:
+        return [e.reason for e in self.events if obj is None or e.object == obj]
+
+    def exit(self, name: str, code: int) -> None:
+        self.backend.exit(name, code)

@@ -1,0 +1,122 @@
+"""Helpers for end-to-end tests: run `srtr up` as a real process and watch its run dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+def read_state(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / "state.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def events(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def instance(state: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(i for i in state["instances"] if i["name"] == name)
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose environment carries `marker` (the test's own tag)."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if needle in environ and ") Z " not in stat:
+            found.append(int(entry.name))
+    return found
+
+
+class Run:
+    """One `srtr up` process on a recipe written to tmp_path, tagged so leftovers are findable."""
+
+    def __init__(self, tmp_path: Path, recipe: str, *extra: str) -> None:
+        self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
+        # Every instance gets SRTR_RUN_DIR, so its absolute path tags this run's processes.
+        self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}"
+        self.recipe = tmp_path / "recipe.yaml"
+        self.recipe.write_text(textwrap.dedent(recipe))
+        env = dict(os.environ)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "srtr",
+                "up",
+                str(self.recipe),
+                "--run-dir",
+                str(self.run_dir),
+                "--headless",
+                *extra,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.out = ""
+        self.err = ""
+
+    def state(self) -> dict[str, Any] | None:
+        return read_state(self.run_dir)
+
+    def wait_state(
+        self, predicate: Callable[[dict[str, Any]], Any], timeout: float = 30.0, what: str = ""
+    ) -> Any:
+        """Wait until `predicate(state)` holds; return that state."""
+
+        def check() -> dict[str, Any] | None:
+            state = self.state()
+            return state if state is not None and predicate(state) else None
+
+        return wait_for(check, timeout, what)
+
+    def signal(self, signum: int = signal.SIGINT) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 60.0) -> int:
+        self.out, self.err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode
+
+    def leftovers(self) -> list[int]:
+        return processes_with(self.marker + "\0")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()

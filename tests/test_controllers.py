@@ -1,0 +1,292 @@
+"""Controller behaviour on a fake backend and a fake clock: no processes, no real sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from controller_harness import Harness
+
+RIDER = """
+name: t
+services:
+  - name: owner
+    command: [sleep, inf]
+    nodes: 1
+  - name: rider
+    command: [sleep, inf]
+    placement: {pool: owner}
+    restart: {backoff_seconds: 1, max_backoff_seconds: 8, max_restarts: 10,
+              window_seconds: 1000, reset_after_seconds: 100}
+"""
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_rider_backoff_doubles_to_the_cap(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(RIDER, tmp_path)
+        await h.settle()
+        assert h.phase("service_rider") == "Running"
+        delays = []
+        for _ in range(5):
+            h.exit("service_rider", 1)
+            await h.settle()
+            status = h.store.status["service_rider"]
+            assert h.phase("service_rider") == "BackOff"
+            assert status.next_start_at is not None
+            delays.append(round(status.next_start_at - h.clock.now(), 6))
+            await h.advance(delays[-1])
+            assert h.phase("service_rider") == "Running"
+        assert delays == [1, 2, 4, 8, 8]
+        assert h.store.status["service_rider"].restarts == 5
+        assert h.backend.launched("service_rider") == 6
+
+    run(body())
+
+
+def test_backoff_resets_after_a_stable_run(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(RIDER, tmp_path)
+        await h.settle()
+        for _ in range(3):
+            h.exit("service_rider", 1)
+            await h.settle()
+            await h.advance(h.store.status["service_rider"].next_start_at - h.clock.now())
+        await h.advance(100)  # reset_after_seconds of stable running
+        h.exit("service_rider", 1)
+        await h.settle()
+        status = h.store.status["service_rider"]
+        assert status.next_start_at - h.clock.now() == 1
+
+    run(body())
+
+
+def test_restart_budget_gives_up(tmp_path: Path) -> None:
+    recipe = RIDER.replace("max_restarts: 10", "max_restarts: 2")
+
+    async def body() -> None:
+        h = Harness(recipe, tmp_path)
+        await h.settle()
+        for _ in range(2):
+            h.exit("service_rider", 1)
+            await h.settle()
+            await h.advance(10)
+        h.exit("service_rider", 1)
+        await h.settle()
+        assert h.phase("service_rider") == "Failed"
+        assert "GaveUp" in h.reasons("instance/service_rider")
+        await h.advance(100)
+        assert h.backend.launched("service_rider") == 3
+        assert not h.store.job.teardown_requested  # a non-critical rider does not end the job
+
+    run(body())
+
+
+def test_clean_exit_of_on_failure_rider_is_not_restarted(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(RIDER, tmp_path)
+        await h.settle()
+        h.exit("service_rider", 0)
+        await h.settle()
+        assert h.phase("service_rider") == "Succeeded"
+        await h.advance(60)
+        assert h.backend.launched("service_rider") == 1
+
+    run(body())
+
+
+TIERS = """
+name: t
+services:
+  - name: late
+    command: [sleep, inf]
+    start: after_frontend
+  - name: early
+    command: [sleep, inf]
+    start: before_workers
+    stop_grace_seconds: 5
+  - name: base
+    command: [sleep, inf]
+    start: infra
+"""
+
+
+def test_teardown_goes_tier_by_tier_and_escalates_after_grace(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(TIERS, tmp_path)
+        await h.settle()
+        assert sorted(h.backend.live) == ["service_base", "service_early", "service_late"]
+        h.backend.ignore_term.add("service_early")
+        from srtr.controllers.manager import request_stop
+
+        request_stop(h.ctx, signal.SIGINT)
+        await h.settle()
+        # tier 0 stops at once, then tier 1 gets SIGTERM and ignores it; tier 2 must wait
+        assert h.backend.signals == [
+            ("service_late", signal.SIGTERM),
+            ("service_early", signal.SIGTERM),
+        ]
+        assert h.phase("service_late") == "Stopped"
+        await h.advance(4.9)
+        assert "service_early" in h.backend.live
+        await h.advance(0.1)
+        assert ("service_early", signal.SIGKILL) in h.backend.signals
+        assert ("service_base", signal.SIGTERM) in h.backend.signals
+        assert h.store.job.phase == "Failed"
+        assert h.store.job.exit_code == 130
+        assert h.ctx.done.is_set()
+        assert "Killed" in h.reasons("instance/service_early")
+
+    run(body())
+
+
+TERMINAL = """
+name: t
+services:
+  - name: train
+    command: [run]
+    nodes: 2
+    terminal: true
+  - name: side
+    command: [sleep, inf]
+    placement: {pool: train}
+"""
+
+
+def test_terminal_services_end_the_job_with_the_worst_code(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(TERMINAL, tmp_path)
+        await h.settle()
+        h.exit("service_train_node1", 0)
+        await h.settle()
+        assert not h.store.job.teardown_requested
+        h.exit("service_train_node2", 3)
+        await h.settle()
+        assert h.store.job.exit_code == 3
+        assert h.store.job.phase == "Failed"
+        assert h.phase("service_side_node1") == "Stopped"
+        assert "terminal service(s) failed (worst exit code 3)" in h.store.job.reason
+
+    run(body())
+
+
+CRITICAL = """
+name: t
+services:
+  - name: db
+    command: [db]
+    critical: true
+  - name: app
+    command: [app]
+"""
+
+
+def test_critical_failure_fails_the_job(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(CRITICAL, tmp_path)
+        await h.settle()
+        h.exit("service_db", 3)
+        await h.settle()
+        assert h.store.job.exit_code == 1
+        assert h.store.job.phase == "Failed"
+        assert "critical instance service_db" in h.store.job.reason
+        assert h.phase("service_app") == "Stopped"
+        assert "JobFailed" in h.reasons("job")
+
+    run(body())
+
+
+PROBED = """
+name: t
+services:
+  - name: db
+    command: [db]
+    critical: true
+    start: before_workers
+    readiness: {port: 9000, timeout_seconds: 5, interval_seconds: 1}
+  - name: app
+    command: [app]
+"""
+
+
+def test_next_stage_waits_for_readiness(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(PROBED, tmp_path)
+        await h.settle()
+        assert h.phase("service_db") == "Starting"
+        assert h.backend.launched("service_app") == 0
+        await h.advance(1)
+        assert h.backend.launched("service_app") == 0
+        h.prober.ready.add("service_db")
+        await h.advance(1)
+        assert h.phase("service_db") == "Ready"
+        assert h.backend.launched("service_app") == 1
+
+    run(body())
+
+
+def test_probe_timeout_of_a_critical_instance_fails_the_job(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(PROBED, tmp_path)
+        await h.settle()
+        for _ in range(5):
+            await h.advance(1)
+        assert h.store.job.exit_code == 1
+        assert (
+            "services[db] on node1 was not ready within 5s (tcp/9000); see logs/service_db.out"
+        ) in h.store.job.reason
+        assert h.backend.launched("service_app") == 0
+        assert len(h.prober.calls) >= 5
+
+    run(body())
+
+
+def test_exit_before_probe_passes_falls_to_restart_policy(tmp_path: Path) -> None:
+    recipe = PROBED.replace("critical: true", "restart: {policy: on-failure, backoff_seconds: 2}")
+
+    async def body() -> None:
+        h = Harness(recipe, tmp_path)
+        await h.settle()
+        h.exit("service_db", 1)
+        await h.settle()
+        assert h.phase("service_db") == "BackOff"
+        await h.advance(2)
+        assert h.phase("service_db") == "Starting"
+        assert h.backend.launched("service_db") == 2
+
+    run(body())
+
+
+def test_launch_failure_counts_as_exit_127(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(CRITICAL, tmp_path)
+        h.backend.fail_launch.add("service_db")
+        await h.settle()
+        assert h.store.job.exit_code == 1
+        assert "LaunchFailed" in h.reasons("instance/service_db")
+
+    run(body())
+
+
+def test_second_stop_request_kills_everything_now(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(TIERS, tmp_path)
+        await h.settle()
+        for name in list(h.backend.live):
+            h.backend.ignore_term.add(name)
+        from srtr.controllers.manager import request_stop
+
+        request_stop(h.ctx, signal.SIGINT)
+        await h.settle()
+        assert h.backend.live  # waiting out the grace
+        request_stop(h.ctx, signal.SIGINT)
+        await h.settle()
+        assert not h.backend.live
+        assert h.store.job.exit_code == 130
+        assert h.ctx.done.is_set()
+
+    run(body())

@@ -1,0 +1,199 @@
+"""End to end on the local backend: real `srtr up` processes running real instances."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+from e2e_util import Run, events, instance, wait_for
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def finish(run: Run, timeout: float = 60.0) -> int:
+    try:
+        code = run.wait(timeout)
+    finally:
+        run.close()
+    wait_for(lambda: not run.leftovers(), 10, "every process of the run to be gone")
+    return code
+
+
+def test_seed_pools_recipe_runs_and_writes_the_seed_logs(tmp_path: Path) -> None:
+    recipe = (ROOT / "examples" / "pools.yaml").read_text()
+    run = Run(tmp_path, recipe)
+    code = finish(run)
+    assert code == 0, run.err
+    logs = sorted(p.name for p in (run.run_dir / "logs").iterdir())
+    for name in (
+        "service_train_node2.out",
+        "service_train_node3.out",
+        "service_napper.out",
+        "service_watcher_node2.out",
+        "service_watcher_node3.out",
+        "benchmark.out",
+        "srtr.log",
+    ):
+        assert name in logs
+    assert (run.run_dir / "logs" / "benchmark.out").read_text() == "train pool: node2,node3\n"
+    state = run.state()
+    assert state is not None and state["job"]["phase"] == "Succeeded"
+    assert (run.run_dir / "recipe.yaml").read_text() == run.recipe.read_text()
+    reasons = [e["reason"] for e in events(run.run_dir)]
+    assert reasons.count("PoolReady") == 2
+    assert reasons[-1] == "JobSucceeded"
+    assert "Launched" in run.out
+
+
+TERMINAL = """
+name: term
+services:
+  - name: train
+    command: ["bash", "-c", "if [ {index} = 1 ]; then exit 3; fi; exit 0"]
+    nodes: 2
+    terminal: true
+  - name: side
+    command: ["sleep", "1000"]
+    placement: {pool: train}
+"""
+
+
+def test_terminal_pool_ends_the_job_with_the_worst_code(tmp_path: Path) -> None:
+    run = Run(tmp_path, TERMINAL)
+    assert finish(run) == 3
+    state = run.state()
+    assert state is not None
+    assert instance(state, "service_train_node1")["exit_code"] == 0
+    assert instance(state, "service_train_node2")["exit_code"] == 3
+    assert instance(state, "service_side_node1")["phase"] == "Stopped"
+    assert "worst exit code 3" in state["job"]["reason"]
+
+
+RIDER = """
+name: riders
+services:
+  - name: owner
+    command: ["sleep", "1000"]
+    nodes: 2
+  - name: rider
+    command: ["sleep", "1000"]
+    placement: {pool: owner}
+    restart: {backoff_seconds: 0.1}
+"""
+
+
+def test_killed_rider_is_restarted_and_shows_it(tmp_path: Path) -> None:
+    run = Run(tmp_path, RIDER)
+    try:
+        state = run.wait_state(lambda s: s["job"]["phase"] == "Running", what="job running")
+        victim = instance(state, "service_rider_node2")
+        os.kill(victim["pid"], signal.SIGKILL)
+        state = run.wait_state(
+            lambda s: (
+                instance(s, "service_rider_node2")["restarts"] == 1
+                and instance(s, "service_rider_node2")["phase"] == "Running"
+            ),
+            what="rider restarted",
+        )
+        assert instance(state, "service_rider_node2")["pid"] != victim["pid"]
+        reasons = [(e["reason"], e["object"]) for e in events(run.run_dir)]
+        assert ("BackOff", "instance/service_rider_node2") in reasons
+        assert ("Restarting", "instance/service_rider_node2") in reasons
+        log = (run.run_dir / "logs" / "service_rider_node2.out").read_text()
+        assert "attempt 1 starting on node2" in log
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
+    finally:
+        run.close()
+
+
+CRITICAL = """
+name: crit
+services:
+  - name: db
+    command: ["bash", "-c", "sleep 0.5; exit 3"]
+    critical: true
+  - name: app
+    command: ["sleep", "1000"]
+    start: before_workers
+"""
+
+
+def test_critical_exit_fails_the_job_and_tears_everything_down(tmp_path: Path) -> None:
+    run = Run(tmp_path, CRITICAL)
+    assert finish(run) == 1
+    state = run.state()
+    assert state is not None
+    assert state["job"]["phase"] == "Failed"
+    assert instance(state, "service_app")["phase"] == "Stopped"
+    assert "critical instance service_db" in state["job"]["reason"]
+
+
+STUBBORN = """
+name: stubborn
+services:
+  - name: deaf
+    command: ["bash", "-c", "trap '' TERM; echo trapped; while true; do sleep 0.1; done"]
+    stop_grace_seconds: 0.5
+    readiness: {log: {pattern: trapped}, timeout_seconds: 10, interval_seconds: 0.05}
+"""
+
+
+def test_process_ignoring_sigterm_is_killed_after_its_grace(tmp_path: Path) -> None:
+    run = Run(tmp_path, STUBBORN)
+    try:
+        run.wait_state(lambda s: instance(s, "service_deaf")["ready"], what="deaf ready")
+        run.signal(signal.SIGTERM)
+        assert finish(run) == 128 + signal.SIGTERM
+        reasons = [(e["reason"], e["object"]) for e in events(run.run_dir)]
+        assert ("Killed", "instance/service_deaf") in reasons
+    finally:
+        run.close()
+
+
+def test_status_and_logs_read_the_run_dir(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = Run(tmp_path, (ROOT / "examples" / "pools.yaml").read_text())
+    assert finish(run) == 0
+    status = subprocess.run(
+        [sys.executable, "-m", "srtr", "status", str(run.run_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "pool train" in status.stdout and "service_watcher_node3" in status.stdout
+    logs = subprocess.run(
+        [sys.executable, "-m", "srtr", "logs", str(run.run_dir), "benchmark"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert logs.stdout == "train pool: node2,node3\n"
+    down = subprocess.run(
+        [sys.executable, "-m", "srtr", "down", str(run.run_dir)], capture_output=True, text=True
+    )
+    assert down.returncode == 2 and "not running" in down.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_down_tears_a_manual_job_down(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    run = Run(tmp_path, RIDER)
+    try:
+        run.wait_state(lambda s: s["job"]["phase"] == "Running", what="job running")
+        subprocess.run(
+            [sys.executable, "-m", "srtr", "down", str(run.run_dir)],
+            check=True,
+            capture_output=True,
+        )
+        assert finish(run) == 128 + signal.SIGTERM
+    finally:
+        run.close()
