@@ -49,12 +49,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from srtr.resources.recipe import Recipe
+    from srtr.resources.recipe import json_schema
 
-    schema = Recipe.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "srtr recipe"
-    print(json.dumps(schema, indent=2))
+    print(json.dumps(json_schema(), indent=2))
     return 0
 
 

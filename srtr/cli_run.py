@@ -158,6 +158,15 @@ async def _run(desired: Any, run_dir: Path, node_count: int, warnings: Any) -> i
     store.subscribe_changes(on_change)
     for warning in warnings or ():
         store.record("job", "PlanWarning", warning, warning=True)
+    for image in sorted({s.container for s in desired.instances if s.container}):
+        users = sorted({s.service for s in desired.instances if s.container == image})
+        store.record(
+            "job",
+            "NoContainers",
+            f"container {image!r} of {', '.join(users)} is ignored: the local backend "
+            "runs every instance on the host",
+            warning=True,
+        )
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
     store.record(

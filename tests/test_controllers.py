@@ -290,3 +290,25 @@ def test_second_stop_request_kills_everything_now(tmp_path: Path) -> None:
         assert h.ctx.done.is_set()
 
     run(body())
+
+
+def test_ready_condition_follows_the_probe_and_keeps_its_transition_time(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(PROBED, tmp_path)
+        await h.settle()
+        # the first attempt runs at launch and fails
+        failing = h.store.status["service_db"].conditions["Ready"]
+        assert (failing.status, failing.reason) == ("False", "ProbeFailing")
+        await h.advance(1)
+        assert h.store.status["service_db"].conditions["Ready"].last_transition == (
+            failing.last_transition
+        )
+        h.prober.ready.add("service_db")
+        await h.advance(1)
+        passed = h.store.status["service_db"].conditions["Ready"]
+        assert (passed.status, passed.reason) == ("True", "ProbePassed")
+        assert passed.last_transition > failing.last_transition
+        assert h.store.job.conditions["Ready"].status == "True"
+        assert h.store.job.observed_generation == h.store.job.generation
+
+    run(body())

@@ -197,3 +197,14 @@ def test_down_tears_a_manual_job_down(tmp_path: Path) -> None:
         assert finish(run) == 128 + signal.SIGTERM
     finally:
         run.close()
+
+
+@pytest.mark.parametrize(
+    "example", sorted(p.name for p in (ROOT / "examples").glob("*.yaml")), ids=str
+)
+def test_every_example_runs_to_its_end(tmp_path: Path, example: str) -> None:
+    run = Run(tmp_path, (ROOT / "examples" / example).read_text())
+    code = finish(run, timeout=90)
+    assert code == 0, run.out + run.err
+    state = run.state()
+    assert state is not None and state["job"]["phase"] == "Succeeded"

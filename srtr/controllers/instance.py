@@ -49,6 +49,7 @@ def observe(ctx: Ctx, obs: Observation) -> None:
         + (f": {obs.message}" if lost and obs.message else ""),
         warning=(obs.exit_code != 0 or lost) and not expected,
     )
+    store.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
     if lost:
         status.phase = Phase.LOST
     _enqueue_related(ctx, spec)
@@ -194,7 +195,14 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
     status.alive = status.exited_attempt != attempt
     status.ready = spec.probe is None
     status.phase = Phase.STARTING if spec.probe else Phase.RUNNING
-    store.record(f"instance/{spec.name}", "Launched", f"on {spec.node} (pid {pid})")
+    if spec.probe is None:
+        store.set_condition(status.conditions, "Ready", True, "NoProbe", "ready once launched")
+    else:
+        store.set_condition(
+            status.conditions, "Ready", None, "Probing", spec.probe.describe(spec.node_ip)
+        )
+    readiness = f"probing {spec.probe.describe(spec.node_ip)}" if spec.probe else "no probe: ready"
+    store.record(f"instance/{spec.name}", "Launched", f"on {spec.node} (pid {pid}); {readiness}")
     if not status.alive:
         ctx.queue.add(instance_key(spec.name))
     if spec.probe is not None:

@@ -26,6 +26,7 @@ def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str) -> None:
     job.exit_code = exit_code
     job.reason = reason
     job.phase = JobPhase.TEARING_DOWN
+    ctx.store.set_condition(job.conditions, "Ready", False, "TearingDown", reason)
     ctx.store.record(
         "job",
         "TearingDown",
@@ -95,6 +96,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if job.phase is JobPhase.LAUNCHING:
         job.phase = JobPhase.RUNNING
         job.observed_generation = job.generation
+        store.set_condition(job.conditions, "Ready", True, "AllStagesUp", _ending(ctx))
         store.record("job", "PhaseStarted", "every stage is up; " + _ending(ctx))
     return _check_end(ctx)
 

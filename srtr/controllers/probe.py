@@ -62,6 +62,9 @@ async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:
         status.ready_at = now
         status.probe_message = ""
         store.set_phase(spec.name, Phase.READY)
+        store.set_condition(
+            status.conditions, "Ready", True, "ProbePassed", spec.probe.describe(spec.node_ip)
+        )
         took = now - (status.started_at or now)
         store.record(
             f"instance/{spec.name}",
@@ -74,7 +77,7 @@ async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:
         return
     if message != status.probe_message:
         status.probe_message = message
-        store.changed()
+        store.set_condition(status.conditions, "Ready", False, "ProbeFailing", message)
     status.next_probe_at = now + spec.probe.interval_seconds
     ctx.queue.add_after(probe_key(spec.name), spec.probe.interval_seconds)
 

@@ -65,6 +65,7 @@ def snapshot(
                 "probe_message": st.probe_message,
                 "started_at": st.started_at,
                 "history": st.history[-20:],
+                "conditions": [c.to_json() for c in st.conditions.values()],
             }
         )
     return {
@@ -80,6 +81,7 @@ def snapshot(
             "slurm_job_id": slurm_job_id,
             "stage": job.stage,
             "stages": [s.name for s in desired.stages],
+            "conditions": [c.to_json() for c in job.conditions.values()],
         },
         "nodes": [{"name": n.name, "ip": n.ip, "state": n.role} for n in desired.nodes.allocation],
         "pools": [

@@ -50,6 +50,26 @@ class EventType(enum.StrEnum):
 
 
 @dataclass
+class Condition:
+    """A typed condition, Kubernetes style: `last_transition` moves only when `status` flips."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str
+    last_transition: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": self.type,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "last_transition": self.last_transition,
+        }
+
+
+@dataclass
 class InstanceStatus:
     """What srtr has observed of one instance. Mutated only through the Store."""
 
@@ -77,6 +97,7 @@ class InstanceStatus:
     next_probe_at: float | None = None
     log_offset: int = 0  # where this attempt's output starts in the log (for log probes)
     history: list[dict[str, Any]] = field(default_factory=list)
+    conditions: dict[str, Condition] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,6 +112,7 @@ class JobStatus:
     kill_now: bool = False
     started_at: float | None = None
     ended_at: float | None = None
+    conditions: dict[str, Condition] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -164,8 +186,35 @@ class Store:
         self.changed()
         return event
 
+    def set_condition(
+        self,
+        conditions: dict[str, Condition],
+        type_: str,
+        status: bool | None,
+        reason: str,
+        message: str = "",
+    ) -> None:
+        """Record a condition; its transition time moves only when its status flips."""
+        text = "Unknown" if status is None else str(status)
+        current = conditions.get(type_)
+        if current is not None and (current.status, current.reason, current.message) == (
+            text,
+            reason,
+            message,
+        ):
+            return
+        since = (
+            current.last_transition
+            if current and current.status == text
+            else round(self.clock.wall(), 3)
+        )
+        conditions[type_] = Condition(type_, text, reason, message, since)
+        self.changed()
+
     def set_phase(self, name: str, phase: Phase) -> None:
         status = self.status[name]
         if status.phase != phase:
             status.phase = phase
+            if phase not in ALIVE or phase is Phase.TERMINATING:
+                self.set_condition(status.conditions, "Ready", False, str(phase))
             self.changed()

@@ -109,6 +109,7 @@ class _Expander:
         self.warnings: list[str] = []
         self.problems: list[Problem] = []
         self.service_nodes: dict[str, list[str]] = {}
+        self._joined: dict[int, tuple[list[str], str, str]] = {}
 
     def placement_nodes(self, service: Service) -> list[str]:
         nodes = self.nodes
@@ -128,8 +129,18 @@ class _Expander:
             return list(dict.fromkeys([nodes.head, nodes.infra, nodes.bench, *nodes.compute]))
         return list(nodes.role_nodes.get(where, ()))
 
+    def pool_text(self, members: list[str]) -> tuple[str, str]:
+        # Built once per node set, not once per instance: a 4,096-node pool would otherwise
+        # join 4,096 names 4,096 times.
+        cached = self._joined.get(id(members))
+        if cached is None or cached[0] is not members:
+            cached = (members, ",".join(members), ",".join(self.ips[m] for m in members))
+            self._joined[id(members)] = cached
+        return cached[1], cached[2]
+
     def values(self, node: str, index: int, members: list[str], role: str) -> dict[str, str]:
         ips = self.ips
+        pool_nodes, pool_ips = self.pool_text(members)
         return {
             "node": node,
             "node_ip": ips[node],
@@ -142,8 +153,8 @@ class _Expander:
             "infra_ip": ips[self.nodes.infra],
             "pool_node": members[0],
             "pool_ip": ips[members[0]],
-            "pool_nodes": ",".join(members),
-            "pool_ips": ",".join(ips[m] for m in members),
+            "pool_nodes": pool_nodes,
+            "pool_ips": pool_ips,
             "pool_node_count": str(len(members)),
             "gpus_per_node": str(self.recipe.resources.gpus_per_node),
             "job_name": self.recipe.name,
@@ -260,7 +271,9 @@ class _Expander:
             node=node,
             node_ip=values["node_ip"],
             argv=tuple(placeholders.render(a, values) for a in frontend.command),
-            env=tuple(self.recipe.environment.items()),
+            env=tuple(
+                (k, placeholders.render(v, values)) for k, v in self.recipe.environment.items()
+            ),
             log="logs/frontend.out",
             stage="frontend",
             shutdown_tier=0,
@@ -318,21 +331,42 @@ class _Expander:
         )
 
     def check_ports(self, instances: list[InstanceSpec]) -> None:
-        taken: dict[tuple[str, int], str] = {}
+        """Two instances on one node that listen on one port (probe or metrics) collide."""
+        taken: dict[tuple[str, int], InstanceSpec] = {}
         reported: set[tuple[str, str, int]] = set()
+        metrics_ports = {
+            s.name: [m.port for m in effective_metrics(s)] for s in self.by_name.values()
+        }
         for spec in instances:
-            if spec.probe is None or spec.probe.port is None:
-                continue
-            key = (spec.node, spec.probe.port)
-            other = taken.setdefault(key, spec.service)
-            if other != spec.service and (other, spec.service, spec.probe.port) not in reported:
-                reported.add((other, spec.service, spec.probe.port))
+            ports = set(metrics_ports.get(spec.service, []))
+            if spec.probe is not None and spec.probe.port is not None:
+                ports.add(spec.probe.port)
+            for port in sorted(ports):
+                first = taken.setdefault((spec.node, port), spec)
+                if first is spec or (first.service, spec.service, port) in reported:
+                    continue
+                reported.add((first.service, spec.service, port))
                 self.problems.append(
                     Problem(
                         self.path_of(spec.service, "readiness"),
-                        f"services[{other}] and services[{spec.service}] both listen on port "
-                        f"{spec.probe.port} on node {spec.node}; give them disjoint placements or "
-                        "ports",
+                        f"services[{first.service}] and services[{spec.service}] both listen "
+                        f"on port {port} on node {spec.node}; give them disjoint placements "
+                        "or ports",
+                    )
+                )
+
+    def check_names(self, instances: list[InstanceSpec]) -> None:
+        # `service_a` on node n2 and a one-instance service `a_n2` would share a step name
+        # and a log file; refuse rather than let one overwrite the other's output.
+        seen: dict[str, str] = {}
+        for spec in instances:
+            other = seen.setdefault(spec.name, spec.service)
+            if other != spec.service:
+                self.problems.append(
+                    Problem(
+                        self.path_of(spec.service, "name"),
+                        f"instance name '{spec.name}' of services[{spec.service}] is also an "
+                        f"instance of services[{other}]; rename one of them",
                     )
                 )
 
@@ -341,6 +375,8 @@ class _Expander:
             return ("services", self.index_of[service], *rest)
         if service in ("prefill", "decode", "agg"):
             return ("roles", service, *rest)
+        if service in ("frontend", "benchmark"):
+            return (service, *rest)
         return ("observability", "exporters")
 
     def exporters(self, instances: list[InstanceSpec]) -> list[ExporterSpec]:
@@ -399,6 +435,7 @@ def expand(recipe: Recipe, allocation: Sequence[tuple[str, str]]) -> DesiredStat
         instances.append(bench)
         per_phase["benchmark"].append(Stage("benchmark", "benchmark", (bench.name,)))
     ex.check_ports(instances)
+    ex.check_names(instances)
     if ex.problems:
         raise ExpandError(ex.problems)
     owners = [s for s in ex.by_name.values() if s.nodes is not None]

@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from srtr.resources import rules
-from srtr.resources.errors import Path, Problem, RecipeError, format_path
+from srtr.resources.errors import Path, Problem, RecipeError
 from srtr.resources.recipe import Recipe
-from srtr.resources.yamlmarks import Marked, YamlProblem, parse
+from srtr.resources.yamlmarks import BOOL_HINT, Marked, YamlProblem, parse
 
 MAX_RECIPE_BYTES = 4 * 1024 * 1024
 
@@ -82,6 +82,8 @@ def _problem_from(err: Any, marked: Marked) -> Problem:
         message = err["msg"]
         if "input" in err and kind not in ("model_type", "dict_type", "list_type"):
             message += f"; got {err['input']!r}"
+            if isinstance(err["input"], bool) and kind.startswith(("string", "int")):
+                message += f" ({BOOL_HINT})"
     return Problem(loc, _strip_path_echo(loc, message), marked.line_of(loc))
 
 
@@ -89,11 +91,10 @@ def _strip_path_echo(loc: Path, message: str) -> str:
     # Field validators name their field ("readiness.tcp.port must be ...") so their messages
     # read well on their own; next to the full path that would say it twice.
     for start in range(len(loc)):
-        tail = loc[start:]
-        if all(isinstance(p, str) for p in tail):
-            echo = format_path(tail) + " "
-            if message.startswith(echo):
-                return message[len(echo) :]
+        words = [p for p in loc[start:] if isinstance(p, str)]
+        echo = ".".join(words) + " "
+        if words and message.startswith(echo):
+            return message[len(echo) :]
     return message
 
 

@@ -15,6 +15,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -35,6 +36,9 @@ START_PHASES = ("infra", "before_workers", "after_frontend")
 RESTART_POLICIES = ("never", "on-failure", "always")
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
+# Far beyond any SLURM allocation, and small enough that a typo cannot make `srtr plan`
+# build a billion-node allocation in memory.
+MAX_NODES = 100_000
 
 
 def _scalar_to_str(value: Any) -> Any:
@@ -42,23 +46,28 @@ def _scalar_to_str(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        return str(value)
+        return getattr(value, "yaml_text", str(value))
     return value
 
 
-Text = Annotated[str, BeforeValidator(_scalar_to_str)]
+Text = Annotated[
+    str,
+    BeforeValidator(_scalar_to_str),
+    WithJsonSchema({"type": ["string", "number", "boolean"]}),
+]
 
 
 class Spec(BaseModel):
     """Base of every recipe model: frozen, unknown keys refused."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML's `yes` must not become 1 node, nor "8" a port; numbers stay numbers.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _check_name(value: str, what: str) -> str:
     if not value.strip():
         raise ValueError(f"{what} must be a non-empty string")
-    if not NAME_RE.match(value):
+    if not NAME_RE.fullmatch(value):
         raise ValueError(
             f"{what} {value!r} may only contain letters, digits, '-' and '_' "
             "(it becomes file, step and env var names)"
@@ -318,6 +327,8 @@ class Service(Spec):
     def _nodes(cls, v: int | None) -> int | None:
         if v is not None and v < 1:
             raise ValueError(f"nodes must be at least 1; got {v}")
+        if v is not None and v > MAX_NODES:
+            raise ValueError(f"nodes must be at most {MAX_NODES}; got {v}")
         return v
 
     @field_validator("cpus_per_task")
@@ -340,7 +351,7 @@ class Service(Spec):
 
 def _check_env(v: dict[str, str]) -> dict[str, str]:
     for key in v:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise ValueError(f"env key {key!r} is not a valid environment variable name")
     return v
 
@@ -348,8 +359,8 @@ def _check_env(v: dict[str, str]) -> dict[str, str]:
 class Role(Spec):
     """An engine role: owns `nodes`, runs `command` once per worker (none: only holds nodes)."""
 
-    nodes: int = Field(ge=1)
-    workers: int | None = Field(default=None, ge=1)
+    nodes: int = Field(ge=1, le=MAX_NODES)
+    workers: int | None = Field(default=None, ge=1, le=MAX_NODES * 64)
     gpus: int = Field(default=0, ge=0)
     command: list[Text] | None = None
     env: dict[str, Text] = {}
@@ -440,3 +451,30 @@ class Recipe(Spec):
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         return _check_env(v)
+
+
+def json_schema() -> dict[str, Any]:
+    """The recipe's JSON Schema, including the short forms the loader accepts.
+
+    pydantic describes the validated shape; the loader also takes `restart: on-failure` and
+    a single `metrics:` mapping, so editors must not flag those.
+    """
+    schema = Recipe.model_json_schema()
+
+    def patch(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in list(node.items()):
+                if key == "restart" and isinstance(value, dict):
+                    value.setdefault("anyOf", []).append({"enum": list(RESTART_POLICIES)})
+                elif key == "metrics" and isinstance(value, dict) and value.get("type") == "array":
+                    node[key] = {"anyOf": [value, value["items"]], "default": []}
+                else:
+                    patch(value)
+        elif isinstance(node, list):
+            for item in node:
+                patch(item)
+
+    patch(schema.get("$defs", {}))
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "srtr recipe"
+    return schema

@@ -22,8 +22,17 @@ _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNOR
 MASK = "***"
 
 
+_GENERATED = re.compile(r"^SRT_[A-Z0-9_]*_(NODES|IPS|NODE_COUNT)$")
+
+
 def mask(key: str, value: str) -> str:
-    """Hide values whose key looks secret, in every output srtr writes."""
+    """Hide values whose key looks secret, in every output srtr writes.
+
+    srtr's own node lists (`SRT_SERVICE_KEYCLOAK_NODES`) are never secret, whatever the
+    service is called.
+    """
+    if _GENERATED.match(key):
+        return value
     return MASK if _SECRET.search(key) else value
 
 
@@ -122,6 +131,7 @@ def plan_text(recipe: Recipe, state: DesiredState) -> str:
     else:
         lines.append("Instances: none")
     if recipe.benchmark.type == "custom":
+        lines.append(f"Benchmark (custom) on {state.nodes.bench}: {recipe.benchmark.command}")
         lines.append("Benchmark env:")
         lines += [f"  {k}={mask(k, v)}" for k, v in state.benchmark_env]
     else:

@@ -12,6 +12,7 @@ from srtr.resources.effective import (
     effective_placement,
     effective_restart,
     effective_services,
+    env_key,
     frontend_type,
     roles,
 )
@@ -35,6 +36,18 @@ def check(recipe: Recipe) -> list[Problem]:
 def _check_names(recipe: Recipe) -> list[Problem]:
     counts = Counter(s.name for s in recipe.services)
     problems = []
+    keys: dict[str, str] = {}
+    for index, service in enumerate(recipe.services):
+        key = env_key(service.name)
+        other = keys.setdefault(key, service.name)
+        if other != service.name:
+            problems.append(
+                Problem(
+                    ("services", index, "name"),
+                    f"'{service.name}' and '{other}' both become SRT_SERVICE_{key}_* in the "
+                    "benchmark env; rename one of them",
+                )
+            )
     seen: set[str] = set()
     for index, service in enumerate(recipe.services):
         if counts[service.name] > 1 and service.name in seen:
@@ -76,7 +89,7 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
         problems.append(
             Problem(
                 (*at, "placement", "node"),
-                "dedicated is only supported for infra-class kinds (etcd, nats, mooncake-master); "
+                "dedicated is only supported for infra-class kinds, and srtr has none yet; "
                 f"use head, infra, or workers for type '{service.type}'",
             )
         )

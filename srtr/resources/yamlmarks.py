@@ -38,8 +38,15 @@ class Marked:
 
     def line_of(self, path: Path) -> int:
         """The line of `path`, or of its nearest ancestor that has one (1 for the root)."""
-        for end in range(len(path), 0, -1):
-            line = self.lines.get(tuple(path[:end]))
+        # A short form (`metrics: {port: 0}` for a one-item list) has no index in the YAML:
+        # drop list indexes that were never written before walking up.
+        written: list[str | int] = []
+        for part in path:
+            if isinstance(part, int) and (*written, part) not in self.lines:
+                continue
+            written.append(part)
+        for end in range(len(written), 0, -1):
+            line = self.lines.get(tuple(written[:end]))
             if line is not None:
                 return line
         return self.lines.get((), 1)
@@ -61,6 +68,35 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return size
 
 
+class YamlInt(int):
+    """An int that remembers how it was written (`0755`, `1_000`), for text fields."""
+
+    yaml_text: str
+
+
+class YamlFloat(float):
+    """A float that remembers how it was written (`1.10`), for text fields."""
+
+    yaml_text: str
+
+
+def _remember(value: Any, node: yaml.ScalarNode) -> Any:
+    # Numbers in argv and env are text to the user: keep what they typed, not int('0755').
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        marked: Any = YamlInt(value)
+    elif isinstance(value, float):
+        marked = YamlFloat(value)
+    else:
+        return value
+    marked.yaml_text = node.value
+    return marked
+
+
+BOOL_HINT = "YAML reads yes/no/on/off/true/false as booleans; quote it"
+
+
 class _Converter:
     def __init__(self) -> None:
         self.constructor = yaml.constructor.SafeConstructor()
@@ -69,17 +105,23 @@ class _Converter:
 
     def convert(self, node: yaml.Node, path: Path) -> Any:
         if isinstance(node, yaml.MappingNode):
+            explicit = sum(1 for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge")
             self.constructor.flatten_mapping(node)  # resolves `<<:` merge keys
+            merged = len(node.value) - explicit  # merged entries come first; explicit ones win
             result: dict[str, Any] = {}
-            for key_node, value_node in node.value:
+            own: set[str] = set()
+            for position, (key_node, value_node) in enumerate(node.value):
                 line = key_node.start_mark.line + 1
                 key = self.constructor.construct_object(key_node, deep=True)
                 if not isinstance(key, str):
-                    self.problems.append(YamlProblem(line, f"key {key!r} must be a string"))
+                    hint = f" ({BOOL_HINT})" if isinstance(key, bool) else ""
+                    self.problems.append(YamlProblem(line, f"key {key!r} must be a string{hint}"))
                     continue
-                if key in result:
-                    self.problems.append(YamlProblem(line, f"duplicate key '{key}'"))
-                    continue
+                if position >= merged:
+                    if key in own:
+                        self.problems.append(YamlProblem(line, f"duplicate key '{key}'"))
+                        continue
+                    own.add(key)
                 self.lines[(*path, key)] = line
                 result[key] = self.convert(value_node, (*path, key))
             return result
@@ -89,7 +131,8 @@ class _Converter:
                 self.lines[(*path, index)] = item.start_mark.line + 1
                 items.append(self.convert(item, (*path, index)))
             return items
-        return self.constructor.construct_object(node, deep=True)
+        value = self.constructor.construct_object(node, deep=True)
+        return _remember(value, node) if isinstance(node, yaml.ScalarNode) else value
 
 
 def parse(text: str) -> Marked:

@@ -1,0 +1,1406 @@
+"""Every validation rule srtr implements: its message and the exact line it points at.
+
+Rules come from three places, tested in that order: the YAML reader (`yamlmarks.py`), the
+schema (`recipe.py`, field-level, V-01..V-28 in the reference's numbering) and the
+whole-recipe rules (`rules.py`, V-17..V-45), plus what only the allocation can tell
+(`expand.py`: short allocation, V-50 port collisions). Each recipe is written inline,
+starting at line 1, so the expected line numbers can be read off the text.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from srtr.resources.errors import RecipeError, format_path
+from srtr.resources.expand import local_allocation
+from srtr.resources.loading import load_text
+from srtr.resources.planning import plan_text_source
+
+Found = tuple[int, str, str]  # (line, dotted path, message)
+
+
+def problems(text: str, nodes: int | None = None) -> list[Found]:
+    """Every problem `srtr plan` reports for `text` (dedented), as (line, path, message)."""
+    allocation = local_allocation(nodes) if nodes else None
+    with pytest.raises(RecipeError) as info:
+        plan_text_source(textwrap.dedent(text), "recipe.yaml", allocation)
+    return [(p.line, format_path(p.path), p.message) for p in info.value.problems]
+
+
+def problem(text: str, nodes: int | None = None) -> Found:
+    """The one problem `text` has."""
+    found = problems(text, nodes)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def valid(text: str) -> None:
+    plan_text_source(textwrap.dedent(text), "recipe.yaml")
+
+
+# --- YAML ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
+def test_empty_file(text: str) -> None:
+    assert problem(text) == (
+        1,
+        "",
+        "the recipe is empty; it must be a mapping with at least `name`",
+    )
+
+
+def test_yaml_not_a_mapping() -> None:
+    assert problem("- name: a\n- name: b\n") == (
+        1,
+        "",
+        "the recipe must be a mapping (key: value), not a list",
+    )
+    assert problem("# a recipe\n\njust text\n") == (
+        3,
+        "",
+        "the recipe must be a mapping (key: value), not a scalar",
+    )
+    assert problem("~\n") == (1, "", "the recipe must be a mapping (key: value), not a scalar")
+
+
+def test_multiple_documents() -> None:
+    assert problem("""\
+        name: one
+        ---
+        name: two
+        """) == (2, "", "invalid YAML: but found another document")
+
+
+def test_billion_laughs_alias_bomb_is_refused_quickly() -> None:
+    rows = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        rows.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    text = "name: bomb\n" + "\n".join(rows) + "\n"
+    started = time.monotonic()
+    found = problem(text)
+    assert time.monotonic() - started < 2.0
+    assert found == (
+        1,
+        "",
+        "the recipe expands to more than 200,000 values through YAML anchors and aliases; "
+        "refusing to load it",
+    )
+
+
+def test_small_anchors_and_merge_keys_are_fine() -> None:
+    valid("""\
+        name: anchors
+        services:
+          - name: a
+            command: &argv [sleep, "1"]
+            env: &env
+              A: "1"
+          - name: b
+            command: *argv
+            env:
+              <<: *env
+              B: "2"
+        """)
+
+
+def test_merge_keys_can_be_overridden() -> None:
+    valid("""\
+        name: anchors
+        services:
+          - &base
+            name: a
+            command: [sleep, "1"]
+          - <<: *base
+            name: b
+        """)
+
+
+def test_duplicate_keys() -> None:
+    assert problem("""\
+        name: dup
+        services:
+          - name: s
+            command: [a]
+            env:
+              A: one
+              A: two
+        """) == (7, "", "duplicate key 'A'")
+    assert problem("name: a\nname: b\n") == (2, "", "duplicate key 'name'")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        (
+            "name: t\nservices: [\n",
+            3,
+            "invalid YAML: expected the node content, but found '<stream end>'",
+        ),
+        ("name: t\n  bad: indent\n", 2, "invalid YAML: mapping values are not allowed here"),
+        (
+            "name: t\nservices:\n\t- name: s\n",
+            3,
+            "invalid YAML: found character '\\t' that cannot start any token",
+        ),
+        ('name: "t\n', 2, "invalid YAML: found unexpected end of stream"),
+    ],
+    ids=["unclosed-bracket", "indentation", "tab", "unclosed-quote"],
+)
+def test_invalid_yaml_syntax(text: str, line: int, message: str) -> None:
+    assert problem(text) == (line, "", message)
+
+
+def test_non_string_key() -> None:
+    assert problem("name: t\nservices:\n  - name: s\n    command: [a]\n    1: x\n") == (
+        5,
+        "",
+        "key 1 must be a string",
+    )
+
+
+def test_python_tags_are_not_constructed() -> None:
+    assert problem("name: t\nenvironment:\n  A: !!python/name:os.system\n") == (
+        3,
+        "",
+        "invalid YAML: could not determine a constructor for the tag "
+        "'tag:yaml.org,2002:python/name:os.system'",
+    )
+
+
+# --- schema: keys, names and types ------------------------------------------------------------
+
+
+def test_unknown_key_did_you_mean() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            plcement:
+              node: head
+        """) == (5, "services[0].plcement", "unknown key 'plcement' (did you mean 'placement'?)")
+
+
+def test_unknown_key_lists_the_allowed_keys() -> None:
+    assert problem("""\
+        name: t
+        resources:
+          gpus_per_node: 8
+        colour: blue
+        """) == (
+        4,
+        "colour",
+        "unknown key 'colour'; allowed: name, resources, roles, frontend, services, benchmark, "
+        "environment, observability",
+    )
+
+
+def test_unknown_key_in_a_nested_model() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              http:
+                port: 80
+                paht: /ready
+        """) == (8, "services[0].readiness.http.paht", "unknown key 'paht' (did you mean 'path'?)")
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", "x;rm", "a b", "ä", "$(id)"])
+def test_bad_service_name_chars(bad: str) -> None:
+    assert problem(f"""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+          - name: '{bad}'
+            command: [a]
+        """) == (
+        5,
+        "services[1].name",
+        f"{bad!r} may only contain letters, digits, '-' and '_' "
+        "(it becomes file, step and env var names)",
+    )
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", "x;rm"])
+def test_bad_recipe_name_chars(bad: str) -> None:
+    assert problem(f"# recipe\nname: '{bad}'\n") == (
+        2,
+        "name",
+        f"{bad!r} may only contain letters, digits, '-' and '_' "
+        "(it becomes file, step and env var names)",
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'name: "t\\n"\n',
+        'name: t\nservices:\n  - name: "s\\n"\n    command: [a]\n',
+        'name: t\nenvironment:\n  "A\\n": b\n',
+    ],
+    ids=["recipe-name", "service-name", "env-key"],
+)
+def test_names_with_a_trailing_newline_are_refused(text: str) -> None:
+    with pytest.raises(RecipeError):
+        load_text(text)
+
+
+def test_blank_service_name() -> None:  # V-16
+    assert problem("""\
+        name: t
+        services:
+          - name: "  "
+            command: [a]
+        """) == (3, "services[0].name", "must be a non-empty string")
+
+
+def test_missing_name() -> None:
+    assert problem("# a recipe without a name\nservices: []\n") == (2, "name", "is required")
+    assert problem("name: t\nservices:\n  - command: [a]\n") == (
+        3,
+        "services[0].name",
+        "is required",
+    )
+
+
+def test_wrong_types() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            nodes: two
+            critical: maybe
+            env: [a]
+        """) == [
+        (
+            5,
+            "services[0].nodes",
+            "Input should be a valid integer; got 'two'",
+        ),
+        (
+            6,
+            "services[0].critical",
+            "Input should be a valid boolean; got 'maybe'",
+        ),
+        (7, "services[0].env", "Input should be a valid dictionary"),
+    ]
+
+
+@pytest.mark.parametrize("field", ["nodes: true", "nodes: yes", "readiness:\n      port: true"])
+def test_booleans_are_not_counts(field: str) -> None:
+    with pytest.raises(RecipeError):
+        load_text(f"name: t\nservices:\n  - name: s\n    command: [a]\n    {field}\n")
+
+
+def test_services_must_be_a_list() -> None:
+    assert problem("name: t\nservices:\n  name: s\n") == (
+        2,
+        "services",
+        "Input should be a valid list",
+    )
+
+
+# --- schema: field-level rules (reference V-01..V-28) -----------------------------------------
+
+
+def test_v01_placement_node_vocabulary() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            placement:
+              node: rack7
+        """) == (
+        6,
+        "services[0].placement.node",
+        "must be one of head, infra, dedicated, prefill, decode, agg, workers, compute, all; "
+        "got 'rack7'",
+    )
+
+
+def test_v05_blank_placement_pool() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            placement:
+              pool: " "
+        """) == (6, "services[0].placement.pool", "must name a service that declares nodes")
+
+
+PORTS = [
+    ("readiness:\n  port: 0", 6, "services[0].readiness.port", "must be between 1 and 65535"),
+    (
+        "readiness:\n  tcp:\n    port: 65536",
+        7,
+        "services[0].readiness.tcp.port",
+        "must be between 1 and 65535",
+    ),
+    (
+        "readiness:\n  http:\n    port: -1",
+        7,
+        "services[0].readiness.http.port",
+        "must be between 1 and 65535",
+    ),
+]
+
+
+@pytest.mark.parametrize(("snippet", "line", "path", "message"), PORTS, ids=["port", "tcp", "http"])
+def test_v07_port_ranges(snippet: str, line: int, path: str, message: str) -> None:
+    text = "name: t\nservices:\n  - name: s\n    command: [a]\n"
+    text += textwrap.indent(snippet, "    ") + "\n"
+    assert problem(text) == (line, path, message)
+
+
+def test_v07_metrics_port_range() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            metrics:
+              - port: 0
+        """) == (6, "services[0].metrics[0].port", "must be between 1 and 65535")
+
+
+def test_metrics_mapping_sugar_keeps_the_field_line() -> None:
+    line, _, _ = problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            metrics:
+              port: 0
+        """)
+    assert line == 6
+
+
+def test_metrics_messages_do_not_repeat_the_path() -> None:
+    _, _, message = problem(
+        "name: t\nservices:\n  - name: s\n    command: [a]\n    metrics:\n      port: 0\n"
+    )
+    assert message == "must be between 1 and 65535"
+
+
+def test_v08_paths_start_with_a_slash() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              http:
+                port: 80
+                path: ready
+            metrics:
+              - port: 9000
+                path: metrics
+        """) == [
+        (8, "services[0].readiness.http.path", "must start with '/'"),
+        (11, "services[0].metrics[0].path", "must start with '/'"),
+    ]
+
+
+def test_v09_http_status() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              http:
+                port: 80
+                status: 99
+        """) == (8, "services[0].readiness.http.status", "must be an HTTP status code")
+
+
+def test_v10_log_pattern_regex() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              log:
+                pattern: "ready ("
+        """) == (
+        7,
+        "services[0].readiness.log.pattern",
+        "is not a valid regular expression: missing ), unterminated subpattern at position 6",
+    )
+
+
+def test_v11_file_path_blank() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              file:
+                path: "  "
+        """) == (7, "services[0].readiness.file.path", "must not be empty")
+
+
+def test_v12_port_and_tcp() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              port: 80
+              tcp:
+                port: 80
+        """) == (5, "services[0].readiness", "give either port (shorthand) or tcp, not both")
+
+
+def test_v13_exactly_one_probe() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              timeout_seconds: 5
+        """) == (
+        5,
+        "services[0].readiness",
+        "needs exactly one probe: port, tcp, http, log, or file; got none",
+    )
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              http:
+                port: 80
+              log:
+                pattern: up
+        """) == (
+        5,
+        "services[0].readiness",
+        "needs exactly one probe: port, tcp, http, log, or file; got http, log",
+    )
+
+
+def test_v14_timing_must_be_positive() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              port: 80
+              timeout_seconds: 0
+              interval_seconds: -0.5
+        """) == [
+        (7, "services[0].readiness.timeout_seconds", "must be positive"),
+        (8, "services[0].readiness.interval_seconds", "must be positive"),
+    ]
+
+
+def test_timing_accepts_fractions() -> None:
+    valid("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            stop_grace_seconds: 0.5
+            readiness:
+              port: 80
+              timeout_seconds: 0.25
+              interval_seconds: 0.1
+        """)
+
+
+def test_v15_metrics_nodes_and_name() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            metrics:
+              - port: 9000
+                nodes: some
+              - port: 9001
+                name: ""
+        """) == [
+        (7, "services[0].metrics[0].nodes", "must be all or first; got 'some'"),
+        (9, "services[0].metrics[1].name", "must not be empty"),
+    ]
+
+
+def test_v18_empty_command() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: []
+        """) == (
+        4,
+        "services[0].command",
+        "if set, must be non-empty (omit it to use the type's default)",
+    )
+
+
+def test_v20_empty_arguments() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: s
+            command: [a, ""]
+          - name: u
+            command: [a]
+            args:
+              - x
+              - ""
+        """) == [
+        (4, "services[0].command", "command/args must not contain empty arguments"),
+        (7, "services[1].args", "command/args must not contain empty arguments"),
+    ]
+
+
+def test_v24_start_phase() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            start: with_workers
+        """) == (
+        5,
+        "services[0].start",
+        "must be one of infra, before_workers, after_frontend; got 'with_workers'",
+    )
+
+
+def test_v25_cpus_per_task() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            cpus_per_task: 0
+        """) == (5, "services[0].cpus_per_task", "must be positive")
+
+
+@pytest.mark.parametrize("count", [0, -3])
+def test_v28_nodes_at_least_one(count: int) -> None:
+    assert problem(f"""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            nodes: {count}
+        """) == (5, "services[0].nodes", f"must be at least 1; got {count}")
+
+
+def test_env_keys_must_be_variable_names() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            env:
+              1ST: x
+        environment:
+          A-B: x
+        benchmark:
+          type: custom
+          command: "true"
+          env:
+            "A B": x
+        """) == [
+        (5, "services[0].env", "key '1ST' is not a valid environment variable name"),
+        (7, "environment", "env key 'A-B' is not a valid environment variable name"),
+        (12, "benchmark.env", "key 'A B' is not a valid environment variable name"),
+    ]
+
+
+def test_restart_policy_word_and_mapping() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            restart: sometimes
+          - name: u
+            command: [a]
+            restart:
+              policy: maybe
+          - name: v
+            command: [a]
+            restart:
+              backoff_seconds: 5
+              max_backoff_seconds: 1
+          - name: w
+            command: [a]
+            restart:
+              max_restarts: -1
+        """) == [
+        (
+            5,
+            "services[0].restart",
+            "must be one of never, on-failure, always or a mapping; got 'sometimes'",
+        ),
+        (
+            9,
+            "services[1].restart.policy",
+            "Input should be 'never', 'on-failure' or 'always'; got 'maybe'",
+        ),
+        (12, "services[2].restart", "restart.max_backoff_seconds must be >= backoff_seconds"),
+        (
+            18,
+            "services[3].restart.max_restarts",
+            "Input should be greater than or equal to 0; got -1",
+        ),
+    ]
+
+
+def test_shutdown_tier_and_stop_grace_not_negative() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            shutdown_tier: -1
+            stop_grace_seconds: -2
+        """) == [
+        (5, "services[0].shutdown_tier", "Input should be greater than or equal to 0; got -1"),
+        (6, "services[0].stop_grace_seconds", "Input should be greater than or equal to 0; got -2"),
+    ]
+
+
+def test_role_field_ranges() -> None:
+    assert problems("""\
+        name: t
+        resources:
+          gpus_per_node: -1
+        roles:
+          agg:
+            nodes: 0
+            workers: 0
+            gpus: -1
+            command: []
+        """) == [
+        (3, "resources.gpus_per_node", "Input should be greater than or equal to 0; got -1"),
+        (6, "roles.agg.nodes", "Input should be greater than or equal to 1; got 0"),
+        (7, "roles.agg.workers", "Input should be greater than or equal to 1; got 0"),
+        (8, "roles.agg.gpus", "Input should be greater than or equal to 0; got -1"),
+        (9, "roles.agg.command", "if set, must be non-empty (omit it to use the type's default)"),
+    ]
+
+
+def test_role_needs_nodes() -> None:
+    assert problems("""\
+        name: t
+        roles:
+          decode:
+            node: 2
+        """) == [
+        (3, "roles.decode.nodes", "is required"),
+        (4, "roles.decode.node", "unknown key 'node' (did you mean 'nodes'?)"),
+    ]
+
+
+def test_frontend_and_benchmark_types() -> None:
+    assert problems("""\
+        name: t
+        frontend:
+          type: sglang
+        benchmark:
+          type: sa-bench
+        """) == [
+        (3, "frontend.type", "Input should be 'none' or 'generic'; got 'sglang'"),
+        (5, "benchmark.type", "Input should be 'manual' or 'custom'; got 'sa-bench'"),
+    ]
+
+
+@pytest.mark.parametrize("command", ["", '\n  command: "   "'])
+def test_custom_benchmark_needs_a_command(command: str) -> None:
+    assert problem(f"name: t\nbenchmark:\n  type: custom{command}\n") == (
+        2,
+        "benchmark",
+        "benchmark.type: custom needs a command",
+    )
+
+
+# --- whole-recipe rules (rules.py) ------------------------------------------------------------
+
+
+def test_v40_duplicate_names() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: a
+            command: [x]
+          - name: b
+            command: [x]
+          - name: a
+            command: [y]
+        """) == [(7, "services[2].name", "must be unique; duplicate: 'a'")]
+
+
+def test_v17_unknown_type() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            type: etcd
+        """) == (
+        4,
+        "services[0].type",
+        "'etcd' is not a known service type (known: dcgm-exporter, generic, node-exporter)",
+    )
+
+
+def test_v19_generic_needs_a_command() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            type: generic
+            nodes: 1
+        """) == (3, "services[0].command", "is required for type 'generic'")
+
+
+def test_exporter_kinds_have_a_default_command() -> None:
+    valid("""\
+        name: t
+        services:
+          - name: ne
+            type: node-exporter
+        """)
+
+
+def test_v06_node_and_pool() -> None:
+    found = problems("""\
+        name: t
+        services:
+          - name: train
+            command: [a]
+            nodes: 2
+          - name: w
+            command: [a]
+            placement:
+              node: head
+              pool: train
+        """)
+    # srtr refuses node: head + pool too (the older system let it pass as a quirk)
+    assert found == [(8, "services[1].placement", "give either node or pool, not both")]
+
+
+def test_v29_owner_cannot_ride() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: train
+            command: [a]
+            nodes: 2
+          - name: o
+            command: [a]
+            nodes: 1
+            placement:
+              pool: train
+        """) == (8, "services[1].nodes", "makes the service its own pool; drop placement.pool")
+
+
+@pytest.mark.parametrize("where", ["head", "infra", "compute", "all", "agg"])
+def test_v30_owner_placement_must_be_workers(where: str) -> None:
+    assert problem(f"""\
+        name: t
+        services:
+          - name: train
+            command: [a]
+            nodes: 2
+            placement:
+              node: {where}
+        """) == (
+        7,
+        "services[0].placement.node",
+        f"nodes owns a pool, so placement.node must be workers, meaning that pool (got '{where}')",
+    )
+
+
+def test_v30_owner_with_explicit_workers_is_fine() -> None:
+    valid("""\
+        name: t
+        services:
+          - name: train
+            command: [a]
+            nodes: 2
+            placement:
+              node: workers
+        """)
+
+
+def test_v27_dedicated_is_for_infra_kinds_only() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            placement:
+              node: dedicated
+        """) == (
+        6,
+        "services[0].placement.node",
+        "dedicated is only supported for infra-class kinds, and srtr has none yet; "
+        "use head, infra, or workers for type 'generic'",
+    )
+
+
+def test_v34_unknown_options() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: ne
+            type: node-exporter
+            options:
+              port: 9100
+              colour: red
+              bind: x
+        """) == (
+        5,
+        "services[0].options",
+        "has keys type 'node-exporter' does not understand: bind, colour",
+    )
+
+
+def test_v33_metrics_endpoints_need_distinct_names() -> None:
+    text = """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            metrics:
+              - port: 9000
+                name: {first}
+              - port: 9001
+                name: {second}
+        """
+    message = (
+        "declares 2 endpoints; give each a distinct name "
+        "(it becomes the endpoint's name in the targets file)"
+    )
+    assert problem(text.format(first="a", second="a")) == (5, "services[0].metrics", message)
+    assert problem(text.format(first="a", second="null")) == (5, "services[0].metrics", message)
+    valid(text.format(first="a", second="b"))
+
+
+def test_terminal_with_restart_always() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            nodes: 1
+            terminal: true
+            restart:
+              policy: always
+        """) == (
+        7,
+        "services[0].restart",
+        "terminal services end the job when they exit, so restart: always would never let the "
+        "job end; use on-failure or never",
+    )
+
+
+def test_blank_container() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            container: ""
+        """) == (5, "services[0].container", "must not be empty")
+
+
+def test_v42_pool_names_no_owner() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: train
+            command: [a]
+            nodes: 2
+          - name: gone
+            command: [a]
+            nodes: 1
+            enabled: false
+          - name: r1
+            command: [a]
+            placement:
+              pool: ghost
+          - name: r2
+            command: [a]
+            placement:
+              pool: gone
+          - name: r3
+            command: [a]
+            placement:
+              pool: r1
+        """) == [
+        (
+            13,
+            "services[2].placement.pool",
+            "'ghost' names no service that declares nodes (pools: train)",
+        ),
+        (
+            17,
+            "services[3].placement.pool",
+            "'gone' names no service that declares nodes (pools: train)",
+        ),
+        (
+            21,
+            "services[4].placement.pool",
+            "'r1' names no service that declares nodes (pools: train)",
+        ),
+    ]
+
+
+def test_v42_no_pools_at_all() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: r
+            command: [a]
+            placement:
+              pool: train
+        """) == (
+        6,
+        "services[0].placement.pool",
+        "'train' names no service that declares nodes (pools: none)",
+    )
+
+
+def test_v41_het_jobs_and_pools() -> None:
+    assert problem("""\
+        name: t
+        resources:
+          het_jobs: true
+        services:
+          - name: b
+            command: [a]
+            nodes: 1
+          - name: a
+            command: [a]
+            nodes: 1
+        """) == (
+        3,
+        "resources.het_jobs",
+        "services[].nodes (pools) are not supported together with resources.het_jobs: true; "
+        "owners: a, b",
+    )
+
+
+def test_v43_frontend_none_with_roles() -> None:
+    assert problem("""\
+        name: t
+        roles:
+          agg:
+            nodes: 1
+        frontend:
+          type: none
+        """) == (
+        6,
+        "frontend.type",
+        "none is only supported without engine roles (no prefill/decode/agg workers); "
+        "pick a frontend for the workers or drop them",
+    )
+
+
+def test_v44_frontend_none_with_dedicated_node() -> None:
+    assert problem("""\
+        name: t
+        frontend:
+          type: none
+          dedicated_node: true
+        """) == (
+        4,
+        "frontend.dedicated_node",
+        "frontend.type: none has no frontend process; frontend.dedicated_node is invalid",
+    )
+
+
+def test_frontend_none_with_command() -> None:
+    assert problem("""\
+        name: t
+        frontend:
+          type: none
+          command: [router]
+        """) == (4, "frontend.command", "frontend.type: none runs no frontend command")
+
+
+def test_v45_terminal_and_custom_benchmark() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: train
+            command: [a]
+            nodes: 2
+            terminal: true
+          - name: eval
+            command: [a]
+            nodes: 1
+            terminal: true
+        benchmark:
+          type: custom
+          command: echo hi
+        """) == (
+        12,
+        "benchmark.type",
+        "services[train, eval].terminal ends the job when the service exits, so the job cannot "
+        "also run benchmark.type: custom; drop the benchmark block (manual) or the terminal flag",
+    )
+
+
+def test_benchmark_command_needs_custom() -> None:
+    assert problem("""\
+        name: t
+        benchmark:
+          command: echo hi
+        """) == (3, "benchmark.command", "is only run with benchmark.type: custom")
+
+
+def test_role_gpus_fit_the_node() -> None:
+    assert problem("""\
+        name: t
+        resources:
+          gpus_per_node: 8
+        roles:
+          decode:
+            nodes: 2
+            workers: 3
+            gpus: 8
+            command: [w]
+        """) == (
+        8,
+        "roles.decode.gpus",
+        "2 worker(s) per node × 8 GPUs exceeds resources.gpus_per_node (8)",
+    )
+
+
+def test_role_without_command_cannot_have_readiness_or_env() -> None:
+    assert problem("""\
+        name: t
+        roles:
+          prefill:
+            nodes: 1
+            env:
+              A: b
+        """) == (
+        3,
+        "roles.prefill.command",
+        "is needed for readiness/env: a role without command only holds its nodes",
+    )
+
+
+# --- allocation-time rules (expand.py) --------------------------------------------------------
+
+POOLS = """\
+# four nodes of work
+name: pools
+roles:
+  agg:
+    nodes: 1
+services:
+  - name: train
+    command: [a]
+    nodes: 2
+  - name: napper
+    command: [a]
+    nodes: 1
+"""
+
+
+def test_short_allocation_message() -> None:
+    assert problem(POOLS, nodes=3) == (
+        2,
+        "allocation",
+        "allocation has 3 non-reserved node(s) but the recipe needs 4",
+    )
+
+
+def test_short_allocation_with_a_dedicated_node() -> None:
+    text = POOLS + "frontend:\n  dedicated_node: true\n"
+    assert problem(text, nodes=4) == (
+        2,
+        "allocation",
+        "allocation has 3 non-reserved node(s) but the recipe needs 4",
+    )
+    assert problem(text, nodes=1) == (
+        2,
+        "allocation",
+        "dedicated node(s) for frontend require at least 2 nodes",
+    )
+
+
+def test_v50_port_collision() -> None:
+    assert problem("""\
+        name: t
+        services:
+          - name: a
+            command: [x]
+            placement:
+              node: compute
+            readiness:
+              port: 9000
+          - name: train
+            command: [y]
+            nodes: 2
+            readiness:
+              tcp:
+                port: 9000
+        """) == (
+        12,
+        "services[1].readiness",
+        "services[a] and services[train] both listen on port 9000 on node node1; "
+        "give them disjoint placements or ports",
+    )
+
+
+def test_v50_port_collision_with_a_worker() -> None:
+    assert problem("""\
+        name: t
+        roles:
+          agg:
+            nodes: 1
+            command: [w]
+            readiness:
+              http:
+                port: 8000
+        services:
+          - name: s
+            command: [x]
+            readiness:
+              port: 8000
+        """) == (
+        6,
+        "roles.agg.readiness",
+        "services[s] and services[agg] both listen on port 8000 on node node1; "
+        "give them disjoint placements or ports",
+    )
+
+
+def test_same_port_on_disjoint_nodes_is_fine() -> None:
+    valid("""\
+        name: t
+        services:
+          - name: a
+            command: [x]
+            nodes: 1
+            readiness:
+              port: 9000
+          - name: b
+            command: [y]
+            nodes: 1
+            readiness:
+              port: 9000
+        """)
+
+
+def test_v50_port_collision_with_the_frontend() -> None:
+    line, path, _ = problem("""\
+        name: t
+        roles:
+          agg:
+            nodes: 1
+            command: [w]
+        services:
+          - name: s
+            command: [x]
+            readiness:
+              port: 8000
+        frontend:
+          command: [router]
+          readiness:
+            port: 8000
+        """)
+    assert (line, path) == (13, "frontend.readiness")
+
+
+# --- several problems at once ---------------------------------------------------------------
+
+
+def test_multiple_schema_problems_are_reported_at_once_in_line_order() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: a
+            command: [x]
+            start: soon
+          - name: b/c
+            command: [x]
+          - name: d
+            command: [x]
+            readiness:
+              port: 0
+        frontend:
+          typo: 1
+        """) == [
+        (
+            5,
+            "services[0].start",
+            "must be one of infra, before_workers, after_frontend; got 'soon'",
+        ),
+        (
+            6,
+            "services[1].name",
+            "'b/c' may only contain letters, digits, '-' and '_' "
+            "(it becomes file, step and env var names)",
+        ),
+        (11, "services[2].readiness.port", "must be between 1 and 65535"),
+        (13, "frontend.typo", "unknown key 'typo' (did you mean 'type'?)"),
+    ]
+
+
+def test_multiple_rule_problems_are_reported_at_once_in_line_order() -> None:
+    assert problems("""\
+        name: t
+        services:
+          - name: a
+            type: generic
+          - name: a
+            command: [x]
+            placement:
+              pool: nowhere
+        frontend:
+          type: none
+          dedicated_node: true
+        """) == [
+        (3, "services[0].command", "is required for type 'generic'"),
+        (5, "services[1].name", "must be unique; duplicate: 'a'"),
+        (
+            8,
+            "services[1].placement.pool",
+            "'nowhere' names no service that declares nodes (pools: none)",
+        ),
+        (
+            11,
+            "frontend.dedicated_node",
+            "frontend.type: none has no frontend process; frontend.dedicated_node is invalid",
+        ),
+    ]
+
+
+def test_error_lines_format() -> None:
+    with pytest.raises(RecipeError) as info:
+        plan_text_source("name: t\nservices:\n  - name: s\n", "my/recipe.yaml")
+    assert info.value.lines() == [
+        "my/recipe.yaml:3: services[0].command: is required for type 'generic'"
+    ]
+    assert str(info.value) == info.value.lines()[0]
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def run_plan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "srtr", "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_bad_recipe_exits_2_with_file_line_path_message(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "name: t\nservices:\n  - name: s\n    command: [a]\n    plcement:\n      node: head\n"
+    )
+    done = run_plan(str(path))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"{path}:5: services[0].plcement: unknown key 'plcement' (did you mean 'placement'?)\n"
+    )
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "expected"),
+    [
+        (
+            b"name: t\nservices: [\n",
+            (),
+            "{path}:3: invalid YAML: expected the node content, but found '<stream end>'",
+        ),
+        (b"", (), "{path}:1: the recipe is empty; it must be a mapping with at least `name`"),
+        (b"name: \xff\xfe\n", (), "{path}: the recipe is not UTF-8 text: "),
+        (
+            b"name: p\nservices:\n  - name: s\n    command: [a]\n    nodes: 3\n",
+            ("--nodes", "2"),
+            "{path}:1: allocation: allocation has 2 non-reserved node(s) but the recipe needs 3",
+        ),
+        (
+            b"name: p\nservices:\n  - name: s\n    command: [a]\n    nodes: 3\n",
+            ("--nodelist", "gpu[01-02]", "-o", "json"),
+            "{path}:1: allocation: allocation has 2 non-reserved node(s) but the recipe needs 3",
+        ),
+    ],
+    ids=["syntax", "empty", "not-utf8", "short-nodes", "short-nodelist-json"],
+)
+def test_cli_bad_input_never_tracebacks(
+    tmp_path: Path, content: bytes, args: tuple[str, ...], expected: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    done = run_plan(str(path), *args)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(expected.format(path=path))
+
+
+def test_cli_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    done = run_plan(str(path))
+    assert done.returncode == 2
+    assert done.stderr == f"{path}: cannot read the recipe: No such file or directory\n"
+
+
+def test_cli_dry_run_alias_exits_2_too(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: t\nframe: 1\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "srtr", "dry-run", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"{path}:2: frame: unknown key 'frame' (did you mean 'name'?)\n"
+
+
+def test_cli_absurd_node_count_is_a_recipe_error(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("name: huge\nservices:\n  - name: s\n    command: [a]\n    nodes: 1000000000\n")
+    # A 250 MiB address-space cap turns the unbounded allocation into a quick MemoryError
+    # instead of letting it eat the machine; a normal plan fits in it easily.
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (250 << 20, 250 << 20))\n"
+        "from srtr.cli import main\n"
+        f"sys.exit(main(['plan', {str(path)!r}]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"{path}:")
