@@ -61,6 +61,7 @@ def add_verbs(verbs: Any) -> None:
 
     down = verbs.add_parser("down", help="ask a running `srtr up` to tear down gracefully")
     down.add_argument("run_dir", metavar="RUN_DIR")
+    down.add_argument("--now", action="store_true", help="SIGKILL everything at once")
     down.set_defaults(func=cmd_down)
 
 
@@ -141,6 +142,13 @@ async def _run(desired: Any, run_dir: Path, node_count: int, warnings: Any) -> i
         prober=Prober(),
         run_dir=run_dir,
     )
+    from srtr.control import ControlServer
+    from srtr.controllers import intents
+
+    control = ControlServer(
+        run_dir, lambda op, name: intents.handle(ctx, op, name), intents.IntentError
+    )
+    await control.start()
     state_path = run_dir / "state.json"
     loop = asyncio.get_running_loop()
     pending: list[asyncio.TimerHandle] = []
@@ -148,6 +156,7 @@ async def _run(desired: Any, run_dir: Path, node_count: int, warnings: Any) -> i
     def persist() -> None:
         pending.clear()
         doc = snapshot(store, backend=backend.name, controller_pid=os.getpid())
+        doc["job"]["control"] = str(control.path)
         write_atomic(state_path, json.dumps(doc, indent=1) + "\n")
 
     def on_change() -> None:
@@ -183,6 +192,7 @@ async def _run(desired: Any, run_dir: Path, node_count: int, warnings: Any) -> i
             loop.remove_signal_handler(signum)
         for handle in pending:
             handle.cancel()
+        await control.close()
         persist()
         events.close()
         logger.removeHandler(handler)
@@ -312,9 +322,14 @@ def cmd_down(args: argparse.Namespace) -> int:
     pid = job["controller_pid"]
     if job["phase"] in ("Succeeded", "Failed") or not _pid_alive(pid):
         raise _bad(str(args.run_dir), f"the job is not running (phase {job['phase']})")
-    os.kill(pid, signal.SIGTERM)
-    print(
-        f"asked srtr (pid {pid}) to tear down {job['name']}; follow with "
-        f"`srtr status {args.run_dir}`"
-    )
+    from srtr.control import ControlError, send
+
+    try:
+        message = send(Path(args.run_dir), "kill" if args.now else "teardown")
+    except ControlError as exc:
+        # A controller without a reachable socket still honours SIGTERM.
+        print(f"{exc}; sending SIGTERM to pid {pid}", file=sys.stderr)
+        os.kill(pid, signal.SIGTERM)
+        message = "asked by SIGTERM to tear down"
+    print(f"{job['name']}: {message}; follow with `srtr status {args.run_dir}`")
     return 0

@@ -312,3 +312,48 @@ def test_ready_condition_follows_the_probe_and_keeps_its_transition_time(tmp_pat
         assert h.store.job.observed_generation == h.store.job.generation
 
     run(body())
+
+
+def test_restart_intent_stops_and_starts_the_instance_again(tmp_path: Path) -> None:
+    from srtr.controllers import intents
+
+    async def body() -> None:
+        h = Harness(TIERS, tmp_path)
+        await h.settle()
+        h.backend.ignore_term.add("service_early")
+        assert intents.restart(h.ctx, "service_early") == "restarting service_early"
+        await h.settle()
+        assert ("service_early", signal.SIGTERM) in h.backend.signals
+        assert h.phase("service_early") == "Terminating"
+        await h.advance(5)  # its stop_grace_seconds
+        assert ("service_early", signal.SIGKILL) in h.backend.signals
+        assert h.phase("service_early") == "Running"
+        assert h.store.status["service_early"].restarts == 1
+        assert h.backend.launched("service_early") == 2
+        assert not h.store.job.teardown_requested
+
+    run(body())
+
+
+def test_stop_intent_stops_for_good_and_refuses_unknown_names(tmp_path: Path) -> None:
+    import pytest
+
+    from srtr.controllers import intents
+
+    async def body() -> None:
+        h = Harness(RIDER, tmp_path)
+        await h.settle()
+        intents.stop(h.ctx, "service_rider")
+        await h.settle()
+        assert h.phase("service_rider") == "Stopped"
+        await h.advance(60)
+        assert h.backend.launched("service_rider") == 1
+        with pytest.raises(intents.IntentError, match="no instance named 'nope'"):
+            intents.restart(h.ctx, "nope")
+        intents.teardown(h.ctx)
+        await h.settle()
+        assert h.store.job.phase == "Failed"
+        with pytest.raises(intents.IntentError, match="the job has ended"):
+            intents.restart(h.ctx, "service_owner")
+
+    run(body())

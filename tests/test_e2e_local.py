@@ -208,3 +208,36 @@ def test_every_example_runs_to_its_end(tmp_path: Path, example: str) -> None:
     assert code == 0, run.out + run.err
     state = run.state()
     assert state is not None and state["job"]["phase"] == "Succeeded"
+
+
+def test_control_socket_restarts_an_instance_and_refuses_when_the_job_is_gone(
+    tmp_path: Path,
+) -> None:
+    import stat
+
+    from srtr.control import ControlError, send
+
+    run = Run(tmp_path, RIDER)
+    try:
+        state = run.wait_state(lambda s: s["job"]["phase"] == "Running", what="job running")
+        sock = Path(state["job"]["control"])
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        old_pid = instance(state, "service_owner_node1")["pid"]
+        assert send(run.run_dir, "restart", "service_owner_node1") == (
+            "restarting service_owner_node1"
+        )
+        state = run.wait_state(
+            lambda s: instance(s, "service_owner_node1")["restarts"] == 1
+            and instance(s, "service_owner_node1")["phase"] == "Running",
+            what="owner restarted by intent",
+        )
+        assert instance(state, "service_owner_node1")["pid"] != old_pid
+        with pytest.raises(ControlError, match="no instance named 'ghost'"):
+            send(run.run_dir, "restart", "ghost")
+        assert send(run.run_dir, "teardown") == "tearing down tier by tier"
+        assert finish(run) == 143
+        assert not sock.exists()
+        with pytest.raises(ControlError, match="not running"):
+            send(run.run_dir, "restart", "service_owner_node1")
+    finally:
+        run.close()

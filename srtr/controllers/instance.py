@@ -7,6 +7,8 @@ belongs to `teardown.py`.
 
 from __future__ import annotations
 
+import signal
+
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
 from srtr.reconciler.store import ALIVE, Phase
@@ -71,6 +73,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         return None
     status = store.status[name]
     if status.alive:
+        if status.user_action and not store.job.teardown_requested:
+            return await _stop_for_user(ctx, spec)
         return None
     if status.phase in ALIVE:
         result = _after_exit(ctx, spec)
@@ -78,10 +82,13 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         return result
     if status.phase is Phase.LOST:
         return None
-    if store.job.teardown_requested:
-        if status.phase is Phase.BACKOFF:
+    if store.job.teardown_requested or status.user_action == "stop":
+        if status.phase in (Phase.BACKOFF, Phase.PENDING) and status.activated:
             store.set_phase(name, Phase.STOPPED)
         return None
+    if status.user_action == "restart" and status.phase is Phase.BACKOFF:
+        status.user_action = None
+        status.next_start_at = ctx.clock.now()
     if not status.activated:
         return None
     now = ctx.clock.now()
@@ -95,11 +102,41 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
     return None
 
 
+async def _stop_for_user(ctx: Ctx, spec: InstanceSpec) -> Result | None:
+    """SIGTERM for a user's restart/stop; SIGKILL once the instance's grace has passed."""
+    status = ctx.store.status[spec.name]
+    now = ctx.clock.now()
+    if status.stop_sent_at is None:
+        status.stop_sent_at = now
+        status.phase = Phase.TERMINATING
+        ctx.store.changed()
+        await ctx.backend.signal(spec.name, signal.SIGTERM)
+        return Result(requeue_after=spec.stop_grace_seconds)
+    deadline = status.stop_sent_at + spec.stop_grace_seconds
+    if now < deadline:
+        return Result(requeue_after=deadline - now)
+    if not status.kill_sent:
+        status.kill_sent = True
+        await ctx.backend.signal(spec.name, signal.SIGKILL)
+        ctx.store.record(
+            f"instance/{spec.name}",
+            "Killed",
+            f"still running {spec.stop_grace_seconds:g}s after SIGTERM; sent SIGKILL",
+            warning=True,
+        )
+    return None
+
+
 def _after_exit(ctx: Ctx, spec: InstanceSpec) -> Result | None:
     """The instance's process is gone: finished, stopped, or due for a restart."""
     store = ctx.store
     status = store.status[spec.name]
     code = status.exit_code if status.exit_code is not None else 1
+    if status.user_action == "restart" and not store.job.teardown_requested:
+        status.user_action = None
+        status.next_start_at = ctx.clock.now()
+        store.set_phase(spec.name, Phase.BACKOFF)
+        return Result(requeue_after=0)
     if store.job.teardown_requested or status.stop_sent_at is not None:
         store.set_phase(spec.name, Phase.STOPPED)
         return None

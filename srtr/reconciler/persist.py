@@ -37,6 +37,11 @@ def snapshot(
     """The state.json document (design.md contract)."""
     desired = store.desired
     job = store.job
+    offset = store.clock.wall() - store.clock.now()  # monotonic → wall, for readers
+
+    def wall(t: float | None) -> float | None:
+        return None if t is None else round(t + offset, 3)
+
     instances = []
     for name, spec in store.specs.items():
         st = store.status[name]
@@ -63,7 +68,13 @@ def snapshot(
                 "env": {k: mask(k, v) for k, v in spec.env},
                 "probe": spec.probe.describe(spec.node_ip) if spec.probe else None,
                 "probe_message": st.probe_message,
-                "started_at": st.started_at,
+                "started_at": wall(st.started_at),
+                "ready_at": wall(st.ready_at),
+                "stop_grace_seconds": spec.stop_grace_seconds,
+                "stop_deadline": wall(st.stop_sent_at + spec.stop_grace_seconds)
+                if st.stop_sent_at is not None and st.alive and not st.kill_sent
+                else None,
+                "next_start_at": wall(st.next_start_at) if st.phase == "BackOff" else None,
                 "history": st.history[-20:],
                 "conditions": [c.to_json() for c in st.conditions.values()],
             }
@@ -80,6 +91,8 @@ def snapshot(
             "controller_pid": controller_pid,
             "slurm_job_id": slurm_job_id,
             "stage": job.stage,
+            "started_at": wall(job.started_at),
+            "ended_at": wall(job.ended_at),
             "stages": [s.name for s in desired.stages],
             "conditions": [c.to_json() for c in job.conditions.values()],
         },

@@ -1,0 +1,86 @@
+"""Intents: what a user may ask of a running job (TUI keys, `srtr down`, signals).
+
+An intent never changes a process itself: it records what the user wants in the store and
+enqueues the keys whose controllers then act. Each function returns a short message for the
+user, or raises IntentError with the reason it was refused.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from srtr.controllers import job
+from srtr.controllers.context import TEARDOWN, Ctx, instance_key
+from srtr.reconciler.store import JobPhase
+
+OPS = ("teardown", "kill", "restart", "stop")
+
+
+class IntentError(Exception):
+    """The intent was refused; the message says why."""
+
+
+def _running(ctx: Ctx) -> None:
+    if ctx.store.job.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+        raise IntentError(f"the job has ended ({ctx.store.job.phase})")
+
+
+def _instance(ctx: Ctx, name: str | None) -> str:
+    if not name or name not in ctx.store.specs:
+        raise IntentError(f"no instance named {name!r}")
+    return name
+
+
+def teardown(ctx: Ctx, *, by: str = "user") -> str:
+    _running(ctx)
+    if ctx.store.job.teardown_requested:
+        return "already tearing down"
+    job.begin_teardown(ctx, exit_code=128 + signal.SIGTERM, reason=f"torn down by {by}")
+    return "tearing down tier by tier"
+
+
+def kill(ctx: Ctx) -> str:
+    _running(ctx)
+    if not ctx.store.job.teardown_requested:
+        job.begin_teardown(ctx, exit_code=128 + signal.SIGKILL, reason="killed by user")
+    ctx.store.job.kill_now = True
+    ctx.queue.add(TEARDOWN)
+    return "killing every instance now"
+
+
+def restart(ctx: Ctx, name: str | None) -> str:
+    """Stop the instance (SIGTERM, SIGKILL after its grace) and start it again at once."""
+    _running(ctx)
+    name = _instance(ctx, name)
+    if ctx.store.job.teardown_requested:
+        raise IntentError("the job is tearing down")
+    status = ctx.store.status[name]
+    if not status.activated:
+        raise IntentError(f"{name} has not been launched yet")
+    status.user_action = "restart"
+    ctx.store.record(f"instance/{name}", "RestartRequested", "restart requested by user")
+    ctx.queue.add(instance_key(name))
+    return f"restarting {name}"
+
+
+def stop(ctx: Ctx, name: str | None) -> str:
+    """Stop the instance for good (until the job ends): no restart policy applies."""
+    _running(ctx)
+    name = _instance(ctx, name)
+    status = ctx.store.status[name]
+    status.user_action = "stop"
+    ctx.store.record(f"instance/{name}", "StopRequested", "stop requested by user")
+    ctx.queue.add(instance_key(name))
+    return f"stopping {name}"
+
+
+def handle(ctx: Ctx, op: str, instance: str | None = None) -> str:
+    if op == "teardown":
+        return teardown(ctx)
+    if op == "kill":
+        return kill(ctx)
+    if op == "restart":
+        return restart(ctx, instance)
+    if op == "stop":
+        return stop(ctx, instance)
+    raise IntentError(f"unknown intent {op!r}; known: {', '.join(OPS)}")
