@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import signal
 import sys
@@ -44,7 +43,7 @@ def add_verbs(verbs: Any) -> None:
     up.add_argument(
         "--headless",
         action="store_true",
-        help="plain progress lines (the only mode until the TUI lands)",
+        help="plain progress lines instead of the TUI (the default when stdout is not a terminal)",
     )
     up.set_defaults(func=cmd_up)
 
@@ -58,6 +57,10 @@ def add_verbs(verbs: Any) -> None:
     logs.add_argument("instance", metavar="INSTANCE")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     logs.set_defaults(func=cmd_logs)
+
+    tui = verbs.add_parser("tui", help="watch and drive a running job from another terminal")
+    tui.add_argument("run_dir", metavar="RUN_DIR")
+    tui.set_defaults(func=cmd_tui)
 
     down = verbs.add_parser("down", help="ask a running `srtr up` to tear down gracefully")
     down.add_argument("run_dir", metavar="RUN_DIR")
@@ -102,103 +105,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     _, desired = plan_text_source(text, args.recipe, local_allocation(count))
     run_dir = _make_run_dir(args, recipe.name)
     (run_dir / "recipe.yaml").write_text(text, encoding="utf-8")
-    return asyncio.run(_run(desired, run_dir, count, len(desired.warnings) and desired.warnings))
-
-
-async def _run(desired: Any, run_dir: Path, node_count: int, warnings: Any) -> int:
-    from rich.console import Console
-
     from srtr.backends.local import LocalBackend
-    from srtr.backends.prober import Prober
-    from srtr.controllers import manager
-    from srtr.controllers.context import Ctx
-    from srtr.progress import ProgressPrinter
-    from srtr.reconciler.clock import MonotonicClock
-    from srtr.reconciler.persist import EventLog, snapshot, write_atomic
-    from srtr.reconciler.store import Store
-    from srtr.reconciler.workqueue import WorkQueue
+    from srtr.runner import run_job
 
-    logger = logging.getLogger("srtr")
-    handler = logging.FileHandler(run_dir / "logs" / "srtr.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-
-    console = Console(highlight=False)
-    clock = MonotonicClock()
-    store = Store(desired, clock)
-    events = EventLog(run_dir / "events.jsonl")
-    store.subscribe_events(events)
-    store.subscribe_events(
-        lambda e: logger.info("%s %s %s: %s", e.type, e.reason, e.object, e.message)
-    )
-    store.subscribe_events(ProgressPrinter(console, len(desired.instances)))
-    backend = LocalBackend(node_count)
-    ctx = Ctx(
-        store=store,
-        backend=backend,
-        clock=clock,
-        queue=WorkQueue(clock),
-        prober=Prober(),
-        run_dir=run_dir,
-    )
-    from srtr.control import ControlServer
-    from srtr.controllers import intents
-
-    control = ControlServer(
-        run_dir, lambda op, name: intents.handle(ctx, op, name), intents.IntentError
-    )
-    await control.start()
-    state_path = run_dir / "state.json"
-    loop = asyncio.get_running_loop()
-    pending: list[asyncio.TimerHandle] = []
-
-    def persist() -> None:
-        pending.clear()
-        doc = snapshot(store, backend=backend.name, controller_pid=os.getpid())
-        doc["job"]["control"] = str(control.path)
-        write_atomic(state_path, json.dumps(doc, indent=1) + "\n")
-
-    def on_change() -> None:
-        # Coalesce bursts (a stage of 4,096 launches) into one write per 0.2 s.
-        if not pending:
-            pending.append(loop.call_later(0.2, persist))
-
-    store.subscribe_changes(on_change)
-    for warning in warnings or ():
-        store.record("job", "PlanWarning", warning, warning=True)
-    for image in sorted({s.container for s in desired.instances if s.container}):
-        users = sorted({s.service for s in desired.instances if s.container == image})
-        store.record(
-            "job",
-            "NoContainers",
-            f"container {image!r} of {', '.join(users)} is ignored: the local backend "
-            "runs every instance on the host",
-            warning=True,
-        )
-    for signum in STOP_SIGNALS:
-        loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
-    store.record(
-        "job",
-        "Started",
-        f"{desired.job_name}: {len(desired.instances)} instance(s) on {node_count} "
-        f"local node(s); run dir {run_dir}",
-    )
-    persist()
-    try:
-        code = await manager.run(ctx)
-    finally:
-        for signum in STOP_SIGNALS:
-            loop.remove_signal_handler(signum)
-        for handle in pending:
-            handle.cancel()
-        await control.close()
-        persist()
-        events.close()
-        logger.removeHandler(handler)
-        handler.close()
-    console.print(f"run dir: {run_dir}  (srtr status {run_dir})", highlight=False)
-    return code
+    backend = LocalBackend(count)
+    if not args.headless and sys.stdout.isatty():
+        try:
+            from srtr.tui.app import run_with_tui
+        except ImportError:
+            print("srtr: the TUI is not available; showing progress lines", file=sys.stderr)
+        else:
+            return run_with_tui(run_dir, run_job(desired, run_dir, backend, progress=False))
+    return asyncio.run(run_job(desired, run_dir, backend))
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:
@@ -314,6 +232,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
         ):
             return 0
         time.sleep(0.25)  # a CLI tail, not the controller: polling a file here is fine
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    _read_state(run_dir)  # a clear error for a path that is not a run dir
+    try:
+        from srtr.tui.app import attach
+    except ImportError as exc:
+        raise _bad("srtr tui", f"the TUI is not available: {exc}") from None
+    return attach(run_dir)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
