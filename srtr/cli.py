@@ -38,6 +38,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from srtr.resources.planning import plan_file
     from srtr.resources.render import plan_json, plan_text
 
+    if args.against:
+        return _plan_against(args)
     recipe, state = plan_file(args.recipe, _allocation(args))
     for warning in state.warnings:
         print(f"{args.recipe}: warning: {warning}", file=sys.stderr)
@@ -45,6 +47,44 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(recipe, state), indent=2))
     else:
         sys.stdout.write(plan_text(recipe, state))
+    return 0
+
+
+def _plan_against(args: argparse.Namespace) -> int:
+    """Diff a recipe against the job running in a run dir, without applying anything."""
+    from pathlib import Path
+
+    from srtr.resources.diff import diff, render
+    from srtr.resources.objects import NodeMap, NodeSpec
+    from srtr.resources.planning import plan_text_source, read_text
+
+    run_dir = Path(args.against)
+    try:
+        state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
+        carve = state["carve"]
+        allocation = [(n["name"], n["ip"]) for n in state["nodes"]]
+        nodes = NodeMap(
+            allocation=tuple(NodeSpec(n["name"], n["ip"], n["state"]) for n in state["nodes"]),
+            workers=tuple(carve["workers"]),
+            pools={k: tuple(v) for k, v in carve["pools"].items()},
+            reserved=tuple(carve["reserved"]),
+            spares=tuple(carve["spares"]),
+            head=carve["head"],
+            bench=carve["bench"],
+            infra=carve["infra"],
+            role_nodes={k: tuple(v) for k, v in carve["role_nodes"].items()},
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RecipeError(str(run_dir), [Problem((), f"not a readable run dir: {exc}")]) from None
+    applied = run_dir / "recipe.yaml"
+    _, old = plan_text_source(read_text(applied), str(applied), allocation, nodes)
+    _, new = plan_text_source(read_text(args.recipe), args.recipe, allocation, nodes)
+    launched = frozenset(i["name"] for i in state["instances"] if i.get("pid") is not None)
+    plan = diff(old, new, launched=launched)
+    if args.output == "json":
+        print(json.dumps(plan.to_json(), indent=2))
+    else:
+        sys.stdout.write(render(plan))
     return 0
 
 
@@ -92,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--nodelist", metavar="LIST", help="plan on a SLURM node list, e.g. 'gpu[01-04]'"
         )
         plan.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        plan.add_argument(
+            "--against",
+            metavar="RUN_DIR",
+            help="print what applying the recipe to the job running in RUN_DIR would change",
+        )
         plan.set_defaults(func=cmd_plan)
 
     schema = verbs.add_parser("schema", help="print the recipe's JSON Schema")

@@ -45,6 +45,18 @@ def add_verbs(verbs: Any) -> None:
         action="store_true",
         help="plain progress lines instead of the TUI (the default when stdout is not a terminal)",
     )
+    up.add_argument(
+        "--apply",
+        choices=("auto", "confirm"),
+        help="live edits of the recipe: apply at once (default headless) or after a yes "
+        "in the TUI (default there)",
+    )
+    up.add_argument(
+        "--watch-poll",
+        action="store_true",
+        help="poll the recipe file instead of inotify (automatic on NFS, Lustre, GPFS)",
+    )
+    up.add_argument("--no-watch", action="store_true", help="ignore edits of the recipe file")
     up.set_defaults(func=cmd_up)
 
     status = verbs.add_parser("status", help="show a run's pools and instances")
@@ -104,19 +116,27 @@ def cmd_up(args: argparse.Namespace) -> int:
     count = args.nodes or allocation_size(recipe)
     _, desired = plan_text_source(text, args.recipe, local_allocation(count))
     run_dir = _make_run_dir(args, recipe.name)
-    (run_dir / "recipe.yaml").write_text(text, encoding="utf-8")
     from srtr.backends.local import LocalBackend
     from srtr.runner import run_job
 
     backend = LocalBackend(count)
-    if not args.headless and sys.stdout.isatty():
+    tui = not args.headless and sys.stdout.isatty()
+    if tui:
         try:
             from srtr.tui.app import run_with_tui
         except ImportError:
             print("srtr: the TUI is not available; showing progress lines", file=sys.stderr)
-        else:
-            return run_with_tui(run_dir, run_job(desired, run_dir, backend, progress=False))
-    return asyncio.run(run_job(desired, run_dir, backend))
+            tui = False
+    options = {
+        "recipe": None if args.no_watch else Path(args.recipe),
+        "recipe_text": text,
+        "allocation": local_allocation(count),
+        "apply_auto": (args.apply or ("confirm" if tui else "auto")) == "auto",
+        "watch_poll": True if args.watch_poll else None,
+    }
+    if tui:
+        return run_with_tui(run_dir, run_job(desired, run_dir, backend, progress=False, **options))
+    return asyncio.run(run_job(desired, run_dir, backend, **options))
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -21,6 +22,7 @@ from srtr.control import ControlServer
 from srtr.controllers import intents, manager
 from srtr.controllers.context import Ctx
 from srtr.progress import ProgressPrinter
+from srtr.recipe_watch import RecipeWatcher
 from srtr.reconciler.clock import MonotonicClock
 from srtr.reconciler.persist import EventLog, snapshot, write_atomic
 from srtr.reconciler.store import Store
@@ -48,17 +50,24 @@ async def run_job(
     *,
     progress: bool = True,
     slurm_job_id: str | None = None,
+    recipe: Path | None = None,
+    recipe_text: str = "",
+    allocation: Sequence[tuple[str, str]] = (),
+    apply_auto: bool = True,
+    watch_poll: bool | None = None,
 ) -> int:
     """Run `desired` on `backend` until the job ends; return the job's exit code.
 
     Writes state.json, events.jsonl and logs/srtr.log in `run_dir`, serves the control
     socket, and turns SIGINT/SIGTERM/SIGHUP into a graceful teardown (a second one kills).
-    With `progress`, one line per event goes to stdout (headless mode).
+    With `progress`, one line per event goes to stdout (headless mode). With `recipe`, saves
+    of that file are live edits (see `recipe_watch`), applied at once when `apply_auto`.
     """
     logger, handler = _file_logger(run_dir)
     console = Console(highlight=False)
     clock = MonotonicClock()
     store = Store(desired, clock)
+    store.recipe_text = recipe_text
     events = EventLog(run_dir / "events.jsonl")
     store.subscribe_events(events)
     store.subscribe_events(
@@ -80,9 +89,13 @@ async def run_job(
     await control.start()
     loop = asyncio.get_running_loop()
     pending: list[asyncio.TimerHandle] = []
+    saved_generation = [0]
 
     def persist() -> None:
         pending.clear()
+        if store.job.generation != saved_generation[0] and store.recipe_text:
+            _save_recipe(run_dir, store.recipe_text, store.job.generation)
+            saved_generation[0] = store.job.generation
         doc = snapshot(
             store, backend=backend.name, controller_pid=os.getpid(), slurm_job_id=slurm_job_id
         )
@@ -98,9 +111,24 @@ async def run_job(
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
     persist()
+    stop_watching = asyncio.Event()
+    watch_task: asyncio.Task[None] | None = None
+    if recipe is not None:
+        watcher = RecipeWatcher(ctx, recipe, allocation, auto=apply_auto, poll=watch_poll)
+        watch_task = asyncio.create_task(watcher.run(stop_watching))
+        store.record(
+            "job",
+            "Watching",
+            f"live edits of {recipe} are "
+            + ("applied at once" if apply_auto else "shown for confirmation")
+            + (" (polling)" if watcher.poll else ""),
+        )
     try:
         code = await manager.run(ctx)
     finally:
+        stop_watching.set()
+        if watch_task is not None:
+            await asyncio.wait({watch_task}, timeout=5)
         for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
         for handle in pending:
@@ -113,6 +141,14 @@ async def run_job(
     if progress:
         console.print(f"run dir: {run_dir}  (srtr status {run_dir})")
     return code
+
+
+def _save_recipe(run_dir: Path, text: str, generation: int) -> None:
+    """recipe.yaml is the recipe as last applied; recipes/ keeps every generation."""
+    history = run_dir / "recipes"
+    history.mkdir(exist_ok=True)
+    write_atomic(history / f"gen-{generation}.yaml", text)
+    write_atomic(run_dir / "recipe.yaml", text)
 
 
 def _announce(store: Store, desired: DesiredState, backend: Backend, run_dir: Path) -> None:

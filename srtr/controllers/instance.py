@@ -72,6 +72,9 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
     if spec is None:
         return None
     status = store.status[name]
+    if name in store.removing:
+        ctx.queue.add("removal")  # the removal controller owns dropped instances
+        return None
     if status.alive:
         if status.user_action and not store.job.teardown_requested:
             return await _stop_for_user(ctx, spec)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import signal
 
-from srtr.controllers import job
+from srtr.controllers import edits, job
 from srtr.controllers.context import TEARDOWN, Ctx, instance_key
 from srtr.reconciler.store import JobPhase
 
-OPS = ("teardown", "kill", "restart", "stop")
+OPS = ("teardown", "kill", "restart", "stop", "apply", "discard")
 
 
 class IntentError(Exception):
@@ -83,4 +83,10 @@ def handle(ctx: Ctx, op: str, instance: str | None = None) -> str:
         return restart(ctx, instance)
     if op == "stop":
         return stop(ctx, instance)
+    if op in ("apply", "discard"):
+        _running(ctx)
+        try:
+            return edits.apply_pending(ctx) if op == "apply" else edits.discard_pending(ctx)
+        except LookupError as exc:
+            raise IntentError(str(exc)) from None
     raise IntentError(f"unknown intent {op!r}; known: {', '.join(OPS)}")

@@ -76,29 +76,52 @@ async def reconcile(ctx: Ctx) -> Result | None:
         begin_teardown(ctx, exit_code=1, reason=failure)
         return None
     stages = store.desired.stages
-    while job.stage < len(stages):
-        stage = stages[job.stage]
+    for number, stage in enumerate(stages, 1):
         pending = [n for n in stage.instances if not store.status[n].activated]
+        if stage.name in job.passed_stages:
+            # A live edit added instances to a stage that already passed: start them now,
+            # without holding up anything else.
+            _activate(ctx, pending)
+            continue
         if pending:
-            for name in pending:
-                store.status[name].activated = True
-                ctx.queue.add(instance_key(name))
+            _activate(ctx, pending)
             store.record(
                 "job",
                 "PhaseStarted",
-                f"stage {job.stage + 1}/{len(stages)} {stage.name}: launching "
+                f"stage {number}/{len(stages)} {stage.name}: launching "
                 f"{len(stage.instances)} instance(s)",
             )
             return None
         if not all(_stage_done(ctx, n) for n in stage.instances):
             return None
-        job.stage += 1
+        job.passed_stages.add(stage.name)
+        job.stage = number
     if job.phase is JobPhase.LAUNCHING:
         job.phase = JobPhase.RUNNING
-        job.observed_generation = job.generation
         store.set_condition(job.conditions, "Ready", True, "AllStagesUp", _ending(ctx))
         store.record("job", "PhaseStarted", "every stage is up; " + _ending(ctx))
+    _observe_generation(ctx)
     return _check_end(ctx)
+
+
+def _activate(ctx: Ctx, names: list[str]) -> None:
+    for name in names:
+        ctx.store.status[name].activated = True
+        ctx.queue.add(instance_key(name))
+
+
+def _observe_generation(ctx: Ctx) -> None:
+    """observed_generation catches up once the last applied edit has fully rolled out."""
+    store = ctx.store
+    job = store.job
+    if job.observed_generation == job.generation or store.removing:
+        return
+    for name in store.desired_names:
+        status = store.status[name]
+        if status.user_action == "restart" or not status.activated or status.phase is Phase.PENDING:
+            return
+    job.observed_generation = job.generation
+    store.record("job", "Converged", f"generation {job.generation} is rolled out")
 
 
 def _ending(ctx: Ctx) -> str:

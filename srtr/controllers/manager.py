@@ -11,7 +11,7 @@ import asyncio
 import logging
 import signal
 
-from srtr.controllers import instance, job, pool, probe, teardown
+from srtr.controllers import edits, instance, job, pool, probe, teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, pool_key
 from srtr.reconciler.workqueue import QueueShutDown, Result, settle
 
@@ -30,6 +30,8 @@ async def dispatch(ctx: Ctx, key: str) -> Result | None:
         return await probe.reconcile(ctx, name)
     if kind == "pool":
         return await pool.reconcile(ctx, name)
+    if kind == edits.REMOVAL:
+        return await edits.reconcile_removal(ctx)
     raise ValueError(f"unknown key {key!r}")
 
 

@@ -8,7 +8,7 @@ from srtr.reconciler.workqueue import Result
 
 async def reconcile(ctx: Ctx, name: str) -> Result | None:
     store = ctx.store
-    members = store.instances_of_pool(name)
+    members = [m for m in store.instances_of_pool(name) if m not in store.removing]
     ready = sum(1 for m in members if store.status[m].alive and store.status[m].ready)
     is_ready = bool(members) and ready == len(members)
     if is_ready != store.pool_ready.get(name, False):

@@ -108,6 +108,17 @@ def snapshot(
             for p in desired.pools
         ],
         "instances": instances,
+        "recipe": store.recipe_view,
+        "carve": {
+            "workers": list(desired.nodes.workers),
+            "pools": {k: list(v) for k, v in desired.nodes.pools.items()},
+            "reserved": list(desired.nodes.reserved),
+            "spares": list(desired.nodes.spares),
+            "head": desired.nodes.head,
+            "bench": desired.nodes.bench,
+            "infra": desired.nodes.infra,
+            "role_nodes": {k: list(v) for k, v in desired.nodes.role_nodes.items()},
+        },
         "exporters": [
             {"service": e.service, "node": e.node, "url": e.url} for e in desired.exporters
         ],

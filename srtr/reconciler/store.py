@@ -105,6 +105,7 @@ class InstanceStatus:
 class JobStatus:
     phase: JobPhase = JobPhase.PENDING
     stage: int = 0
+    passed_stages: set[str] = field(default_factory=set)
     exit_code: int | None = None
     reason: str = ""
     generation: int = 1
@@ -149,6 +150,14 @@ class Store:
         self.status: dict[str, InstanceStatus] = {n: InstanceStatus() for n in self.specs}
         self.job = JobStatus()
         self.pool_ready: dict[str, bool] = {p.name: False for p in desired.pools}
+        # Instances a live edit dropped: still in specs/status until their process is gone.
+        self.removing: set[str] = set()
+        self.desired_names: set[str] = set(self.specs)
+        # Live edits: the text of the applied recipe, a plan waiting for the user's yes
+        # (confirm mode), and the last rejection; persisted under "recipe" in state.json.
+        self.recipe_text: str = ""
+        self.pending: tuple[DesiredState, Any, str] | None = None
+        self.recipe_view: dict[str, Any] = {}
         self._event_listeners: list[EventListener] = []
         self._change_listeners: list[Callable[[], None]] = []
 

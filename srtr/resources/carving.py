@@ -19,12 +19,18 @@ class CarveError(ValueError):
     """The allocation cannot hold the recipe."""
 
 
-def carve(recipe: Recipe, allocation: Sequence[tuple[str, str]]) -> NodeMap:
+def carve(
+    recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: NodeMap | None = None
+) -> NodeMap:
     """Carve `allocation` ((name, ip) pairs in allocation order) for `recipe`.
+
+    With `previous` (a running job's carve), nodes stay where they are: see `recarve`.
 
     Raises:
         CarveError: too few nodes, with the exact message of design.md.
     """
+    if previous is not None:
+        return recarve(recipe, allocation, previous)
     names = [name for name, _ in allocation]
     dedicated = dedicated_roles(recipe)
     reserved: list[str] = []
@@ -89,3 +95,58 @@ def _role_of(
         if node in members:
             return f"pool:{name}"
     return "worker" if node in workers else "spare"
+
+
+def recarve(recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: NodeMap) -> NodeMap:
+    """Carve for a live edit: running instances never move.
+
+    Dedicated and engine-role nodes stay as they are (a change there is refused). A pool that
+    shrinks keeps its first nodes and frees the rest; a pool that grows, and a new pool, take
+    spare nodes in allocation order; a removed pool's nodes become spares.
+
+    Raises:
+        CarveError: the edit would move nodes or needs more spares than there are.
+    """
+    names = [name for name, _ in allocation]
+    if bool(dedicated_roles(recipe)) != bool(previous.reserved):
+        raise CarveError("dedicated nodes cannot be added or removed while the job runs")
+    engine = engine_node_count(recipe)
+    if engine != sum(len(n) for n in previous.role_nodes.values()):
+        raise CarveError("engine roles cannot change size while the job runs")
+    owners = pool_services(recipe)
+    if not owners and previous.pools:
+        raise CarveError("the last pool cannot be removed while the job runs")
+    if owners and not previous.pools:
+        raise CarveError("pools cannot be added to a job that started without pools")
+    if not owners:
+        return previous
+    kept = {o.name: previous.pools.get(o.name, ())[: o.nodes or 0] for o in owners}
+    used = set(previous.reserved) | set(previous.workers)
+    for members in kept.values():
+        used.update(members)
+    free = [n for n in names if n not in used]
+    pools: dict[str, tuple[str, ...]] = {}
+    for owner in owners:
+        want = (owner.nodes or 0) - len(kept[owner.name])
+        if want > len(free):
+            raise CarveError(
+                f"pool {owner.name} would grow past the allocation: it needs {want} more "
+                f"node(s) and {len(free)} are spare"
+            )
+        pools[owner.name] = (*kept[owner.name], *free[:want])
+        free = free[want:]
+    workers = list(previous.workers)
+    reserved = list(previous.reserved)
+    return NodeMap(
+        allocation=tuple(
+            NodeSpec(name, ip, _role_of(name, workers, pools, reserved)) for name, ip in allocation
+        ),
+        workers=previous.workers,
+        pools=pools,
+        reserved=previous.reserved,
+        spares=tuple(free),
+        head=previous.head,
+        bench=previous.bench,
+        infra=previous.infra,
+        role_nodes=previous.role_nodes,
+    )

@@ -401,14 +401,19 @@ class _Expander:
         return out
 
 
-def expand(recipe: Recipe, allocation: Sequence[tuple[str, str]]) -> DesiredState:
+def expand(
+    recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: NodeMap | None = None
+) -> DesiredState:
     """Every desired object of `recipe` on `allocation` ((name, ip) in allocation order).
+
+    `previous` is the node map of a running job: a live edit keeps running instances where
+    they are (see `carving.recarve`).
 
     Raises:
         ExpandError: the allocation is too short, or two services collide on a port.
     """
     try:
-        nodes = carve(recipe, allocation)
+        nodes = carve(recipe, allocation, previous)
     except CarveError as exc:
         raise ExpandError([Problem(("allocation",), str(exc))]) from None
     ex = _Expander(recipe, nodes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 
 class InstanceKind(enum.StrEnum):
@@ -97,16 +97,17 @@ class InstanceSpec:
     container: str | None = None
 
     def config_hash(self) -> str:
-        """What decides a restart on a live edit: rendered argv, env, preamble and probe."""
+        """What decides a restart on a live edit: rendered argv, env, preamble and probe target.
+
+        Probe timings, restart policy, tier and grace are not in it: they change live
+        ("hot") without touching the process.
+        """
+        probe = self.probe
+        target = (
+            (probe.kind, probe.port, probe.path, probe.status, probe.pattern) if probe else None
+        )
         payload = json.dumps(
-            [
-                self.argv,
-                self.env,
-                self.preamble,
-                self.shell,
-                self.container,
-                asdict(self.probe) if self.probe else None,
-            ],
+            [self.argv, self.env, self.preamble, self.shell, self.container, self.node, target],
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -12,7 +12,7 @@ from srtr.resources.effective import allocation_size
 from srtr.resources.errors import RecipeError
 from srtr.resources.expand import ExpandError, expand, local_allocation
 from srtr.resources.loading import MAX_RECIPE_BYTES, attach_line, load_marked
-from srtr.resources.objects import DesiredState
+from srtr.resources.objects import DesiredState, NodeMap
 from srtr.resources.recipe import Recipe
 
 
@@ -37,7 +37,10 @@ def read_text(path: str | Path) -> str:
 
 
 def plan_text_source(
-    text: str, file: str, allocation: Sequence[tuple[str, str]] | None = None
+    text: str,
+    file: str,
+    allocation: Sequence[tuple[str, str]] | None = None,
+    previous: NodeMap | None = None,
 ) -> tuple[Recipe, DesiredState]:
     """Validate and expand. Without an allocation, plan on the smallest local one that fits.
 
@@ -48,7 +51,7 @@ def plan_text_source(
     if allocation is None:
         allocation = local_allocation(allocation_size(recipe))
     try:
-        return recipe, expand(recipe, allocation)
+        return recipe, expand(recipe, allocation, previous)
     except ExpandError as exc:
         raise RecipeError(file, [attach_line(p, marked) for p in exc.problems]) from None
 

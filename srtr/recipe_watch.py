@@ -1,0 +1,137 @@
+"""Watch a running job's recipe file and turn each save into a plan (live edits).
+
+Each change is loaded and validated like `srtr plan`; an invalid recipe becomes a
+`RecipeRejected` event and touches nothing. A valid one is expanded against the running
+job's node map (running instances never move), diffed, and then applied at once
+(`--apply auto`) or held for the user's yes (`--apply confirm`).
+
+inotify does not see edits made on another host of a network filesystem, so on NFS, Lustre,
+GPFS and friends (or with `--watch-poll`) the watcher polls the file instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import watchfiles
+
+from srtr.controllers import edits
+from srtr.controllers.context import Ctx
+from srtr.resources.diff import diff
+from srtr.resources.errors import RecipeError
+from srtr.resources.planning import plan_text_source, read_text
+
+log = logging.getLogger("srtr")
+
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "lustre",
+        "gpfs",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "beegfs",
+        "ceph",
+        "fuse.sshfs",
+        "fuse.glusterfs",
+        "glusterfs",
+        "panfs",
+        "wekafs",
+        "9p",
+    }
+)
+POLL_MS = 300
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the filesystem holding `path`, from /proc/mounts ("" when unknown)."""
+    target = str(path.resolve())
+    best, kind = "", ""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                point = parts[1].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) > len(best):
+                    best, kind = point, parts[2]
+    except OSError:
+        return ""
+    return kind
+
+
+def needs_polling(path: Path) -> bool:
+    return filesystem_type(path) in NETWORK_FILESYSTEMS
+
+
+class RecipeWatcher:
+    """Turns saves of `path` into plans for the job in `ctx`."""
+
+    def __init__(
+        self,
+        ctx: Ctx,
+        path: Path,
+        allocation: Sequence[tuple[str, str]],
+        *,
+        auto: bool,
+        poll: bool | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.path = path
+        self.allocation = list(allocation)
+        self.auto = auto
+        self.poll = needs_polling(path) if poll is None else poll
+        self._last_seen = ctx.store.recipe_text
+        self._target = os.path.realpath(path)
+
+    def _touches_recipe(self, changes: set[tuple[watchfiles.Change, str]]) -> bool:
+        return any(os.path.realpath(p) == self._target for _, p in changes)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Watch until `stop` is set. Errors of the watch itself are logged, never raised."""
+        try:
+            # Watch the directory: editors that save by rename replace the file's inode.
+            async for changes in watchfiles.awatch(
+                self.path.parent,
+                stop_event=stop,
+                force_polling=self.poll,
+                poll_delay_ms=POLL_MS,
+                debounce=50,
+                step=20,
+                recursive=False,
+            ):
+                if self._touches_recipe(changes):
+                    self.check()
+        except Exception:  # a broken watch must not take the job down
+            log.exception("watching %s failed; live edits are off", self.path)
+
+    def check(self) -> None:
+        """Read the file once and act on it if it changed since last time."""
+        try:
+            text = read_text(self.path)
+        except RecipeError as exc:
+            self._reject(exc.lines())
+            return
+        if text == self._last_seen:
+            return
+        self._last_seen = text
+        store = self.ctx.store
+        try:
+            _, new = plan_text_source(text, str(self.path), self.allocation, store.desired.nodes)
+        except RecipeError as exc:
+            self._reject(exc.lines())
+            return
+        launched = frozenset(n for n, st in store.status.items() if st.attempt >= 0)
+        plan = diff(store.desired, new, launched=launched)
+        edits.propose(self.ctx, new, plan, text, auto=self.auto)
+
+    def _reject(self, lines: list[str]) -> None:
+        edits.reject(self.ctx, lines)
