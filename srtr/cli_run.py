@@ -57,6 +57,13 @@ def add_verbs(verbs: Any) -> None:
         help="poll the recipe file instead of inotify (automatic on NFS, Lustre, GPFS)",
     )
     up.add_argument("--no-watch", action="store_true", help="ignore edits of the recipe file")
+    up.add_argument(
+        "--metrics-port",
+        metavar="[HOST:]PORT",
+        type=_metrics_listen,
+        help="serve srtr's own Prometheus metrics there (0: a free port; the URL is in "
+        "state.json job.metrics_url)",
+    )
     up.set_defaults(func=cmd_up)
 
     status = verbs.add_parser("status", help="show a run's pools and instances")
@@ -78,6 +85,12 @@ def add_verbs(verbs: Any) -> None:
     down.add_argument("run_dir", metavar="RUN_DIR")
     down.add_argument("--now", action="store_true", help="SIGKILL everything at once")
     down.set_defaults(func=cmd_down)
+
+
+def _metrics_listen(text: str) -> tuple[str, int]:
+    from srtr.metrics import parse_listen
+
+    return parse_listen(text)
 
 
 def _bad(where: str, message: str) -> RecipeError:
@@ -133,6 +146,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "allocation": local_allocation(count),
         "apply_auto": (args.apply or ("confirm" if tui else "auto")) == "auto",
         "watch_poll": True if args.watch_poll else None,
+        "metrics_listen": args.metrics_port,
     }
     if tui:
         return run_with_tui(run_dir, run_job(desired, run_dir, backend, progress=False, **options))
@@ -218,6 +232,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             "" if i["pid"] is None else str(i["pid"]),
         )
     console.print(table)
+    exporters = state.get("exporters") or []
+    if exporters:
+        listed = [e for e in exporters if e.get("listed")]
+        up = sum(1 for e in listed if e.get("up"))
+        console.print(
+            f"exporters: {len(listed)}/{len(exporters)} listed in prometheus/targets.json, {up} up"
+        )
+        for e in listed:
+            if e.get("up") is False:
+                console.print(f"  down: {e['url']} ({e['instance']}): {e.get('last_error')}")
     return 0
 
 

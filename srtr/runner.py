@@ -10,16 +10,18 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
 from srtr.control import ControlServer
-from srtr.controllers import intents, manager
+from srtr.controllers import exporter, intents, manager
 from srtr.controllers.context import Ctx
 from srtr.progress import ProgressPrinter
 from srtr.recipe_watch import RecipeWatcher
@@ -28,6 +30,9 @@ from srtr.reconciler.persist import EventLog, snapshot, write_atomic
 from srtr.reconciler.store import Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import DesiredState
+
+if TYPE_CHECKING:
+    from srtr.metrics import JobMetrics
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Coalesce bursts (a stage of 4,096 launches) into one state.json write per period.
@@ -55,6 +60,7 @@ async def run_job(
     allocation: Sequence[tuple[str, str]] = (),
     apply_auto: bool = True,
     watch_poll: bool | None = None,
+    metrics_listen: tuple[str, int] | None = None,
 ) -> int:
     """Run `desired` on `backend` until the job ends; return the job's exit code.
 
@@ -62,6 +68,7 @@ async def run_job(
     socket, and turns SIGINT/SIGTERM/SIGHUP into a graceful teardown (a second one kills).
     With `progress`, one line per event goes to stdout (headless mode). With `recipe`, saves
     of that file are live edits (see `recipe_watch`), applied at once when `apply_auto`.
+    With `metrics_listen` (host, port), srtr's own metrics are served there (see `metrics`).
     """
     logger, handler = _file_logger(run_dir)
     console = Console(highlight=False)
@@ -87,6 +94,22 @@ async def run_job(
         run_dir, lambda op, name: intents.handle(ctx, op, name), intents.IntentError
     )
     await control.start()
+    # --- exporters and srtr's own metrics (issue 7) ---
+    job_metrics: JobMetrics | None = None
+    if metrics_listen is not None:
+        from srtr.metrics import JobMetrics
+
+        job_metrics = JobMetrics(store, ctx.queue, clock)
+        try:
+            job_metrics.serve(*metrics_listen)
+            ctx.prober = job_metrics.timed_prober(ctx.prober)
+        except OSError as exc:  # a taken port must not cost the job: run it unobserved
+            job_metrics.close()
+            job_metrics = None
+            host, port = metrics_listen
+            message = f"cannot serve metrics on {host}:{port}: {exc}"
+            store.record("job", "MetricsFailed", message, warning=True)
+    # --- end ---
     loop = asyncio.get_running_loop()
     pending: list[asyncio.TimerHandle] = []
     saved_generation = [0]
@@ -100,6 +123,7 @@ async def run_job(
             store, backend=backend.name, controller_pid=os.getpid(), slurm_job_id=slurm_job_id
         )
         doc["job"]["control"] = str(control.path)
+        doc["job"]["metrics_url"] = job_metrics.url if job_metrics else None  # issue 7
         write_atomic(run_dir / "state.json", json.dumps(doc, indent=1) + "\n")
 
     def on_change() -> None:
@@ -108,6 +132,7 @@ async def run_job(
 
     store.subscribe_changes(on_change)
     _announce(store, desired, backend, run_dir)
+    exporter.start(ctx, shutil.which)  # issue 7: skip exporter kinds whose binary is missing
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
     persist()
@@ -133,6 +158,12 @@ async def run_job(
             loop.remove_signal_handler(signum)
         for handle in pending:
             handle.cancel()
+        # --- issue 7: empty the targets file of a finished job; stop serving metrics ---
+        exporter.finish(ctx)
+        if job_metrics is not None:
+            job_metrics.refresh()
+            job_metrics.close()
+        # --- end ---
         await control.close()
         persist()
         events.close()

@@ -27,9 +27,9 @@ class LaunchSpec:
     """Everything a backend needs to start one attempt of one instance.
 
     `argv` is never passed through a shell. When `preamble` is set the backend runs
-    `bash -c '<preamble>\\nexec "$@"' srtr <argv...>` so the preamble is shell text but the argv
-    stays an argv. When `shell` is set, `argv` is a single shell command line (the benchmark
-    step) and runs as `bash -c <argv[0]>`.
+    `bash -c '<preamble>\\nexec "$@"' srtr-<name> <argv...>` so the preamble is shell
+    text but the argv stays an argv. When `shell` is set, `argv` is a single shell command
+    line (the benchmark step) and runs as `bash -c <argv[0]>`.
     """
 
     name: str
@@ -43,6 +43,10 @@ class LaunchSpec:
     shell: bool = False
     container: str | None = None
     cwd: Path | None = None
+    # srun only; the local backend ignores them.
+    cpus_per_task: int | None = None
+    cpu_bind: str | None = None
+    srun_options: Mapping[str, str] = field(default_factory=dict)
 
 
 class ObservationKind(enum.StrEnum):

@@ -96,20 +96,25 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, node_count: int) -> None:
-        """Simulate `node_count` nodes.
+    def __init__(self, node_count: int, nodes: list[NodeInfo] | None = None) -> None:
+        """Simulate `node_count` nodes, or use the real `nodes` (a subclass that runs remote).
 
         Args:
             node_count: how many simulated nodes (`node1`..`nodeN`, 127.0.0.2 upwards).
+            nodes: the allocation's real nodes; replaces the simulated ones.
 
         Raises:
             ValueError: node_count is below 1 or does not fit in 127.0.0.0/8.
         """
-        if not 1 <= node_count <= _LOOPBACK.num_addresses - 3:
+        if nodes is not None:
+            self._nodes = list(nodes)
+        elif not 1 <= node_count <= _LOOPBACK.num_addresses - 3:
             raise ValueError(f"node_count must be between 1 and {_LOOPBACK.num_addresses - 3}")
-        self._nodes = [
-            NodeInfo(name=f"node{k}", ip=str(_FIRST_IP + k)) for k in range(1, node_count + 1)
-        ]
+        else:
+            self._nodes = [
+                NodeInfo(name=f"node{k}", ip=str(_FIRST_IP + k))
+                for k in range(1, node_count + 1)
+            ]
         self._listener: Listener | None = None
         self._live: dict[str, _Attempt] = {}
         # Groups whose leader was reaped while other members (grandchildren) remained. Only
@@ -159,7 +164,7 @@ class LocalBackend:
                     f" at {stamp} ====\n",
                 )
             try:
-                popen = _start(spec, fd)
+                popen = _start(spec, fd, self._command(spec), self._environment(spec))
                 attempt = _watch(spec, popen, loop)
             except LaunchError as exc:
                 _append(fd, f"==== srtr: {exc} ====\n")
@@ -233,6 +238,14 @@ class LocalBackend:
                 )
             )
 
+    def _command(self, spec: LaunchSpec) -> list[str]:
+        """The argv that starts one attempt (the SLURM backend wraps it in srun)."""
+        return _command(spec)
+
+    def _environment(self, spec: LaunchSpec) -> dict[str, str]:
+        """The environment of the started process."""
+        return _environment(spec)
+
     def _note_lingering(self, pgid: int) -> None:
         # Once a group is empty its number is a free pid that an unrelated process may reuse as
         # its own group id, so forget empty groups as soon as we notice them. The check right
@@ -303,8 +316,9 @@ def _environment(spec: LaunchSpec) -> dict[str, str]:
     return env
 
 
-def _start(spec: LaunchSpec, log_fd: int) -> subprocess.Popen[bytes]:
-    argv = _command(spec)
+def _start(
+    spec: LaunchSpec, log_fd: int, argv: list[str], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             argv,
@@ -314,7 +328,7 @@ def _start(spec: LaunchSpec, log_fd: int) -> subprocess.Popen[bytes]:
             stdout=log_fd,
             stderr=log_fd,
             cwd=spec.cwd,
-            env=_environment(spec),
+            env=env,
             start_new_session=True,
             preexec_fn=functools.partial(_die_with_parent, os.getpid()),
         )

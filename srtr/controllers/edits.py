@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 
+from srtr.controllers import exporter
 from srtr.controllers.context import JOB, Ctx, instance_key, pool_key
 from srtr.reconciler.store import InstanceStatus, Phase
 from srtr.reconciler.workqueue import Result
@@ -94,6 +95,7 @@ def apply(ctx: Ctx, new: DesiredState, plan: Plan, text: str = "") -> str:
         store.removing.add(change.name)
     store.desired = new
     store.desired_names = set(after)
+    exporter.desired_changed(ctx)  # skip instances whose binary is missing; re-list targets
     for pool in new.pools:
         store.pool_ready.setdefault(pool.name, False)
         ctx.queue.add(pool_key(pool.name))

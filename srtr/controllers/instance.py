@@ -54,6 +54,7 @@ def observe(ctx: Ctx, obs: Observation) -> None:
     store.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
     if lost:
         status.phase = Phase.LOST
+    ctx.queue.add("exporters")  # an exited instance's targets leave the targets file
     _enqueue_related(ctx, spec)
 
 
@@ -218,6 +219,9 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         preamble=spec.preamble,
         shell=spec.shell,
         container=spec.container,
+        cpus_per_task=spec.cpus_per_task,
+        cpu_bind=spec.cpu_bind,
+        srun_options=dict(spec.srun_options),
     )
     status.started_at = now
     try:
@@ -237,6 +241,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
     status.phase = Phase.STARTING if spec.probe else Phase.RUNNING
     if spec.probe is None:
         store.set_condition(status.conditions, "Ready", True, "NoProbe", "ready once launched")
+        ctx.queue.add("exporters")  # ready at launch: its metrics become a scrape target
     else:
         store.set_condition(
             status.conditions, "Ready", None, "Probing", spec.probe.describe(spec.node_ip)

@@ -55,7 +55,10 @@ def restart(ctx: Ctx, name: str | None) -> str:
     if ctx.store.job.teardown_requested:
         raise IntentError("the job is tearing down")
     status = ctx.store.status[name]
-    if not status.activated:
+    if not status.activated or status.attempt < 0:
+        reason = status.conditions.get("Ready")
+        if reason is not None and reason.reason == "Skipped":
+            raise IntentError(f"{name} was skipped: {reason.message}")
         raise IntentError(f"{name} has not been launched yet")
     status.user_action = "restart"
     ctx.store.record(f"instance/{name}", "RestartRequested", "restart requested by user")

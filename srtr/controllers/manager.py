@@ -11,7 +11,8 @@ import asyncio
 import logging
 import signal
 
-from srtr.controllers import edits, instance, job, pool, probe, teardown
+from srtr import metrics
+from srtr.controllers import edits, exporter, instance, job, pool, probe, teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, pool_key
 from srtr.reconciler.workqueue import QueueShutDown, Result, settle
 
@@ -32,12 +33,14 @@ async def dispatch(ctx: Ctx, key: str) -> Result | None:
         return await pool.reconcile(ctx, name)
     if kind == edits.REMOVAL:
         return await edits.reconcile_removal(ctx)
+    if kind == exporter.KEY:
+        return await exporter.reconcile(ctx)
     raise ValueError(f"unknown key {key!r}")
 
 
 async def process_one(ctx: Ctx, key: str) -> None:
     try:
-        outcome: Result | BaseException | None = await dispatch(ctx, key)
+        outcome: Result | BaseException | None = await metrics.timed(ctx, key, dispatch(ctx, key))
     except Exception as exc:  # a controller bug: log it, back off, keep the job alive
         log.exception("reconcile %s failed", key)
         outcome = exc

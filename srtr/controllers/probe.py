@@ -72,6 +72,7 @@ async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:
             f"{spec.probe.describe(spec.node_ip)} passed after {took:.1f}s",
         )
         ctx.queue.add(JOB)
+        ctx.queue.add("exporters")  # a Ready instance's metrics become a scrape target
         if spec.pool:
             ctx.queue.add(pool_key(spec.pool))
         return

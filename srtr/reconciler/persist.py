@@ -119,9 +119,13 @@ def snapshot(
             "infra": desired.nodes.infra,
             "role_nodes": {k: list(v) for k, v in desired.nodes.role_nodes.items()},
         },
+        # Targets with their listing and scrape health, kept by the exporter controller.
         "exporters": [
-            {"service": e.service, "node": e.node, "url": e.url} for e in desired.exporters
+            {"service": e.service, "node": e.node, "instance": e.instance, "url": e.url}
+            for e in desired.exporters
         ],
+        # Sections owned by controllers (e.g. exporters with scrape health) replace defaults.
+        **{key: view() for key, view in store.status_views.items()},
     }
 
 

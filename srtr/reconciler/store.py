@@ -158,6 +158,10 @@ class Store:
         self.recipe_text: str = ""
         self.pending: tuple[DesiredState, Any, str] | None = None
         self.recipe_view: dict[str, Any] = {}
+        # Controllers with job-wide state of their own keep it here, by controller name;
+        # `status_views` produce extra top-level sections of state.json.
+        self.extensions: dict[str, Any] = {}
+        self.status_views: dict[str, Callable[[], Any]] = {}
         self._event_listeners: list[EventListener] = []
         self._change_listeners: list[Callable[[], None]] = []
 

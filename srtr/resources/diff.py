@@ -74,7 +74,18 @@ def _what_changed(old: InstanceSpec, new: InstanceSpec, names: tuple[str, ...]) 
     return ", ".join(changed)
 
 
-_RESTART_FIELDS = ("argv", "env", "preamble", "shell", "container", "node", "probe")
+_RESTART_FIELDS = (
+    "argv",
+    "env",
+    "preamble",
+    "shell",
+    "container",
+    "node",
+    "probe",
+    "cpus_per_task",
+    "cpu_bind",
+    "srun_options",
+)
 
 
 def diff(old: DesiredState, new: DesiredState, *, launched: frozenset[str] = frozenset()) -> Plan:

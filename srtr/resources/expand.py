@@ -216,6 +216,9 @@ class _Expander:
                         else None
                     ),
                     container=service.container,
+                    cpus_per_task=service.cpus_per_task,
+                    cpu_bind=service.cpu_bind,
+                    srun_options=tuple(service.srun_options.items()),
                 )
             )
         return out

@@ -95,6 +95,9 @@ class InstanceSpec:
     preamble: str | None = None
     shell: bool = False
     container: str | None = None
+    cpus_per_task: int | None = None
+    cpu_bind: str | None = None
+    srun_options: tuple[tuple[str, str], ...] = ()
 
     def config_hash(self) -> str:
         """What decides a restart on a live edit: rendered argv, env, preamble and probe target.
@@ -107,7 +110,21 @@ class InstanceSpec:
             (probe.kind, probe.port, probe.path, probe.status, probe.pattern) if probe else None
         )
         payload = json.dumps(
-            [self.argv, self.env, self.preamble, self.shell, self.container, self.node, target],
+            [
+                self.argv,
+                self.env,
+                self.preamble,
+                self.shell,
+                self.container,
+                self.node,
+                target,
+                # srun settings are part of how the process is started
+                *(
+                    [self.cpus_per_task, self.cpu_bind, self.srun_options]
+                    if self.cpus_per_task or self.cpu_bind or self.srun_options
+                    else []
+                ),
+            ],
             sort_keys=True,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -67,7 +67,7 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
             Problem((*at, "type"), f"'{service.type}' is not a known service type (known: {known})")
         ]
     problems = []
-    if kind.needs_command and service.command is None:
+    if kind.needs_command and service.command is None and service.enabled:
         problems.append(Problem((*at, "command"), f"is required for type '{service.type}'"))
     placement = service.placement
     if placement is not None and placement.pool and placement.node:
