@@ -25,15 +25,25 @@ def add_verbs(verbs: Any) -> None:
     up.add_argument("recipe", help="recipe YAML file")
     up.add_argument(
         "--backend",
-        choices=("auto", "local"),
+        choices=("auto", "local", "slurm"),
         default="auto",
-        help="where instances run (auto: local until the SLURM backend lands)",
+        help="where instances run; auto: slurm inside an allocation, local otherwise",
     )
+    for flag, what in (
+        ("--partition", "partition"),
+        ("--account", "account"),
+        ("--time", "time limit"),
+    ):
+        up.add_argument(
+            flag,
+            metavar=what.upper().replace(" ", "_"),
+            help=f"SLURM {what} when srtr allocates (default: resources.*)",
+        )
     up.add_argument(
         "--nodes",
         type=int,
         metavar="N",
-        help="simulated nodes for the local backend (default: what the recipe needs)",
+        help="nodes to simulate (local) or to allocate (slurm); default: what the recipe needs",
     )
     up.add_argument(
         "--run-dir",
@@ -65,6 +75,28 @@ def add_verbs(verbs: Any) -> None:
         "state.json job.metrics_url)",
     )
     up.set_defaults(func=cmd_up)
+
+    submit = verbs.add_parser("submit", help="submit a batch job that runs `srtr up` (sbatch)")
+    submit.add_argument("recipe", help="recipe YAML file")
+    submit.add_argument(
+        "--nodes", type=int, metavar="N", help="nodes to ask for (default: what the recipe needs)"
+    )
+    submit.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="run dir on the shared filesystem (default outputs/<name>-<UTC>)",
+    )
+    for flag, what in (
+        ("--partition", "partition"),
+        ("--account", "account"),
+        ("--time", "time limit"),
+    ):
+        submit.add_argument(
+            flag,
+            metavar=what.upper().replace(" ", "_"),
+            help=f"SLURM {what} (default: resources.*)",
+        )
+    submit.set_defaults(func=cmd_submit)
 
     status = verbs.add_parser("status", help="show a run's pools and instances")
     status.add_argument("run_dir", metavar="RUN_DIR")
@@ -116,23 +148,72 @@ def _make_run_dir(args: argparse.Namespace, name: str) -> Path:
     return run_dir
 
 
+def _backend_kind(args: argparse.Namespace) -> str:
+    if args.backend != "auto":
+        return str(args.backend)
+    from srtr.backends.slurm import in_allocation
+
+    return "slurm" if in_allocation() else "local"
+
+
+def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> Any:
+    """Discover the allocation we run in, or get one with salloc (released at the end)."""
+    from srtr.backends import slurm
+
+    commands = slurm.SlurmCommands()
+    try:
+        if slurm.in_allocation():
+            allocation = slurm.discover(commands)
+        else:
+            res = recipe.resources
+            print(f"srtr: asking SLURM for {count} node(s) (salloc)...", file=sys.stderr)
+            allocation = slurm.allocate(
+                commands,
+                nodes=count,
+                job_name=f"srtr-{recipe.name}",
+                partition=args.partition or res.partition,
+                account=args.account or res.account,
+                time_limit=args.time or res.time_limit,
+            )
+            print(
+                f"srtr: got allocation {allocation.job_id}: "
+                f"{', '.join(n.name for n in allocation.nodes)}",
+                file=sys.stderr,
+            )
+    except slurm.SlurmError as exc:
+        raise _bad("slurm", str(exc)) from None
+    return slurm.SlurmBackend(allocation, commands=commands, pyxis=slurm.pyxis_available(commands))
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.effective import allocation_size
     from srtr.resources.expand import local_allocation
     from srtr.resources.loading import load_text
     from srtr.resources.planning import plan_text_source, read_text
+    from srtr.runner import run_job
 
     text = read_text(args.recipe)
     recipe = load_text(text, args.recipe)
     if args.nodes is not None and args.nodes < 1:
         raise _bad("--nodes", "must be at least 1")
     count = args.nodes or allocation_size(recipe)
-    _, desired = plan_text_source(text, args.recipe, local_allocation(count))
-    run_dir = _make_run_dir(args, recipe.name)
-    from srtr.backends.local import LocalBackend
-    from srtr.runner import run_job
+    kind = _backend_kind(args)
+    if kind == "slurm":
+        backend = _slurm_backend(args, recipe, count)
+        allocation = [(n.name, n.ip) for n in backend.nodes()]
+        slurm_job_id = backend.job_id
+    else:
+        from srtr.backends.local import LocalBackend
 
-    backend = LocalBackend(count)
+        backend = LocalBackend(count)
+        allocation = local_allocation(count)
+        slurm_job_id = None
+    try:
+        _, desired = plan_text_source(text, args.recipe, allocation)
+        run_dir = _make_run_dir(args, recipe.name)
+    except BaseException:
+        _release(backend)
+        raise
     tui = not args.headless and sys.stdout.isatty()
     if tui:
         try:
@@ -143,14 +224,89 @@ def cmd_up(args: argparse.Namespace) -> int:
     options = {
         "recipe": None if args.no_watch else Path(args.recipe),
         "recipe_text": text,
-        "allocation": local_allocation(count),
+        "allocation": allocation,
         "apply_auto": (args.apply or ("confirm" if tui else "auto")) == "auto",
         "watch_poll": True if args.watch_poll else None,
         "metrics_listen": args.metrics_port,
+        "slurm_job_id": slurm_job_id,
     }
     if tui:
         return run_with_tui(run_dir, run_job(desired, run_dir, backend, progress=False, **options))
     return asyncio.run(run_job(desired, run_dir, backend, **options))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Write a batch script that runs `srtr up --headless` and submit it with sbatch."""
+    import shlex
+    import subprocess
+
+    from srtr.resources.effective import allocation_size
+    from srtr.resources.loading import load_text
+    from srtr.resources.planning import plan_text_source, read_text
+
+    text = read_text(args.recipe)
+    recipe = load_text(text, args.recipe)
+    count = args.nodes or allocation_size(recipe)
+    from srtr.resources.expand import local_allocation
+
+    plan_text_source(text, args.recipe, local_allocation(count))  # refuse what cannot fit
+    run_dir = _make_run_dir(args, recipe.name).resolve()
+    res = recipe.resources
+    options = [
+        f"--job-name=srtr-{recipe.name}",
+        f"--nodes={count}",
+        "--exclusive",
+        "--no-kill",
+        f"--output={run_dir / 'logs' / 'sbatch.out'}",
+    ]
+    for flag, value in (
+        ("partition", args.partition or res.partition),
+        ("account", args.account or res.account),
+        ("time", args.time or res.time_limit),
+    ):
+        if value:
+            options.append(f"--{flag}={value}")
+    command = [
+        sys.executable,
+        "-m",
+        "srtr",
+        "up",
+        str(Path(args.recipe).resolve()),
+        "--headless",
+        "--backend",
+        "slurm",
+        "--run-dir",
+        str(run_dir),
+    ]
+    script = "#!/bin/bash\n" + "".join(f"#SBATCH {o}\n" for o in options)
+    script += f"exec {shlex.join(command)}\n"
+    path = run_dir / "submit.sh"
+    path.write_text(script, encoding="utf-8")
+    try:
+        done = subprocess.run(
+            ["sbatch", "--parsable", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise _bad("sbatch", "not found: is SLURM installed?") from None
+    if done.returncode != 0:
+        raise _bad("sbatch", done.stderr.strip() or f"exit {done.returncode}")
+    job_id = done.stdout.strip().split(";")[0]
+    print(f"submitted job {job_id}; run dir {run_dir}")
+    print(f"follow it with `srtr status {run_dir}` or `srtr tui {run_dir}`")
+    return 0
+
+
+def _release(backend: Any) -> None:
+    """An allocation srtr made is released even when the job never started."""
+    allocation = getattr(backend, "allocation", None)
+    if allocation is not None and allocation.owned:
+        from srtr.backends.slurm import release
+
+        release(backend.commands, allocation.job_id)
 
 
 def _read_state(run_dir: Path) -> dict[str, Any]:

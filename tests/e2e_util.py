@@ -65,15 +65,19 @@ def processes_with(marker: str) -> list[int]:
 class Run:
     """One `srtr up` process on a recipe written to tmp_path, tagged so leftovers are findable."""
 
-    def __init__(self, tmp_path: Path, recipe: str, *extra: str) -> None:
+    def __init__(
+        self, tmp_path: Path, recipe: str, *extra: str, prefix: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
         # Every instance gets SRTR_RUN_DIR, so its absolute path tags this run's processes.
         self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}"
         self.recipe = tmp_path / "recipe.yaml"
         self.recipe.write_text(textwrap.dedent(recipe))
-        env = dict(os.environ)
+        env = dict(os.environ if env is None else env)
         self.proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "srtr",

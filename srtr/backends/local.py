@@ -226,17 +226,21 @@ class LocalBackend:
         if not self._live:
             self._idle.set()
         if self._listener is not None:
-            self._listener(
-                Observation(
-                    kind=ObservationKind.EXITED,
-                    name=attempt.name,
-                    attempt=attempt.attempt,
-                    pid=attempt.pid,
-                    exit_code=exit_code,
-                    signal=signum,
-                    message=message,
-                )
-            )
+            self._listener(self._exit_observation(attempt, exit_code, signum, message))
+
+    def _exit_observation(
+        self, attempt: _Attempt, exit_code: int, signum: int | None, message: str
+    ) -> Observation:
+        """What a reaped attempt means (the SLURM backend tells node failures apart here)."""
+        return Observation(
+            kind=ObservationKind.EXITED,
+            name=attempt.name,
+            attempt=attempt.attempt,
+            pid=attempt.pid,
+            exit_code=exit_code,
+            signal=signum,
+            message=message,
+        )
 
     def _command(self, spec: LaunchSpec) -> list[str]:
         """The argv that starts one attempt (the SLURM backend wraps it in srun)."""

@@ -49,7 +49,9 @@ def _stage_done(ctx: Ctx, name: str) -> bool:
 def _critical_failure(ctx: Ctx) -> str | None:
     for name, status in ctx.store.status.items():
         spec = ctx.store.specs[name]
-        if spec.critical and status.phase in (Phase.FAILED, Phase.LOST):
+        if spec.critical and status.phase is Phase.LOST:
+            return f"critical instance {name} was lost with its node {spec.node}"
+        if spec.critical and status.phase is Phase.FAILED:
             how = (
                 f"signal {status.exit_signal}" if status.exit_signal else f"code {status.exit_code}"
             )

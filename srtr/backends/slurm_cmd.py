@@ -1,0 +1,488 @@
+"""Command lines and output parsers for the SLURM backend; pure (no processes are started here).
+
+Every builder returns an argv list meant for `subprocess` without a shell, and every parser
+takes the text a command printed. The formats were checked on a real SLURM 22.05.8 cluster
+(`scripts/slurm-cluster`); docs/slurm-facts.md records what was measured and why the command
+lines look the way they do. The points that shaped this module:
+
+- `salloc --no-shell` prints nothing on stdout; it reports `salloc: Granted job allocation N`
+  on stderr and returns once the allocation exists (it blocks while the job is pending).
+  Without `--no-kill`, the loss of one node ends the whole allocation and every step in it.
+- `srun --export=ALL,K=V` splits values at commas, so the environment travels as argv instead:
+  `--export=ALL` plus `env -- K=V ... CMD`. `env` also turns a missing command into exit code
+  127 (126: not executable); a bare srun reports 2 (ENOENT) or 13 (EACCES) there.
+- `srun --output` expands `%` patterns (`%%` is a literal `%`) and drops backslashes; stderr goes
+  to the same file when `--error` is not given.
+- `scancel --signal=S J.S` without `--ctld` asks every node of the job and fails (exit 225,
+  "Invalid job id specified") on the nodes that do not run the step even though the signal was
+  delivered, yet it exits 0 for a step that does not exist. With `--ctld` the exit status is
+  right both ways.
+- When a node dies, the srun client of a step on it prints `srun: error: Node failure on NODE`
+  and exits 0, so only `parse_srun_node_failure` tells that exit apart from a clean one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+
+__all__ = [
+    "SQUEUE_STEP_FORMAT",
+    "NodeRow",
+    "StepRow",
+    "node_is_down",
+    "parse_hostnames",
+    "parse_salloc_job_id",
+    "parse_salloc_pending_job_id",
+    "parse_scontrol_nodes",
+    "parse_squeue_steps",
+    "parse_srun_node_failure",
+    "salloc_argv",
+    "scancel_job_argv",
+    "scancel_step_argv",
+    "scontrol_show_hostnames_argv",
+    "scontrol_show_node_argv",
+    "squeue_steps_argv",
+    "srun_argv",
+]
+
+# `squeue --steps --Format`: a field with ":" but no size is printed unpadded, followed by the
+# suffix (here "|"). The step name goes last so that a "|" inside a name cannot shift fields.
+SQUEUE_STEP_FORMAT = "StepId:|,StepState:|,Nodes:|,StepName:"
+
+# Options srun_argv sets itself; srun_options may not override them (the backend relies on them).
+_RESERVED_SRUN_OPTIONS = frozenset(
+    {
+        "jobid",
+        "overlap",
+        "nodes",
+        "N",
+        "ntasks",
+        "n",
+        "nodelist",
+        "w",
+        "job-name",
+        "J",
+        "output",
+        "o",
+        "error",
+        "e",
+        "open-mode",
+        "input",
+        "i",
+        "export",
+    }
+)
+
+_SIGNAL_RE = re.compile(r"[A-Z0-9]+")
+_OPTION_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_GRANTED_RE = re.compile(r"Granted job allocation (\d+)")
+_PENDING_RE = re.compile(r"Pending job allocation (\d+)")
+_NODE_FAILURE_RE = re.compile(r"srun: error: Node failure on (\S+)")
+_NODE_FIELD_RES = {
+    key: re.compile(rf"(?:^|\s){key}=(\S*)") for key in ("NodeName", "NodeAddr", "State")
+}
+_REASON_RE = re.compile(r"(?:^|\s)Reason=(.*)$")
+
+# Node state words (scontrol prints e.g. DOWN+NOT_RESPONDING, sinfo prints drained, down*)
+# that mean steps cannot run there, or will not for long.
+_DOWN_STATE_WORDS = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "REBOOT_ISSUED",
+        "INVAL",
+    }
+)
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One line of `squeue --steps` in SQUEUE_STEP_FORMAT.
+
+    `step_id` is the part after the dot ("0", "12", "extern"); `job_id` the part before it.
+    `nodes` is a hostlist expression such as "node3" or "node[1-2]".
+    """
+
+    step_id: str
+    name: str
+    nodes: str
+    state: str
+    job_id: str = ""
+
+    @property
+    def full_id(self) -> str:
+        """`JOB.STEP`, as scancel and squeue spell a step."""
+        return f"{self.job_id}.{self.step_id}"
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node of `scontrol --oneliner show node`. `state` is e.g. IDLE, IDLE+DRAIN."""
+
+    name: str
+    addr: str
+    state: str
+    reason: str = ""
+
+    @property
+    def down(self) -> bool:
+        return node_is_down(self.state)
+
+
+# --- salloc ------------------------------------------------------------------------------------
+
+
+def salloc_argv(
+    *,
+    nodes: int,
+    job_name: str,
+    partition: str | None = None,
+    account: str | None = None,
+    time_limit: str | None = None,
+    no_kill: bool = True,
+    exclusive: bool = True,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """`salloc --no-shell -N <nodes> -J <name> ...`: allocate and return, keeping no shell.
+
+    `no_kill` (default) keeps the allocation alive when one of its nodes fails: without it
+    SLURM cancels the whole job, every step included. `exclusive` (default) asks for whole
+    nodes, which select/cons_tres clusters do not give otherwise (one CPU per node).
+    `time_limit` is in any form salloc takes ("30", "2:00:00", "1-00:00:00").
+    The job id is on stderr: see parse_salloc_job_id.
+    """
+    if nodes < 1:
+        raise ValueError(f"nodes must be at least 1, got {nodes}")
+    _check_text("job name", job_name)
+    argv = ["salloc", "--no-shell", "-N", str(nodes), "-J", job_name]
+    if no_kill:
+        argv.append("--no-kill")
+    if exclusive:
+        argv.append("--exclusive")
+    if partition:
+        _check_text("partition", partition)
+        argv.append(f"--partition={partition}")
+    if account:
+        _check_text("account", account)
+        argv.append(f"--account={account}")
+    if time_limit:
+        _check_text("time limit", time_limit)
+        argv.append(f"--time={time_limit}")
+    argv.extend(extra)
+    return argv
+
+
+def parse_salloc_job_id(stderr: str) -> str | None:
+    """The job id from salloc's `salloc: Granted job allocation 12`, or None if not granted."""
+    found = _GRANTED_RE.findall(stderr)
+    return found[-1] if found else None
+
+
+def parse_salloc_pending_job_id(stderr: str) -> str | None:
+    """The job id from `salloc: Pending job allocation 12` (printed while the job waits).
+
+    Lets a caller cancel (`scancel 12`) an allocation that it no longer wants to wait for;
+    salloc then exits 1 with `Job has been cancelled`.
+    """
+    found = _PENDING_RE.findall(stderr)
+    return found[-1] if found else None
+
+
+# --- srun --------------------------------------------------------------------------------------
+
+
+def srun_argv(
+    *,
+    job_id: str,
+    node: str,
+    step_name: str,
+    log_path: PurePath | str,
+    env: Mapping[str, str],
+    argv: Sequence[str],
+    preamble: str | None = None,
+    shell: bool = False,
+    container: str | None = None,
+    pyxis: bool = False,
+    cpus_per_task: int | None = None,
+    cpu_bind: str | None = None,
+    srun_options: Mapping[str, str] | None = None,
+    cwd: PurePath | str | None = None,
+) -> list[str]:
+    """One single-task step on `node` of allocation `job_id`, output appended to `log_path`.
+
+    The command is `env -- K=V ... CMD`, so values of any content (commas, quotes, `$`,
+    newlines) arrive intact and a missing command exits 127 (not executable: 126). CMD is:
+
+    - `argv` as is;
+    - with `preamble`: `bash -c '<preamble>\\nexec "$@"' srtr-<name> argv...` (argv stays an
+      argv, the preamble sees the environment);
+    - with `shell`: `bash -c <argv[0]>` (argv must have exactly one element), or
+      `bash -c '<preamble>\\n<argv[0]>'` with a preamble too, like the local backend.
+
+    `container` becomes `--container-image=<image>` only when `pyxis` is true (the caller warns
+    otherwise). `srun_options` entries become `--key=value` (`--key` when the value is ""); they
+    may not replace the options this function sets. `cwd` becomes `--chdir`: note that
+    slurmstepd falls back to /tmp when that directory does not exist, so check it first.
+    Raises ValueError for input that cannot be passed faithfully.
+    """
+    _check_text("job id", job_id)
+    _check_text("node", node)
+    _check_text("step name", step_name)
+    command = _command(step_name, argv, preamble, shell)
+    out = [
+        "srun",
+        "--jobid",
+        job_id,
+        "--overlap",
+        "-N1",
+        "-n1",
+        "-w",
+        node,
+        f"--job-name={step_name}",
+        f"--output={_output_pattern(log_path)}",
+        "--open-mode=append",
+        "--input=none",
+        "--export=ALL",
+    ]
+    if cwd is not None:
+        _check_text("cwd", str(cwd))
+        out.append(f"--chdir={cwd}")
+    if container and pyxis:
+        _check_text("container image", container)
+        out.append(f"--container-image={container}")
+    if cpus_per_task is not None:
+        if cpus_per_task < 1:
+            raise ValueError(f"cpus_per_task must be positive, got {cpus_per_task}")
+        out.append(f"--cpus-per-task={cpus_per_task}")
+    if cpu_bind:
+        _check_text("cpu_bind", cpu_bind)
+        out.append(f"--cpu-bind={cpu_bind}")
+    for key, value in (srun_options or {}).items():
+        out.append(_srun_option(key, value))
+    out.extend(_env_prefix(env))
+    out.extend(command)
+    return out
+
+
+def parse_srun_node_failure(stderr: str) -> str | None:
+    """The node named by `srun: error: Node failure on node3`, else None.
+
+    srun exits 0 when the node of its step fails, so this is how a lost step is told apart
+    from one that exited cleanly.
+    """
+    found = _NODE_FAILURE_RE.search(stderr)
+    return found.group(1) if found else None
+
+
+def _command(step_name: str, argv: Sequence[str], preamble: str | None, shell: bool) -> list[str]:
+    if shell:
+        if len(argv) != 1:
+            raise ValueError(
+                f"a shell launch takes exactly one command line, got {len(argv)} arguments"
+            )
+        script = argv[0] if preamble is None else f"{preamble}\n{argv[0]}"
+        _check_arg(script)
+        return ["bash", "-c", script]
+    if not argv:
+        raise ValueError("empty argv")
+    for arg in argv:
+        _check_arg(arg)
+    if preamble is not None:
+        _check_arg(preamble)
+        # The argv travels as "$@", so it is never split or expanded by the shell.
+        return ["bash", "-c", preamble + '\nexec "$@"', "srtr-" + step_name, *argv]
+    if "=" in argv[0]:
+        # `env` would take it for one more NAME=VALUE; let bash exec it instead.
+        return ["bash", "-c", 'exec "$@"', "srtr-" + step_name, *argv]
+    return list(argv)
+
+
+def _env_prefix(env: Mapping[str, str]) -> list[str]:
+    out = ["env", "--"]
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key:
+            raise ValueError(f"invalid environment variable name {key!r}")
+        if "\0" in value:
+            raise ValueError(f"environment variable {key} contains a NUL byte")
+        out.append(f"{key}={value}")
+    return out
+
+
+def _output_pattern(log_path: PurePath | str) -> str:
+    path = str(log_path)
+    if not PurePath(path).is_absolute():
+        # A relative name is resolved by slurmstepd, and a bare number means "task N only".
+        raise ValueError(f"log path must be absolute, got {path!r}")
+    if "\\" in path:
+        # srun drops backslashes from --output (and then stops expanding %), so such a path
+        # cannot be spelled.
+        raise ValueError(f"log path cannot contain a backslash: {path!r}")
+    _check_text("log path", path)
+    return path.replace("%", "%%")
+
+
+def _srun_option(key: str, value: str) -> str:
+    name = key.lstrip("-")
+    if not _OPTION_NAME_RE.fullmatch(name):
+        raise ValueError(f"invalid srun option name {key!r}")
+    # srun, like getopt_long, also takes an unambiguous prefix of a long option ("--out").
+    if name in _RESERVED_SRUN_OPTIONS or (
+        len(name) > 1 and any(r.startswith(name) for r in _RESERVED_SRUN_OPTIONS if len(r) > 1)
+    ):
+        raise ValueError(f"srun option --{name} is set by srtr and cannot be overridden")
+    _check_arg(value)
+    if len(name) == 1:
+        return f"-{name}{value}" if value else f"-{name}"
+    return f"--{name}={value}" if value else f"--{name}"
+
+
+def _check_text(what: str, value: str) -> None:
+    """One-line values: SLURM prints them back on lines we parse."""
+    if not value or any(c in value for c in "\0\n\r"):
+        raise ValueError(f"invalid {what}: {value!r}")
+
+
+def _check_arg(value: str) -> None:
+    if "\0" in value:
+        raise ValueError(f"argument contains a NUL byte: {value!r}")
+
+
+# --- scancel -----------------------------------------------------------------------------------
+
+
+def scancel_step_argv(job_id: str, step_id: str, signal: str | int) -> list[str]:
+    """`scancel --ctld --signal=<SIG> --full <job>.<step>`: signal one step's tasks.
+
+    `signal` is a name ("TERM", "SIGTERM") or a number. The step keeps running if its tasks
+    ignore the signal; only KILL (or a plain `scancel J.S`, which also SIGKILLs at once) ends
+    it for sure. `--ctld` makes the exit status mean something (see the module docstring).
+    """
+    _check_text("job id", job_id)
+    _check_text("step id", step_id)
+    step = step_id if step_id.startswith(f"{job_id}.") else f"{job_id}.{step_id}"
+    return ["scancel", "--ctld", f"--signal={_signal_name(signal)}", "--full", step]
+
+
+def scancel_job_argv(job_id: str) -> list[str]:
+    """`scancel <job>`: end the allocation (tasks get SIGCONT+SIGTERM, SIGKILL KillWait later)."""
+    _check_text("job id", job_id)
+    return ["scancel", job_id]
+
+
+def _signal_name(signal: str | int) -> str:
+    if isinstance(signal, int):
+        if signal < 1:
+            raise ValueError(f"invalid signal number {signal}")
+        return str(signal)
+    name = signal.strip().upper()
+    name = name.removeprefix("SIG")
+    if not _SIGNAL_RE.fullmatch(name):
+        raise ValueError(f"invalid signal {signal!r}")
+    return name
+
+
+# --- squeue ------------------------------------------------------------------------------------
+
+
+def squeue_steps_argv(job_id: str) -> list[str]:
+    """`squeue --steps --noheader -j <job> --Format=...`; parse with parse_squeue_steps."""
+    _check_text("job id", job_id)
+    return ["squeue", "--steps", "--noheader", "-j", job_id, f"--Format={SQUEUE_STEP_FORMAT}"]
+
+
+def parse_squeue_steps(text: str) -> list[StepRow]:
+    """Parse squeue_steps_argv's output. A header line (STEPID|...) and blank lines are skipped.
+
+    A step whose srun client is gone stays listed until slurmctld hears that it ended; on a
+    dead node that is until the node comes back, so this list is not proof a step runs.
+    """
+    rows = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("STEPID|"):
+            continue
+        fields = line.split("|", 3)
+        if len(fields) != 4 or "." not in fields[0]:
+            raise ValueError(f"unexpected squeue --steps line: {line!r}")
+        full_id, state, nodes, name = fields
+        job_id, _, step_id = full_id.partition(".")
+        rows.append(StepRow(step_id=step_id, name=name, nodes=nodes, state=state, job_id=job_id))
+    return rows
+
+
+# --- scontrol ----------------------------------------------------------------------------------
+
+
+def scontrol_show_node_argv(nodes: Sequence[str] | None = None) -> list[str]:
+    """`scontrol --oneliner show node [n1,n2,...]`: one line per node (all nodes when None).
+
+    Several names must be joined by commas: `show node n1 n2` is an error in 22.05.
+    """
+    argv = ["scontrol", "--oneliner", "show", "node"]
+    if nodes is None:
+        return argv
+    if not nodes:
+        raise ValueError("empty node list (pass None for all nodes)")
+    for name in nodes:
+        if not name or "," in name:
+            raise ValueError(f"invalid node name {name!r}")
+        _check_text("node", name)
+    return [*argv, ",".join(nodes)]
+
+
+def parse_scontrol_nodes(text: str) -> dict[str, NodeRow]:
+    """Parse `scontrol --oneliner show node` into {name: NodeRow}.
+
+    Only the first NodeName=, NodeAddr= and State= of a line count, so a Reason= text (always
+    last, free text with spaces) cannot fool it. Lines without NodeName= (such as
+    `Node nosuch not found`) are skipped.
+    """
+    rows: dict[str, NodeRow] = {}
+    for line in text.splitlines():
+        fields = {key: rx.search(line) for key, rx in _NODE_FIELD_RES.items()}
+        name = fields["NodeName"]
+        if name is None or not name.group(1):
+            continue
+        addr = fields["NodeAddr"]
+        state = fields["State"]
+        reason = _REASON_RE.search(line)
+        rows[name.group(1)] = NodeRow(
+            name=name.group(1),
+            addr=addr.group(1) if addr else "",
+            state=state.group(1) if state else "",
+            reason=reason.group(1).strip() if reason else "",
+        )
+    return rows
+
+
+def node_is_down(state: str) -> bool:
+    """True when a node in `state` cannot (or soon will not) run steps.
+
+    Accepts scontrol's form (DOWN+NOT_RESPONDING, IDLE+DRAIN, ALLOCATED+DRAIN, MIXED) and
+    sinfo's (down*, drained, draining, idle*): a trailing `*` means not responding.
+    """
+    state = state.strip()
+    if state.endswith("*"):
+        return True
+    return any(word in _DOWN_STATE_WORDS for word in state.upper().split("+"))
+
+
+def scontrol_show_hostnames_argv(hostlist: str) -> list[str]:
+    """`scontrol show hostnames <hostlist>`: expand e.g. node[1-3,7] to one name per line."""
+    _check_text("hostlist", hostlist)
+    return ["scontrol", "show", "hostnames", hostlist]
+
+
+def parse_hostnames(text: str) -> list[str]:
+    """Parse `scontrol show hostnames` output: one node name per line, in order."""
+    return [line.strip() for line in text.splitlines() if line.strip()]

@@ -1,0 +1,262 @@
+"""The SLURM backend on a real slurmctld and real slurmd daemons (scripts/slurm-cluster)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import slurm_util
+from e2e_util import Run, events, instance, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> Iterator[None]:
+    started = False
+    if not slurm_util.cluster_up():
+        reason = slurm_util.start()
+        if reason:
+            pytest.skip(reason)
+        started = True
+    yield
+    if started:
+        slurm_util.stop()
+
+
+def finish(run: Run, timeout: float = 120.0) -> int:
+    try:
+        code = run.wait(timeout)
+    finally:
+        run.close()
+    wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
+    return code
+
+
+def no_job_left(name: str) -> None:
+    wait_for(lambda: slurm_util.squeue("-n", name) == "", 30, f"SLURM job {name} to be gone")
+
+
+REPORTS = '["bash", "-c", "echo on=$SLURMD_NODENAME want={node} ip={node_ip}; exec sleep 1000"]'
+
+POOLS = f"""
+name: spools
+roles:
+  agg: {{nodes: 1, workers: 1, gpus: 8}}
+services:
+  - name: train
+    command: {REPORTS}
+    nodes: 2
+    readiness: {{log: {{pattern: "on="}}, timeout_seconds: 60, interval_seconds: 0.2}}
+  - name: napper
+    command: {REPORTS}
+    nodes: 1
+    readiness: {{log: {{pattern: "on="}}, timeout_seconds: 60, interval_seconds: 0.2}}
+  - name: watcher
+    command: {REPORTS}
+    placement: {{pool: train}}
+    readiness: {{log: {{pattern: "on="}}, timeout_seconds: 60, interval_seconds: 0.2}}
+benchmark:
+  type: custom
+  command: >-
+    squeue --steps -h -j $SLURM_JOB_ID -o '%j %N';
+    echo train pool: $SRT_SERVICE_TRAIN_NODES
+"""
+
+
+def check_pools_run(run: Run) -> None:
+    logs = run.run_dir / "logs"
+    ips = {f"node{k}": f"127.0.0.{k + 1}" for k in range(1, 5)}
+    for name, node in (
+        ("service_train_node2", "node2"),
+        ("service_train_node3", "node3"),
+        ("service_napper", "node4"),
+        ("service_watcher_node2", "node2"),
+        ("service_watcher_node3", "node3"),
+    ):
+        text = (logs / f"{name}.out").read_text()
+        assert f"on={node} want={node} ip={ips[node]}" in text, (name, text)
+    bench = (logs / "benchmark.out").read_text()
+    assert "train pool: node2,node3" in bench
+    for line in (
+        "service_train_node2 node2",
+        "service_train_node3 node3",
+        "service_napper node4",
+        "service_watcher_node3 node3",
+    ):
+        assert line in bench, bench
+    state = run.state()
+    assert state is not None and state["job"]["backend"] == "slurm"
+    assert state["job"]["slurm_job_id"]
+    assert all(i["step"] is not None for i in state["instances"] if i["kind"] != "benchmark")
+
+
+def test_pools_recipe_inside_an_allocation(tmp_path: Path) -> None:
+    env = slurm_util.outside_env()
+    run = Run(tmp_path, POOLS, prefix=("salloc", "-N4", "-J", "srtr-inside"), env=env)
+    code = finish(run)
+    assert code == 0, run.out + run.err
+    check_pools_run(run)
+    no_job_left("srtr-inside")
+
+
+def test_pools_recipe_from_outside_allocates_and_releases(tmp_path: Path) -> None:
+    run = Run(tmp_path, POOLS, "--backend", "slurm", env=slurm_util.outside_env())
+    assert finish(run) == 0, run.out + run.err
+    check_pools_run(run)
+    no_job_left("srtr-spools")
+
+
+HOLD = """
+name: shold
+services:
+  - name: owner
+    command: ["sleep", "1000"]
+    nodes: 2
+  - name: rider
+    command: ["sleep", "1000"]
+    placement: {pool: owner}
+    restart: {backoff_seconds: 0.2}
+  - name: base
+    command: ["sleep", "1000"]
+    start: before_workers
+"""
+
+
+def running(state: dict) -> bool:
+    return state["job"]["phase"] == "Running" and all(
+        i["step"] is not None for i in state["instances"]
+    )
+
+
+def test_ctrl_c_tears_down_by_tier_and_leaves_no_step(tmp_path: Path) -> None:
+    run = Run(tmp_path, HOLD, "--backend", "slurm", env=slurm_util.outside_env())
+    try:
+        state = run.wait_state(running, 60, "every step registered")
+        job_id = state["job"]["slurm_job_id"]
+        assert len(slurm_util.squeue("--steps", "-j", job_id).splitlines()) >= 5
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
+    finally:
+        run.close()
+    seen = events(run.run_dir)
+    tier1 = next(i for i, e in enumerate(seen) if e["message"].startswith("tier 1:"))
+    tier0_exits = [
+        i
+        for i, e in enumerate(seen)
+        if e["reason"] == "Exited" and "service_base" not in e["object"]
+    ]
+    assert tier0_exits and max(tier0_exits) < tier1
+    no_job_left("srtr-shold")
+
+
+def test_killed_rider_step_is_restarted(tmp_path: Path) -> None:
+    run = Run(tmp_path, HOLD, "--backend", "slurm", env=slurm_util.outside_env())
+    try:
+        state = run.wait_state(running, 60, "every step registered")
+        job_id = state["job"]["slurm_job_id"]
+        step = instance(state, "service_rider_node2")["step"]
+        subprocess.run(["scancel", "--signal=KILL", "--full", f"{job_id}.{step}"], check=True)
+        state = run.wait_state(
+            lambda s: (
+                instance(s, "service_rider_node2")["restarts"] == 1
+                and instance(s, "service_rider_node2")["step"] not in (None, step)
+            ),
+            60,
+            "rider restarted as a new step",
+        )
+        reasons = [(e["reason"], e["object"]) for e in events(run.run_dir)]
+        assert ("BackOff", "instance/service_rider_node2") in reasons
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
+    finally:
+        run.close()
+    no_job_left("srtr-shold")
+
+
+CRITICAL = """
+name: scrit
+services:
+  - name: db
+    command: ["bash", "-c", "sleep 1; exit 3"]
+    critical: true
+  - name: app
+    command: ["sleep", "1000"]
+    start: before_workers
+"""
+
+
+def test_critical_failure_releases_the_allocation(tmp_path: Path) -> None:
+    run = Run(tmp_path, CRITICAL, "--backend", "slurm", env=slurm_util.outside_env())
+    assert finish(run) == 1, run.out + run.err
+    state = run.state()
+    assert state is not None and "critical instance service_db" in state["job"]["reason"]
+    no_job_left("srtr-scrit")
+
+
+LOSS = """
+name: sloss
+services:
+  - name: owner
+    command: ["sleep", "1000"]
+    nodes: 2
+    critical: true
+  - name: rider
+    command: ["sleep", "1000"]
+    placement: {pool: owner}
+"""
+
+
+def test_a_dead_slurmd_loses_its_instances_and_fails_a_critical_owner(tmp_path: Path) -> None:
+    run = Run(tmp_path, LOSS, "--backend", "slurm", env=slurm_util.outside_env())
+    try:
+        run.wait_state(running, 60, "every step registered")
+        os.kill(slurm_util.slurmd_pid("node2"), signal.SIGKILL)
+        code = run.wait(180)
+        assert code == 1, run.out + run.err
+        state = run.state()
+        assert state is not None
+        assert instance(state, "service_owner_node2")["phase"] == "Lost"
+        assert instance(state, "service_rider_node2")["phase"] in ("Lost", "Stopped")
+        assert instance(state, "service_rider_node2")["restarts"] == 0
+        assert "critical instance service_owner_node2" in state["job"]["reason"]
+        reasons = [(e["reason"], e["object"]) for e in events(run.run_dir)]
+        assert ("NodeLost", "instance/service_owner_node2") in reasons
+    finally:
+        run.close()
+        # The tasks on the "dead" node live on (it is this machine) until its slurmd is
+        # back and learns that their job has ended.
+        slurm_util.heal()
+    wait_for(lambda: not run.leftovers(), 60, "the lost node's tasks to be cleaned up")
+    no_job_left("srtr-sloss")
+
+
+def test_submit_runs_the_job_in_a_batch_allocation(tmp_path: Path) -> None:
+    import json
+    import sys
+
+    recipe = tmp_path / "pools.yaml"
+    recipe.write_text(POOLS)
+    run_dir = tmp_path / "submitted"
+    done = subprocess.run(
+        [sys.executable, "-m", "srtr", "submit", str(recipe), "--run-dir", str(run_dir)],
+        capture_output=True, text=True, check=True, env=slurm_util.outside_env(),
+    )
+    assert "submitted job" in done.stdout and str(run_dir) in done.stdout
+
+    def ended() -> bool:
+        try:
+            state = json.loads((run_dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return state["job"]["phase"] in ("Succeeded", "Failed")
+
+    wait_for(ended, 120, "the submitted job to end")
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["job"]["phase"] == "Succeeded", (run_dir / "logs" / "sbatch.out").read_text()
+    assert "train pool: node2,node3" in (run_dir / "logs" / "benchmark.out").read_text()
+    no_job_left("srtr-spools")
