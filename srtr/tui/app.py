@@ -1,0 +1,613 @@
+"""The srtr TUI: the App, and the two ways in (`srtr up` on a terminal, `srtr tui RUN_DIR`).
+
+The App reads snapshots and sends intents, nothing else (style.md principle 10):
+- a worker polls the run dir (`source.RunSource`) every 0.25 s in a thread and turns what
+  changed into a `viewmodel.Frame` there; the App only hands the frame to its widgets,
+  which write changed cells only;
+- keys become intents (`srtr.control.send`, through the run dir's 0600 control socket,
+  also when the job runs in this very process), the destructive ones after a confirmation.
+
+Keys (also under `?`): `/` filter, `o`/`O` sort, `j`/`k` move, `r` restart, `s` stop,
+`T` or Ctrl+C tear down, `K` (or Ctrl+C while tearing down) kill, `p` the log before the
+last restart, `f` follow/pause the log, `l` log full screen, `e` events, `a` apply a
+pending recipe edit (Esc discards it), `?` help, `q` quit.
+
+Decisions:
+- In `srtr up` the job runs in the App's event loop. When it ends, the final state stays
+  on screen for EXIT_AFTER seconds and the App exits with the job's code; pressing any key
+  during that time (or in the few seconds before the end) keeps it open until `q`.
+  Quitting while the job runs asks to tear it down (the job cannot outlive its TUI), and
+  if the TUI dies the job is torn down before `srtr up` returns.
+- `srtr tui RUN_DIR` refuses (exit 2) a run whose job has ended or whose controller is
+  dead: use `srtr status` / `srtr logs` for those. A job that ends while attached stays on
+  screen, read-only, until `q`.
+- Ctrl+C opens the teardown confirmation; a second Ctrl+C confirms it (headless Ctrl+C
+  tears down at once). While tearing down, Ctrl+C asks to kill, and again confirms.
+  Restart, stop, teardown and kill always ask; a pending recipe edit is applied with `a`
+  without a dialog, because its plan panel on screen is the preview being confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.events import Key
+from textual.timer import Timer
+from textual.widgets import Footer
+from textual.worker import Worker, WorkerState
+
+from srtr.control import ControlError, send
+from srtr.tui import viewmodel as vm
+from srtr.tui.source import Poll, RunSource, pid_alive
+from srtr.tui.widgets.confirm import ConfirmModal
+from srtr.tui.widgets.detail_pane import DetailPane
+from srtr.tui.widgets.events_pane import EventsPane
+from srtr.tui.widgets.filter_bar import FilterBar
+from srtr.tui.widgets.help_screen import HelpScreen
+from srtr.tui.widgets.instances_table import InstancesTable
+from srtr.tui.widgets.job_header import JobHeader
+from srtr.tui.widgets.log_view import LogView
+from srtr.tui.widgets.node_grid import NodeGridTable
+from srtr.tui.widgets.plan_panel import PlanPanel
+from srtr.tui.widgets.pools_panel import PoolsPanel
+from srtr.tui.widgets.teardown_view import TeardownView
+
+POLL_INTERVAL = 0.25
+EXIT_AFTER = 3.0  # seconds the final state of a finished `srtr up` job stays on screen
+READING_WINDOW = 5.0  # a key pressed this recently before the job ended means "reading"
+EVENTS_KEPT = 2000
+FILTER_DELAY = 0.15
+RESTART_READER_AFTER = 2.0
+EXIT_GONE = 2
+
+Clock = Callable[[], float]
+
+
+class SrtrApp(App[int]):
+    """Watch and drive one run dir. `job` is the running job's task in `srtr up` mode."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "srtr"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter the instances"),
+        Binding("r", "restart", "Restart", tooltip="Restart the selected instance (asks first)"),
+        Binding("s", "stop", "Stop", tooltip="Stop the selected instance for good (asks first)"),
+        Binding("T", "teardown", "Teardown", tooltip="Tear the job down, tier by tier (asks)"),
+        Binding("K", "kill", "Kill", show=False, tooltip="SIGKILL every instance now (asks)"),
+        Binding("a", "apply_plan", "Apply edit", tooltip="Apply the pending recipe edit"),
+        Binding("p", "previous_log", "Prev log", tooltip="Log before the last restart / current"),
+        Binding("f", "follow", "Follow", show=False, tooltip="Follow the log, or pause it"),
+        Binding("l", "zoom_log", "Log", tooltip="Log full screen (again: back)"),
+        Binding("e", "focus_events", "Events", show=False, tooltip="Focus the events pane"),
+        Binding("question_mark", "help", "Help", key_display="?", tooltip="This help"),
+        Binding("q", "quit", "Quit", tooltip="Quit (srtr up: tears the job down, asks first)"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+        Binding(
+            "ctrl+c",
+            "interrupt",
+            "Teardown/kill",
+            show=False,
+            priority=True,
+            tooltip="Tear down (asks; again: yes); while tearing down: kill",
+        ),
+        Binding("escape", "escape", "Back", show=False),
+    ]
+    # Keys handled by widgets, for the help screen (they are not App bindings).
+    OTHER_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("↑ ↓ j k", "move in the instances table (the detail pane and log follow)"),
+        ("g G", "first / last instance"),
+        ("o / O", "sort by the next column / reverse (or click a header)"),
+        ("Tab", "next pane (table, node grid, log, events)"),
+        ("Enter", "in the node grid: select that instance"),
+        ("Esc", "clear the filter · leave the full-screen log · discard a pending recipe edit"),
+    ]
+
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        job: asyncio.Task[int] | None = None,
+        clock: Clock = time.time,
+        poll_interval: float = POLL_INTERVAL,
+        exit_after: float = EXIT_AFTER,
+        check_controller: bool = True,
+    ) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.job = job
+        self.clock = clock
+        self.poll_interval = poll_interval
+        self.exit_after = exit_after
+        self.check_controller = check_controller
+        self.source = RunSource(run_dir)
+        self.state: dict[str, Any] | None = None
+        self.frame: vm.Frame | None = None
+        self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
+        self.frames = 0  # frames applied: tests wait on it instead of sleeping
+        self.last_apply_seconds = 0.0
+        self._probe_failures: dict[str, str] = {}
+        self._built: vm.Frame | None = None  # the last frame built (in the reading thread)
+        self._retired: deque[vm.Frame] = deque(maxlen=3)
+        self._wake = asyncio.Event()
+        self._banner = ""
+        self._teardown_sent = False
+        self._quit_when_done = False
+        self._exit_timer: Timer | None = None
+        self._filter_timer: Timer | None = None
+        self._last_key_at = float("-inf")
+        self._job_code: int | None = None
+        self._last_error = ""
+
+    # -- layout -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield JobHeader(id="header")
+        yield TeardownView(id="teardown")
+        yield PlanPanel(id="plan")
+        with Horizontal(id="body"):
+            with Vertical(id="sidebar"):
+                yield PoolsPanel(id="pools")
+                yield NodeGridTable(id="grid")
+            with Vertical(id="main"):
+                yield FilterBar(id="filter")
+                yield InstancesTable(id="instances")
+                with Horizontal(id="lower"):
+                    yield DetailPane(id="detail")
+                    yield LogView(id="log")
+        yield EventsPane(id="events")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(FilterBar).display = False
+        self.query_one(TeardownView).display = False
+        self.query_one(PlanPanel).display = False
+        self.query_one(JobHeader).show(None)
+        self.query_one("#pools").border_title = "pools"
+        self.query_one("#grid").border_title = "nodes"
+        self.query_one("#instances").border_title = "instances"
+        self.query_one("#events").border_title = "events (newest first)"
+        self.query_one(InstancesTable).focus()
+        if self.job is not None:
+            self.job.add_done_callback(lambda _task: self.call_later(self._job_finished))
+        self._follow()
+
+    # -- reading ------------------------------------------------------------------------
+
+    @work(exclusive=True, group="source", exit_on_error=False)
+    async def _follow(self) -> None:
+        """Poll the run dir forever; a thread reads and builds, the loop applies."""
+        last_frame_at = float("-inf")
+        while True:
+            # Cleared before reading, so a wake-up that arrives during the read (a new
+            # selection) is not lost: the wait below then returns at once.
+            self._wake.clear()
+            now = self.clock()
+            # Ages tick even when nothing changed: rebuild the frame once a second.
+            rebuild_anyway = time.monotonic() - last_frame_at >= 1.0
+            poll, frame = await asyncio.to_thread(self._read, now, rebuild_anyway)
+            if frame is not None:
+                last_frame_at = time.monotonic()
+            self._apply(poll, frame, now)
+            if self.source.behind:
+                continue  # a fast writer: keep reading, the view lags but drops nothing
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+
+    @on(Worker.StateChanged)
+    def _on_worker_state(self, event: Worker.StateChanged) -> None:
+        """The one place worker failures land: say so, and keep the view alive."""
+        if event.state is not WorkerState.ERROR:
+            return
+        worker = event.worker
+        self.notify(f"{worker.name}: {worker.error}", title="TUI error", severity="error")
+        if worker.group == "source":
+            # Reading must go on, but not in a tight loop if the failure repeats.
+            self.set_timer(RESTART_READER_AFTER, self._follow)
+
+    def _read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
+        """In a worker thread: read what changed, and build the frame if there is one."""
+        poll = self.source.poll()
+        state = poll.state or self.state
+        if poll.state is not None:
+            self.state = poll.state
+        if state is None or (poll.state is None and not rebuild_anyway):
+            return poll, None
+        pid = state.get("job", {}).get("controller_pid")
+        alive = pid_alive(pid) if self.check_controller else True
+        if poll.state is not None:
+            self._probe_failures = vm.remember_probe_failures(
+                self._probe_failures, state.get("instances", [])
+            )
+        self._built = vm.frame(state, now, controller_alive=alive, previous=self._built)
+        # Freeing a 4,096-row frame takes milliseconds: hold the last few here so that the
+        # last reference to an old frame is dropped in this thread, not in the UI's.
+        self._retired.append(self._built)
+        return poll, self._built
+
+    def _apply(self, poll: Poll, frame: vm.Frame | None, now: float) -> None:
+        started = time.perf_counter()
+        if poll.error and poll.error != self._last_error:
+            self.notify(poll.error, severity="warning", timeout=5)
+        self._last_error = poll.error
+        if poll.events:
+            self.events.extend(poll.events)
+        if frame is not None:
+            self._show_frame(frame)
+        if poll.events or frame is not None:
+            self.query_one(EventsPane).show(vm.event_lines(list(self.events), now))
+        if poll.log is not None and poll.log.key == self.source.want_log:
+            self.query_one(LogView).apply(poll.log)
+        self.last_apply_seconds = time.perf_counter() - started
+
+    def _show_frame(self, frame: vm.Frame) -> None:
+        was_ended = self.frame is not None and self.frame.ended
+        was_pending = self._plan_pending
+        self.frame = frame
+        if self._plan_pending != was_pending:
+            self.refresh_bindings()
+        if frame.ended and not was_ended and self.job is None:
+            self._banner = "the job has ended: read-only · q quits"
+        self.query_one(JobHeader).show(frame.header, self._banner)
+        self.query_one(TeardownView).show(frame.teardown)
+        self.query_one(PlanPanel).show(frame.plan)
+        self.query_one(PoolsPanel).show(frame.pools, frame.others)
+        self.query_one(NodeGridTable).show(frame.grid, frame.grid_changes)
+        table = self.query_one(InstancesTable)
+        table.apply(frame.rows, frame.changed)
+        if table.row_count == 0:
+            self._select(None)
+        elif self.source.want_log is None:
+            self._select(table.selected)
+        self._show_detail()
+        self.frames += 1
+
+    def _show_detail(self) -> None:
+        want = self.source.want_log
+        inst = self.frame.instances.get(want[0]) if (self.frame and want) else None
+        view = None
+        if inst is not None:
+            view = vm.detail(
+                inst,
+                self.clock(),
+                events=list(self.events)[-500:],
+                last_probe_failure=self._probe_failures.get(str(inst["name"]), ""),
+            )
+        self.query_one(DetailPane).show(view)
+
+    def _select(self, name: str | None, previous: bool | None = None) -> None:
+        """Follow `name`'s log (and show its details) from the next poll on."""
+        inst = self.frame.instances.get(name) if (self.frame and name) else None
+        if inst is None:
+            self.source.want_log = None
+        else:
+            keep = self.source.want_log[2] if self.source.want_log else False
+            prev = keep if previous is None else previous
+            want = (str(inst["name"]), str(inst.get("log", "")), prev)
+            if want != self.source.want_log:
+                self.source.want_log = want
+                self._wake.set()
+        self._show_detail()
+
+    @on(InstancesTable.SelectionChanged)
+    def _on_selection(self, message: InstancesTable.SelectionChanged) -> None:
+        # A highlight queued just before an exit may arrive once the screen is gone.
+        with contextlib.suppress(NoMatches):
+            self._select(message.name, previous=False)
+
+    @on(NodeGridTable.InstanceChosen)
+    def _on_grid_choice(self, message: NodeGridTable.InstanceChosen) -> None:
+        table = self.query_one(InstancesTable)
+        if not table.select(message.name):
+            self.query_one(FilterBar).value = ""
+            table.set_filter("")
+            table.select(message.name)
+        table.focus()
+
+    @on(FilterBar.Changed)
+    def _on_filter(self, message: FilterBar.Changed) -> None:
+        # Widening a filter back to 4,096 rows costs a rebuild: do it once typing pauses.
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        value = message.value
+        self._filter_timer = self.set_timer(
+            FILTER_DELAY, lambda: self.query_one(InstancesTable).set_filter(value)
+        )
+
+    @on(FilterBar.Closed)
+    def _on_filter_closed(self) -> None:
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        table = self.query_one(InstancesTable)
+        table.set_filter(self.query_one(FilterBar).value)
+        table.focus()
+
+    # -- the job in this process (`srtr up`) ---------------------------------------------
+
+    def _job_finished(self) -> None:
+        with contextlib.suppress(NoMatches):  # the App may be closing already
+            self._on_job_end()
+
+    def _on_job_end(self) -> None:
+        assert self.job is not None
+        if self.job.cancelled():
+            self._job_code = 1
+        elif self.job.exception() is not None:
+            self.exit(1)  # run_with_tui re-raises the exception once the terminal is back
+            return
+        else:
+            self._job_code = self.job.result()
+        self._wake.set()  # show the final state.json at once
+        if self._quit_when_done:
+            self.exit(self._job_code)
+            return
+        # Keys pressed just before the end mean the user is reading, unless those keys were
+        # the teardown they asked for: then the end is what they were waiting for.
+        reading = time.monotonic() - self._last_key_at < READING_WINDOW
+        if reading and not self._teardown_sent:
+            self._banner = f"job ended (exit {self._job_code}) · q quits"
+        else:
+            self._banner = (
+                f"job ended (exit {self._job_code}) · closing in {self.exit_after:g}s,"
+                " any key keeps it open"
+            )
+            self._exit_timer = self.set_timer(self.exit_after, self._exit_with_job_code)
+        self.query_one(JobHeader).show(self.frame.header if self.frame else None, self._banner)
+
+    def _exit_with_job_code(self) -> None:
+        self.exit(self._job_code)
+
+    def on_key(self, event: Key) -> None:
+        self._last_key_at = time.monotonic()
+        if self._exit_timer is not None:
+            self._exit_timer.stop()
+            self._exit_timer = None
+            self._banner = f"job ended (exit {self._job_code}) · q quits"
+            with contextlib.suppress(NoMatches):
+                header = self.frame.header if self.frame else None
+                self.query_one(JobHeader).show(header, self._banner)
+
+    @property
+    def job_running(self) -> bool:
+        if self.job is not None:
+            return not self.job.done()
+        return self.frame is not None and not self.frame.ended
+
+    # -- actions ------------------------------------------------------------------------
+
+    def _selected(self) -> str | None:
+        return self.query_one(InstancesTable).selected
+
+    def action_filter(self) -> None:
+        self.query_one(FilterBar).open()
+
+    def action_escape(self) -> None:
+        if self.screen.is_maximized:
+            self.screen.minimize()
+        elif self._plan_pending:
+            self._send("discard", None)
+
+    @property
+    def _plan_pending(self) -> bool:
+        return self.frame is not None and self.frame.plan is not None and self.frame.plan.pending
+
+    def action_apply_plan(self) -> None:
+        # The plan panel on screen is the preview the user confirms with this key.
+        if not self._plan_pending:
+            self.notify("no recipe edit is waiting", severity="warning")
+            return
+        self._send("apply", None)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "apply_plan":
+            return self._plan_pending  # in the footer only while an edit waits
+        return True
+
+    def action_zoom_log(self) -> None:
+        if self.screen.maximized is not None:
+            self.screen.minimize()
+        else:
+            self.screen.maximize(self.query_one(LogView))
+
+    def action_focus_events(self) -> None:
+        self.query_one(EventsPane).focus()
+
+    def action_previous_log(self) -> None:
+        want = self.source.want_log
+        if want is None:
+            self.notify("select an instance first", severity="warning")
+            return
+        self._select(want[0], previous=not want[2])
+
+    def action_follow(self) -> None:
+        following = self.query_one(LogView).toggle_follow()
+        self.notify("following the log" if following else "log paused", timeout=1.5)
+
+    def action_help(self) -> None:
+        keys: list[tuple[str, str]] = []
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            if binding.key in ("escape", "ctrl+q"):
+                continue  # Esc is listed with the widgets' keys; ctrl+q is q
+            description = binding.tooltip or binding.description
+            keys.append((binding.key_display or binding.key, description))
+        keys += self.OTHER_KEYS
+        note = (
+            "The job runs in this TUI: quitting tears it down."
+            if self.job is not None
+            else "Attached: quitting leaves the job running."
+        )
+        self.push_screen(HelpScreen(keys, note))
+
+    def action_restart(self) -> None:
+        name = self._selected()
+        if name is None:
+            return
+        self._confirm(
+            f"Restart {name}?",
+            "SIGTERM now, SIGKILL after its grace, then it starts again.",
+            "restart",
+            name,
+        )
+
+    def action_stop(self) -> None:
+        name = self._selected()
+        if name is None:
+            return
+        self._confirm(
+            f"Stop {name}?",
+            "It will not be restarted until the job ends.",
+            "stop",
+            name,
+        )
+
+    def action_teardown(self, ctrl_c: bool = False) -> None:
+        self._confirm(
+            "Tear the job down?",
+            "Tier by tier: SIGTERM, then SIGKILL after each instance's grace."
+            + ("\nCtrl+C again: yes." if ctrl_c else "")
+            + ("" if self.job else "\n(q quits this viewer and leaves the job running.)"),
+            "teardown",
+            ctrl_c=ctrl_c,
+        )
+
+    def action_kill(self, ctrl_c: bool = False) -> None:
+        self._confirm(
+            "Kill every instance now?",
+            "SIGKILL to all, no grace." + ("\nCtrl+C again: yes." if ctrl_c else ""),
+            "kill",
+            ctrl_c=ctrl_c,
+        )
+
+    def action_interrupt(self) -> None:
+        screen = self.screen
+        if isinstance(screen, ConfirmModal):
+            if screen.ctrl_c_confirms:
+                screen.dismiss(True)
+            else:
+                screen.dismiss(False)
+            return
+        if not self.job_running:
+            self.exit(self._exit_code())
+            return
+        tearing = self._teardown_sent or (self.frame is not None and self.frame.tearing_down)
+        if tearing:
+            self.action_kill(ctrl_c=True)
+        else:
+            self.action_teardown(ctrl_c=True)
+
+    async def action_quit(self) -> None:
+        if self.job is not None and self.job_running:
+
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self._quit_when_done = True
+                    self._send("teardown", None)
+
+            self.push_screen(
+                ConfirmModal(
+                    "Tear the job down and quit?",
+                    "The job runs inside this TUI (srtr up): it ends with it.",
+                ),
+                answered,
+            )
+            return
+        self.exit(self._exit_code())
+
+    def _exit_code(self) -> int:
+        return self._job_code if self._job_code is not None else 0
+
+    def _confirm(
+        self,
+        question: str,
+        detail: str,
+        op: str,
+        instance: str | None = None,
+        *,
+        ctrl_c: bool = False,
+    ) -> None:
+        if not self.job_running:
+            self.notify("the job has ended: nothing to do", severity="warning")
+            return
+        if isinstance(self.screen, ConfirmModal):
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._send(op, instance)
+
+        self.push_screen(ConfirmModal(question, detail, ctrl_c_confirms=ctrl_c), answered)
+
+    @work(group="intents", exit_on_error=False)
+    async def _send(self, op: str, instance: str | None) -> None:
+        """Send one intent through the control socket, off the loop (it may serve it)."""
+        if op in ("teardown", "kill"):
+            self._teardown_sent = True
+        try:
+            message = await asyncio.to_thread(send, self.run_dir, op, instance)
+        except ControlError as exc:
+            self.notify(str(exc), title=f"{op} refused", severity="error")
+        else:
+            self.notify(message, title=op, timeout=3)
+        self._wake.set()
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+
+def run_with_tui(run_dir: Path, job: Coroutine[Any, Any, int]) -> int:
+    """`srtr up` on a terminal: run the job and the TUI in one event loop; the job's code."""
+    return asyncio.run(_up(run_dir, job))
+
+
+async def _up(run_dir: Path, job: Coroutine[Any, Any, int]) -> int:
+    task = asyncio.create_task(job)
+    app = SrtrApp(run_dir, job=task)
+    try:
+        await app.run_async()
+    finally:
+        if not task.done():
+            # The TUI closed (or crashed) while the job runs: never orphan instances.
+            print("srtr: the TUI closed while the job runs; tearing it down", file=sys.stderr)
+            with contextlib.suppress(ControlError):
+                await asyncio.to_thread(send, run_dir, "teardown")
+    return await task
+
+
+def attach(run_dir: Path) -> int:
+    """`srtr tui RUN_DIR`: watch and drive a running job; 2 when the job is gone."""
+    import json
+
+    try:
+        state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
+        job = state["job"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"srtr tui: cannot read {run_dir / 'state.json'}: {exc}", file=sys.stderr)
+        return EXIT_GONE
+    if job.get("phase") in vm.JOB_ENDED:
+        print(
+            f"srtr tui: the job of {run_dir} has ended ({job.get('phase')}, exit code "
+            f"{job.get('exit_code')}); see `srtr status {run_dir}` and `srtr logs`",
+            file=sys.stderr,
+        )
+        return EXIT_GONE
+    if not pid_alive(job.get("controller_pid")):
+        print(
+            f"srtr tui: the controller of {run_dir} (pid {job.get('controller_pid')}) is not "
+            f"running; its last state: phase {job.get('phase')}. See `srtr status {run_dir}`",
+            file=sys.stderr,
+        )
+        return EXIT_GONE
+    result = SrtrApp(run_dir).run()
+    return 0 if result is None else result

@@ -1,0 +1,287 @@
+"""Reading a run dir as it changes: state.json, events.jsonl and one instance's log.
+
+The TUI only reads files and sends intents; this module is the reading half. It polls:
+`RunSource.poll()` is called every 0.25 s (from a thread, see `app.py`) and touches a file
+only when `stat` says it changed:
+
+- state.json is re-read and parsed when its inode, size or mtime changed (the controller
+  replaces it atomically, so each write is a new inode);
+- events.jsonl and the followed log are tailed from a saved byte offset: every appended
+  byte is read exactly once, a partial last line is carried over until its newline
+  arrives, and a huge line is handed over in pieces instead of being dropped or
+  buffered without bound. One poll reads at most `max_read` bytes per file, so a
+  fast writer makes the view lag a little rather than freeze it; the next poll goes on
+  where this one stopped.
+
+Why poll rather than watch (inotify/watchfiles): run dirs live on shared filesystems
+(NFS, Lustre) on SLURM clusters, and `srtr tui` runs on a login node while the
+controller writes from a compute node: inotify never sees those writes, a stat does.
+Four stats a second cost nothing; the controller writes state.json at most 5 times a
+second anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srtr.tui.viewmodel import MARKER_PREFIX, is_restart_marker
+
+MAX_READ = 4 * 1024 * 1024
+MAX_LINE = 1024 * 1024
+LOG_TAIL = 256 * 1024  # how much of an existing log a newly selected instance shows
+_SCAN = 64 * 1024
+
+
+def _utf8_cut(data: bytes, limit: int) -> int:
+    """An index <= limit that does not split a UTF-8 character."""
+    cut = min(limit, len(data))
+    while 0 < cut < len(data) and (data[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return cut or limit
+
+
+class LineTail:
+    """Incremental reader of an append-only file: complete lines only, none lost.
+
+    A file that shrinks or is replaced (new inode) is read again from the start.
+    """
+
+    def __init__(
+        self, path: Path, offset: int = 0, *, max_read: int = MAX_READ, max_line: int = MAX_LINE
+    ) -> None:
+        self.path = path
+        self.offset = offset
+        self.max_read = max_read
+        self.max_line = max_line
+        self._partial = b""
+        self._inode: int | None = None
+        self.behind = False  # more bytes were waiting when the last read stopped
+        self.restarted = False  # the last read found the file truncated or replaced
+
+    def read(self) -> list[str]:
+        self.restarted = False
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.behind = False
+            return []
+        if self._inode is None:
+            self._inode = st.st_ino
+        elif st.st_ino != self._inode or st.st_size < self.offset:
+            self._inode = st.st_ino
+            self.offset, self._partial, self.restarted = 0, b"", True
+        if st.st_size == self.offset:
+            self.behind = False
+            return []
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(self.max_read)
+        self.offset += len(data)
+        self.behind = self.offset < st.st_size
+        return self._lines(data)
+
+    def _lines(self, data: bytes) -> list[str]:
+        buffer = self._partial + data
+        parts = buffer.split(b"\n")
+        self._partial = parts.pop()
+        out = [p.decode("utf-8", "replace") for p in parts]
+        # A line longer than max_line is handed over in pieces rather than held forever.
+        while len(self._partial) > self.max_line:
+            cut = _utf8_cut(self._partial, self.max_line)
+            out.append(self._partial[:cut].decode("utf-8", "replace"))
+            self._partial = self._partial[cut:]
+        return out
+
+
+def last_marker_offset(path: Path, end: int | None = None) -> int | None:
+    """Byte offset of the last restart-marker line before `end`, scanning backwards."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END) if end is None else end
+            position = size
+            carry = b""
+            while position > 0:
+                start = max(0, position - _SCAN)
+                handle.seek(start)
+                block = handle.read(position - start) + carry
+                index = len(block)
+                while True:
+                    index = block.rfind(MARKER_PREFIX, 0, index)
+                    if index < 0:
+                        break
+                    stop = block.find(b"\n", index)
+                    rest = block[index : None if stop < 0 else stop]
+                    if is_restart_marker(rest.decode("utf-8", "replace")):
+                        return start + index
+                # Keep the first (possibly cut) line for the next, earlier block.
+                first = block.find(b"\n")
+                carry = block if first < 0 else block[: first + 1]
+                if len(carry) > MAX_LINE:
+                    carry = b""
+                position = start
+    except FileNotFoundError:
+        return None
+    return None
+
+
+def _align(handle: Any, start: int) -> int:
+    """Move `start` to the beginning of the next line (a tail must not begin mid-line)."""
+    if start == 0:
+        return 0
+    handle.seek(start - 1)
+    if handle.read(1) == b"\n":
+        return start
+    rest = handle.read(MAX_LINE)
+    newline = rest.find(b"\n")
+    return start if newline < 0 else start + newline + 1
+
+
+@dataclass
+class LogChunk:
+    """Lines for the log view. `reset` means: clear the view first (another log or mode)."""
+
+    key: tuple[str, str, bool]
+    lines: list[str]
+    reset: bool
+    skipped: int = 0  # bytes before the tail that are not shown
+    note: str = ""
+
+
+class LogFollower:
+    """The selected instance's log: its current attempt (followed), or the text before the
+    last restart marker (`previous`, a fixed view).
+    """
+
+    def __init__(self, path: Path, key: tuple[str, str, bool], tail: int = LOG_TAIL) -> None:
+        self.path = path
+        self.key = key
+        self.previous = key[2]
+        self.tail_bytes = tail
+        self._tail: LineTail | None = None
+        self._started = False
+
+    @property
+    def behind(self) -> bool:
+        return self._tail is not None and self._tail.behind
+
+    def read(self) -> LogChunk:
+        if not self._started:
+            self._started = True
+            return self._first()
+        if self._tail is None:
+            return LogChunk(self.key, [], reset=False)
+        lines = self._tail.read()
+        if self._tail.restarted:
+            return LogChunk(self.key, lines, reset=True, note="the log was truncated")
+        return LogChunk(self.key, lines, reset=False)
+
+    def _first(self) -> LogChunk:
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            self._tail = None if self.previous else LineTail(self.path)
+            return LogChunk(self.key, [], reset=True, note="no output yet")
+        marker = last_marker_offset(self.path, size)
+        if self.previous:
+            if marker is None:
+                return LogChunk(self.key, [], reset=True, note="no restart yet: no previous log")
+            lines, skipped = self._range(max(0, marker - self.tail_bytes), marker)
+            return LogChunk(self.key, lines, reset=True, skipped=skipped)
+        start = max(marker or 0, size - self.tail_bytes)
+        with open(self.path, "rb") as handle:
+            start = start if start == marker else _align(handle, start)
+        self._tail = LineTail(self.path, start)
+        lines = self._tail.read()
+        while self._tail.behind and len(lines) < 100_000:
+            lines += self._tail.read()
+        return LogChunk(self.key, lines, reset=True, skipped=start)
+
+    def _range(self, start: int, end: int) -> tuple[list[str], int]:
+        with open(self.path, "rb") as handle:
+            start = _align(handle, start)
+            handle.seek(start)
+            data = handle.read(max(0, end - start))
+        text = data.decode("utf-8", "replace")
+        return text.splitlines(), start
+
+
+@dataclass
+class Poll:
+    """What changed since the previous poll."""
+
+    state: dict[str, Any] | None = None  # a new snapshot, or None when unchanged
+    events: list[dict[str, Any]] = field(default_factory=list)
+    log: LogChunk | None = None
+    error: str = ""
+
+
+class RunSource:
+    """Everything the TUI reads from one run dir. Not thread-safe: one poll at a time.
+
+    The UI sets `want_log` (instance name, log path relative to the run dir, previous?)
+    from the event loop; the next poll, run in a worker thread, follows that log.
+    """
+
+    def __init__(self, run_dir: Path, *, tail_bytes: int = LOG_TAIL) -> None:
+        self.run_dir = run_dir
+        self.want_log: tuple[str, str, bool] | None = None
+        self.tail_bytes = tail_bytes
+        self._state_sig: tuple[int, int, int] | None = None
+        self._events = LineTail(run_dir / "events.jsonl")
+        self._log: LogFollower | None = None
+
+    def poll(self) -> Poll:
+        out = Poll()
+        try:
+            out.state = self._read_state()
+        except (OSError, ValueError) as exc:
+            out.error = f"cannot read state.json: {exc}"
+        for line in self._events.read():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # not a whole event (a writer killed mid-line): nothing to show
+            if isinstance(event, dict):
+                out.events.append(event)
+        want = self.want_log
+        if want is None:
+            self._log = None
+        else:
+            if self._log is None or self._log.key != want:
+                self._log = LogFollower(self.run_dir / want[1], want, self.tail_bytes)
+            out.log = self._log.read()
+        return out
+
+    @property
+    def behind(self) -> bool:
+        """More appended bytes are waiting: poll again at once."""
+        return self._events.behind or (self._log is not None and self._log.behind)
+
+    def _read_state(self) -> dict[str, Any] | None:
+        path = self.run_dir / "state.json"
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if sig == self._state_sig:
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        self._state_sig = sig
+        return doc if isinstance(doc, dict) else None
+
+
+def pid_alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
