@@ -144,7 +144,10 @@ def _make_run_dir(args: argparse.Namespace, name: str) -> Path:
             and state["job"]["phase"] not in ("Succeeded", "Failed")
         ):
             raise _bad("--run-dir", f"{run_dir} belongs to a running job (controller pid {pid})")
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    # The run dir holds env values (recipe.yaml, state.json): only its owner may read it.
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    run_dir.chmod(0o700)
+    (run_dir / "logs").mkdir(exist_ok=True)
     return run_dir
 
 
@@ -351,6 +354,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     if job.get("reason"):
         console.print(f"reason: {job['reason']}")
+    if job.get("end_time") and alive:
+        left = max(0, int(job["end_time"] - time.time()))
+        console.print(f"time left in the allocation: {left // 60}m{left % 60:02d}s")
     instances = state["instances"]
     for pool_doc in state["pools"]:
         owners = [i for i in instances if i["pool"] == pool_doc["name"] and i["kind"] == "owner"]

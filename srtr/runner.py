@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from srtr.backends.prober import Prober
 from srtr.control import ControlServer
 from srtr.controllers import exporter, intents, manager
 from srtr.controllers.context import Ctx
+from srtr.controllers.job import begin_teardown
 from srtr.progress import ProgressPrinter
 from srtr.recipe_watch import RecipeWatcher
 from srtr.reconciler.clock import MonotonicClock
@@ -135,6 +137,10 @@ async def run_job(
     exporter.start(ctx, shutil.which)  # issue 7: skip exporter kinds whose binary is missing
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
+    end_time = await _end_time(backend)
+    if end_time is not None:
+        _plan_walltime(ctx, end_time, loop)
+        store.extensions["end_time"] = end_time
     persist()
     stop_watching = asyncio.Event()
     watch_task: asyncio.Task[None] | None = None
@@ -172,6 +178,49 @@ async def run_job(
     if progress:
         console.print(f"run dir: {run_dir}  (srtr status {run_dir})")
     return code
+
+
+# Teardown must start this long before the allocation ends, on top of every tier's grace:
+# SLURM kills the job at the time limit whatever runs (KillWait after SIGTERM).
+WALLTIME_MARGIN = 10.0
+
+
+async def _end_time(backend: Backend) -> float | None:
+    end_time = getattr(backend, "end_time", None)
+    return await end_time() if end_time is not None else None
+
+
+def teardown_budget(desired: DesiredState) -> float:
+    """Seconds a graceful teardown may take: the longest grace of each tier, summed."""
+    longest: dict[int, float] = {}
+    for spec in desired.instances:
+        tier = spec.shutdown_tier
+        longest[tier] = max(longest.get(tier, 0.0), spec.stop_grace_seconds)
+    return sum(longest.values())
+
+
+def _plan_walltime(ctx: Ctx, end_time: float, loop: asyncio.AbstractEventLoop) -> None:
+    """Start teardown early enough that every tier gets its grace before SLURM's limit."""
+    budget = teardown_budget(ctx.store.desired) + WALLTIME_MARGIN
+    delay = max(0.0, end_time - budget - ctx.clock.wall())
+
+    def walltime() -> None:
+        if ctx.store.job.teardown_requested:
+            return
+        holding = "benchmark" not in ctx.store.specs and not ctx.store.desired.terminal_services
+        begin_teardown(
+            ctx,
+            exit_code=0 if holding else 1,
+            reason=f"the allocation ends in {budget:.0f}s (time limit); walltime",
+        )
+
+    loop.call_later(delay, walltime)
+    ctx.store.record(
+        "job",
+        "Walltime",
+        f"the allocation ends at {time.strftime('%H:%M:%S', time.localtime(end_time))}"
+        f"; teardown starts {budget:.0f}s before (tier graces + margin)",
+    )
 
 
 def _save_recipe(run_dir: Path, text: str, generation: int) -> None:

@@ -260,3 +260,29 @@ def test_submit_runs_the_job_in_a_batch_allocation(tmp_path: Path) -> None:
     assert state["job"]["phase"] == "Succeeded", (run_dir / "logs" / "sbatch.out").read_text()
     assert "train pool: node2,node3" in (run_dir / "logs" / "benchmark.out").read_text()
     no_job_left("srtr-spools")
+
+
+WALLTIME = """
+name: swall
+services:
+  - name: hold
+    command: ["sleep", "1000"]
+    stop_grace_seconds: 25
+"""
+
+
+def test_walltime_teardown_starts_before_the_time_limit(tmp_path: Path) -> None:
+    run = Run(tmp_path, WALLTIME, "--backend", "slurm", "--time", "1",
+              env=slurm_util.outside_env())
+    try:
+        state = run.wait_state(running, 60, "every step registered")
+        assert state["job"]["end_time"] is not None
+        code = finish(run, timeout=90)
+    finally:
+        run.close()
+    assert code == 0, run.out + run.err
+    state = run.state()
+    assert state is not None and "walltime" in state["job"]["reason"]
+    reasons = [e["reason"] for e in events(run.run_dir)]
+    assert "Walltime" in reasons and reasons[-1] == "JobSucceeded"
+    no_job_left("srtr-swall")

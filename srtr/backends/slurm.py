@@ -437,6 +437,16 @@ class SlurmBackend(LocalBackend):
                 )
             )
 
+    async def end_time(self) -> float | None:
+        """When the allocation's time limit ends (epoch seconds), or None when unlimited."""
+        try:
+            done = await self.commands.arun(
+                ["squeue", "-h", "-j", self.job_id, "-o", "%e"], check=False
+            )
+        except SlurmError:
+            return None
+        return parse_end_time(done.stdout)
+
     # -- closing --------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -495,3 +505,15 @@ def _node_failure_in_log(path: Path | None, start: int) -> str | None:
     except OSError:
         return None
     return slurm_cmd.parse_srun_node_failure(tail)
+
+
+def parse_end_time(text: str) -> float | None:
+    """`squeue -o %e` → epoch seconds; None for UNLIMITED, N/A or anything unparsable."""
+    import datetime
+
+    value = text.strip().splitlines()[0].strip() if text.strip() else ""
+    try:
+        # squeue prints the controller's local time without a zone.
+        return datetime.datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None

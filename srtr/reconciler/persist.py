@@ -92,6 +92,7 @@ def snapshot(
             "slurm_job_id": slurm_job_id,
             "stage": job.stage,
             "started_at": wall(job.started_at),
+            "end_time": store.extensions.get("end_time"),
             "ended_at": wall(job.ended_at),
             "stages": [s.name for s in desired.stages],
             "conditions": [c.to_json() for c in job.conditions.values()],

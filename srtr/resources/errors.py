@@ -33,12 +33,14 @@ class Problem:
 
     def format(self, file: str) -> str:
         where = f"{file}:{self.line}" if self.line else file
+        # One problem, one line: a multi-line message would break `FILE:LINE:` parsing.
+        message = " ".join(self.message.split())
         dotted = format_path(self.path)
         prefix = "warning: " if self.warning else ""
         return (
-            f"{where}: {prefix}{dotted}: {self.message}"
+            f"{where}: {prefix}{dotted}: {message}"
             if dotted
-            else (f"{where}: {prefix}{self.message}")
+            else (f"{where}: {prefix}{message}")
         )
 
 

@@ -149,8 +149,15 @@ def parse(text: str) -> Marked:
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 0
         raise YamlProblem(line, f"invalid YAML: {exc.problem or exc.context}") from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        raise YamlProblem(
+            line, f"invalid YAML: unacceptable character #x{exc.character:04x} (control "
+            "characters are not allowed)"
+            if isinstance(exc.character, int) else f"invalid YAML: {exc.reason}"
+        ) from None
     except yaml.YAMLError as exc:
-        raise YamlProblem(0, f"invalid YAML: {exc}") from None
+        raise YamlProblem(0, "invalid YAML: " + " ".join(str(exc).split())) from None
     if root is None:
         raise YamlProblem(1, "the recipe is empty; it must be a mapping with at least `name`")
     size = _expanded_size(root, {})

@@ -1,0 +1,141 @@
+"""Fuzz recipes and live edits: bad input gets `file:line: path: message`, never a traceback.
+
+500 cases of each in the normal run; tests/chaos runs 10,000 (SRTR_FUZZ_CASES to change).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from srtr.resources.diff import diff
+from srtr.resources.errors import RecipeError
+from srtr.resources.expand import local_allocation
+from srtr.resources.planning import plan_text_source
+
+LINE = re.compile(r"^recipe\.yaml(:\d+)?: \S.*$")
+
+BASE: dict[str, Any] = {
+    "name": "fuzz",
+    "resources": {"gpus_per_node": 8},
+    "roles": {"agg": {"nodes": 1, "workers": 1, "gpus": 8, "command": ["serve"]}},
+    "services": [
+        {"name": "train", "command": ["sleep", "inf"], "nodes": 2,
+         "readiness": {"port": 9000, "timeout_seconds": 30}},
+        {"name": "napper", "command": ["sleep", "inf"], "nodes": 1},
+        {"name": "watcher", "command": ["sleep", "inf"], "placement": {"pool": "train"},
+         "env": {"A": "{node_ip}"}, "restart": {"backoff_seconds": 0.5}},
+    ],
+    "benchmark": {"type": "custom", "command": "echo $SRT_SERVICE_TRAIN_NODES"},
+    "environment": {"X": "1"},
+}
+ALLOCATION = local_allocation(6)
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=True),
+    st.text(max_size=12), st.sampled_from(["head", "workers", "train", "trian", "../x",
+                                           "a/b", "x;rm", "{node}", "never", "always"]),
+)
+values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6)
+keys = st.sampled_from(["name", "nodes", "command", "placement", "pool", "node", "readiness",
+                        "port", "env", "restart", "terminal", "critical", "start", "metrics",
+                        "plcement", "type", "services", "roles", "benchmark", "args",
+                        "shutdown_tier", "stop_grace_seconds", "unknown"])
+
+
+def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> str:
+    doc = copy.deepcopy(BASE)
+    for _ in range(draw(st.integers(1, 4))):
+        paths = _paths(doc)
+        path = draw(st.sampled_from(paths))
+        parent: Any = doc
+        for part in path[:-1]:
+            parent = parent[part]
+        action = draw(st.sampled_from(["set", "delete", "insert"]))
+        if not path:
+            continue
+        last = path[-1]
+        if action == "delete" and isinstance(parent, dict):
+            parent.pop(last, None)
+        elif action == "delete" and isinstance(parent, list) and len(parent) > 1:
+            parent.pop(last)
+        elif action == "insert" and isinstance(parent, dict):
+            parent[draw(keys)] = draw(values)
+        else:
+            parent[last] = draw(values)
+    text = yaml.safe_dump(doc, sort_keys=False)
+    if draw(st.booleans()) and text:
+        cut = draw(st.integers(0, len(text)))
+        text = text[:cut] + draw(st.sampled_from(["", ":", "- ", "{", "&a", "*a", "\t", "'"]))
+        text += text[cut:]
+    return text
+
+
+def _check(text: str, previous: Any = None) -> Any:
+    try:
+        return plan_text_source(text, "recipe.yaml", ALLOCATION, previous)[1]
+    except RecipeError as exc:
+        lines = exc.lines()
+        assert lines, "a RecipeError without a message"
+        for line in lines:
+            assert LINE.match(line), line
+        return None
+
+
+def fuzz_recipes(cases: int) -> None:
+    @settings(max_examples=cases, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(mutated())
+    def run(text: str) -> None:
+        _check(text)
+
+    run()
+
+
+def fuzz_edits(cases: int) -> None:
+    base = _check(yaml.safe_dump(BASE, sort_keys=False))
+    assert base is not None
+
+    @settings(max_examples=cases, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(mutated())
+    def run(text: str) -> None:
+        new = _check(text, base.nodes)
+        if new is not None:
+            plan = diff(base, new, launched=frozenset(s.name for s in base.instances))
+            assert plan.summary()
+
+    run()
+
+
+def test_fuzz_recipes() -> None:
+    fuzz_recipes(500)
+
+
+def test_fuzz_live_edits() -> None:
+    fuzz_edits(500)
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_any_text_is_a_recipe_or_a_clean_error(text: str) -> None:
+    _check(text)
