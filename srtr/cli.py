@@ -55,25 +55,14 @@ def _plan_against(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from srtr.resources.diff import diff, render
-    from srtr.resources.objects import NodeMap, NodeSpec
+    from srtr.resources.objects import NodeMap
     from srtr.resources.planning import plan_text_source, read_text
 
     run_dir = Path(args.against)
     try:
         state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
-        carve = state["carve"]
         allocation = [(n["name"], n["ip"]) for n in state["nodes"]]
-        nodes = NodeMap(
-            allocation=tuple(NodeSpec(n["name"], n["ip"], n["state"]) for n in state["nodes"]),
-            workers=tuple(carve["workers"]),
-            pools={k: tuple(v) for k, v in carve["pools"].items()},
-            reserved=tuple(carve["reserved"]),
-            spares=tuple(carve["spares"]),
-            head=carve["head"],
-            bench=carve["bench"],
-            infra=carve["infra"],
-            role_nodes={k: tuple(v) for k, v in carve["role_nodes"].items()},
-        )
+        nodes = NodeMap.from_json(state["carve"], state["nodes"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RecipeError(str(run_dir), [Problem((), f"not a readable run dir: {exc}")]) from None
     applied = run_dir / "recipe.yaml"

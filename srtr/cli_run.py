@@ -22,7 +22,19 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def add_verbs(verbs: Any) -> None:
     up = verbs.add_parser("up", help="run a recipe until its job ends")
-    up.add_argument("recipe", help="recipe YAML file")
+    up.add_argument("recipe", nargs="?", help="recipe YAML file (optional with --adopt)")
+    up.add_argument(
+        "--adopt",
+        metavar="RUN_DIR",
+        help="take over the job of a crashed controller: adopt what still runs, 0 restarts",
+    )
+    up.add_argument(
+        "--adopt-window",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long instances outlive a crashed controller, waiting to be adopted (60)",
+    )
     up.add_argument(
         "--backend",
         choices=("auto", "local", "slurm"),
@@ -195,6 +207,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.planning import plan_text_source, read_text
     from srtr.runner import run_job
 
+    adopt_from = _crashed_job(args)
+    if adopt_from is not None:
+        return _adopt(args, adopt_from)
+    if args.recipe is None:
+        raise _bad("srtr up", "give a RECIPE, or --adopt RUN_DIR")
     text = read_text(args.recipe)
     recipe = load_text(text, args.recipe)
     if args.nodes is not None and args.nodes < 1:
@@ -232,6 +249,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         "watch_poll": True if args.watch_poll else None,
         "metrics_listen": args.metrics_port,
         "slurm_job_id": slurm_job_id,
+        "adopt_window": args.adopt_window,
     }
     if tui:
         return run_with_tui(run_dir, run_job(desired, run_dir, backend, progress=False, **options))
@@ -301,6 +319,67 @@ def cmd_submit(args: argparse.Namespace) -> int:
     print(f"submitted job {job_id}; run dir {run_dir}")
     print(f"follow it with `srtr status {run_dir}` or `srtr tui {run_dir}`")
     return 0
+
+
+def _crashed_job(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The state of a job whose controller died, when `up` is asked to take it over.
+
+    `--adopt RUN_DIR` asks explicitly; `--run-dir DIR` of such a job implies it.
+    """
+    where = args.adopt or args.run_dir
+    if not where or not (Path(where) / "state.json").exists():
+        if args.adopt:
+            raise _bad(args.adopt, "no state.json here; nothing to adopt")
+        return None
+    state = _read_state(Path(where))
+    job = state["job"]
+    if job["phase"] in ("Succeeded", "Failed"):
+        if args.adopt:
+            raise _bad(args.adopt, f"the job has ended ({job['phase']}); nothing to adopt")
+        return None
+    pid = job.get("controller_pid")
+    if isinstance(pid, int) and _pid_alive(pid):
+        raise _bad(str(where), f"belongs to a running job (controller pid {pid})")
+    return state
+
+
+def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
+    from srtr.backends.local import LocalBackend
+    from srtr.resources.objects import NodeMap
+    from srtr.resources.planning import plan_text_source, read_text
+    from srtr.runner import run_job
+
+    run_dir = Path(args.adopt or args.run_dir)
+    job = state["job"]
+    if job.get("backend") != "local":
+        raise _bad(
+            str(run_dir),
+            f"adopting a {job.get('backend')} job is not supported yet; "
+            "only local jobs can be adopted",
+        )
+    applied = run_dir / "recipe.yaml"
+    text = read_text(applied)
+    allocation = [(n["name"], n["ip"]) for n in state["nodes"]]
+    previous = NodeMap.from_json(state["carve"], state["nodes"])
+    _, desired = plan_text_source(text, str(applied), allocation, previous)
+    recipe_path = args.recipe or job.get("recipe_path")
+    print(
+        f"srtr: adopting the job in {run_dir} (its controller pid {job.get('controller_pid')} "
+        "is gone)",
+        file=sys.stderr,
+    )
+    options: dict[str, Any] = {
+        "recipe": None if args.no_watch or not recipe_path else Path(recipe_path),
+        "recipe_text": text,
+        "allocation": allocation,
+        "apply_auto": (args.apply or "auto") == "auto",
+        "watch_poll": True if args.watch_poll else None,
+        "metrics_listen": args.metrics_port,
+        "adopt_from": state,
+        "adopt_window": args.adopt_window,
+    }
+    backend = LocalBackend(len(allocation))
+    return asyncio.run(run_job(desired, run_dir, backend, **options))
 
 
 def _release(backend: Any) -> None:

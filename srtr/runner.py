@@ -15,10 +15,11 @@ import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from srtr import adoption, guard
 from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
 from srtr.control import ControlServer
@@ -62,6 +63,8 @@ async def run_job(
     allocation: Sequence[tuple[str, str]] = (),
     apply_auto: bool = True,
     watch_poll: bool | None = None,
+    adopt_from: dict[str, Any] | None = None,
+    adopt_window: float = guard.ADOPT_WINDOW,
     metrics_listen: tuple[str, int] | None = None,
 ) -> int:
     """Run `desired` on `backend` until the job ends; return the job's exit code.
@@ -125,6 +128,9 @@ async def run_job(
             store, backend=backend.name, controller_pid=os.getpid(), slurm_job_id=slurm_job_id
         )
         doc["job"]["control"] = str(control.path)
+        doc["job"]["recipe_path"] = str(recipe.resolve()) if recipe is not None else None
+        allocation_info = getattr(backend, "allocation", None)
+        doc["job"]["owns_allocation"] = bool(allocation_info and allocation_info.owned)
         doc["job"]["metrics_url"] = job_metrics.url if job_metrics else None  # issue 7
         write_atomic(run_dir / "state.json", json.dumps(doc, indent=1) + "\n")
 
@@ -137,6 +143,9 @@ async def run_job(
     exporter.start(ctx, shutil.which)  # issue 7: skip exporter kinds whose binary is missing
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
+    if adopt_from is not None:
+        await adoption.adopt(ctx, adopt_from)
+    guardian = guard.start(run_dir, adopt_window)
     end_time = await _end_time(backend)
     if end_time is not None:
         _plan_walltime(ctx, end_time, loop)
@@ -158,6 +167,7 @@ async def run_job(
         code = await manager.run(ctx)
     finally:
         stop_watching.set()
+        guardian.poll()  # it sees our exit and leaves on its own; no zombie while we live
         if watch_task is not None:
             await asyncio.wait({watch_task}, timeout=5)
         for signum in STOP_SIGNALS:

@@ -394,10 +394,10 @@ def test_many_children_one_thread(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
-def test_direct_child_dies_with_the_controller(tmp_path: Path) -> None:
-    """PR_SET_PDEATHSIG: SIGKILL a controller process and its instance goes too."""
+def test_an_instance_outlives_a_killed_controller_and_can_be_adopted(tmp_path: Path) -> None:
+    """No PDEATHSIG: a kill -9'd controller's instance lives on until adopted (or guarded)."""
     controller = f"""
-import asyncio, sys
+import asyncio, json
 from pathlib import Path
 from srtr.backends.base import LaunchSpec
 from srtr.backends.local import LocalBackend
@@ -406,25 +406,41 @@ async def main():
     backend = LocalBackend(1)
     spec = LaunchSpec(name="child", node="node1", node_ip="127.0.0.2", argv=("sleep", "1000"),
                       env={{}}, log_path=Path({str(tmp_path / "child.log")!r}))
-    print(await backend.launch(spec), flush=True)
+    await backend.launch(spec)
+    print(json.dumps(backend.identity("child")), flush=True)
     await asyncio.Event().wait()
 
 asyncio.run(main())
 """
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": REPO}
     proc = subprocess.Popen([PY, "-c", controller], stdout=subprocess.PIPE, env=env)
+    child = 0
     try:
         assert proc.stdout is not None
-        child = int(proc.stdout.readline())
+        identity = json.loads(proc.stdout.readline())
+        child = identity["pid"]
+        proc.kill()
+        proc.wait()
+        assert pid_alive(child)
 
-        async def check() -> None:
-            assert pid_alive(child)
-            proc.kill()
-            await wait_for(lambda: not pid_alive(child), what="the orphaned instance to die")
+        async def adopt() -> None:
+            backend = LocalBackend(1)
+            seen: list[Observation] = []
+            backend.set_listener(seen.append)
+            assert not await backend.adopt("child", 0, {**identity, "start": identity["start"] + 1})
+            assert await backend.adopt("child", 0, identity)
+            assert backend.running() == {"child"}
+            await backend.signal("child", signal.SIGTERM)
+            await wait_for(lambda: bool(seen), what="the adopted exit")
+            assert seen[0].exit_code is None and seen[0].name == "child"
+            await backend.close()
 
-        asyncio.run(check())
+        asyncio.run(adopt())
+        assert not pid_alive(child)
     finally:
         proc.kill()
         proc.wait()
+        if child and pid_alive(child):
+            os.kill(child, signal.SIGKILL)
         assert proc.stdout is not None
         proc.stdout.close()

@@ -211,6 +211,7 @@ services:
 """
 
 
+@pytest.mark.timeout(400)
 def test_a_dead_slurmd_loses_its_instances_and_fails_a_critical_owner(tmp_path: Path) -> None:
     run = Run(tmp_path, LOSS, "--backend", "slurm", env=slurm_util.outside_env())
     try:
@@ -231,7 +232,7 @@ def test_a_dead_slurmd_loses_its_instances_and_fails_a_critical_owner(tmp_path: 
         # The tasks on the "dead" node live on (it is this machine) until its slurmd is
         # back and learns that their job has ended.
         slurm_util.heal()
-    wait_for(lambda: not run.leftovers(), 60, "the lost node's tasks to be cleaned up")
+    wait_for(lambda: not run.leftovers(), 180, "the lost node's tasks to be cleaned up")
     no_job_left("srtr-sloss")
 
 
@@ -271,6 +272,7 @@ services:
 """
 
 
+@pytest.mark.timeout(300)
 def test_walltime_teardown_starts_before_the_time_limit(tmp_path: Path) -> None:
     run = Run(tmp_path, WALLTIME, "--backend", "slurm", "--time", "1",
               env=slurm_util.outside_env())

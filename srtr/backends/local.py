@@ -11,15 +11,18 @@ bind to `{node_ip}` do not collide. The CLI constructs this backend; controllers
 a `srtr.backends.base.Backend`.
 
 Costs worth knowing: one pidfd per live attempt (the controller's open-file limit bounds the
-job), and Popen forks instead of using vfork/posix_spawn because of the preexec hook.
+job).
+
+A controller that dies (kill -9) leaves its instances running on purpose, so that
+`srtr up --adopt` can take them over with 0 restarts (`adopt`, by pid and kernel start
+time). The job's guard process (`srtr.guard`) kills them if no controller adopts them within
+the adoption window, so nothing outlives a crashed controller for long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import functools
 import ipaddress
 import logging
 import os
@@ -41,7 +44,6 @@ from srtr.backends.base import (
 log = logging.getLogger(__name__)
 
 _CLOSE_TIMEOUT = 5.0
-_PR_SET_PDEATHSIG = 1
 # Only these are taken from the controller's environment: anything else (tokens, SLURM_*,
 # the user's experiments) must come from the recipe so that a run is reproducible.
 _INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR", "PYTHONPATH")
@@ -50,28 +52,18 @@ _PRUNE_MIN = 64
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _FIRST_IP = ipaddress.ip_address("127.0.0.1")
 
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Run in the forked child before exec: ask the kernel to SIGKILL us if the controller dies.
-
-    PR_SET_PDEATHSIG fires when the *thread* that forked exits; every Backend method runs on the
-    event loop's thread, which lives as long as the controller. It survives exec (except of
-    set-uid binaries) but covers this direct child only: grandchildren (a preamble's background
-    jobs, a server's workers) are reached only by the group kills of `signal` and `close`, so
-    they survive a controller that is itself SIGKILLed.
-    """
-    _libc.prctl(
-        _PR_SET_PDEATHSIG,
-        ctypes.c_ulong(signal.SIGKILL),
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-    )
-    # The controller may have died between fork and prctl, and then the signal never comes.
-    if os.getppid() != parent_pid:
-        os.kill(os.getpid(), signal.SIGKILL)
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 @dataclass(slots=True)
@@ -87,7 +79,7 @@ class _Attempt:
     # Kept so that we can set its returncode after reaping: an unreaped-looking Popen that is
     # garbage collected goes to subprocess._active, whose waitpid(pid) could later reap an
     # unrelated child that reused the pid.
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | None  # None: adopted from an earlier controller
     loop: asyncio.AbstractEventLoop
 
 
@@ -204,10 +196,43 @@ class LocalBackend:
         except TimeoutError:
             self._abandon()
 
+    def identity(self, name: str) -> dict[str, int] | None:
+        """pid and kernel start time of the live attempt: what adoption checks later."""
+        attempt = self._live.get(name)
+        if attempt is None:
+            return None
+        start = process_start_time(attempt.pid)
+        return {"pid": attempt.pid, "start": start} if start is not None else None
+
+    async def adopt(self, name: str, attempt: int, identity: dict[str, int]) -> bool:
+        """Watch an attempt an earlier controller started, if it is still that process.
+
+        The pid alone could have been reused; the kernel start time makes the match exact.
+        The process is not our child, so its exit status cannot be read: its exit is
+        reported with `exit_code=None`.
+        """
+        pid, start = identity.get("pid"), identity.get("start")
+        if not pid or start is None or process_start_time(pid) != start:
+            return False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return False
+        loop = asyncio.get_running_loop()
+        adopted = _Attempt(name=name, attempt=attempt, pid=pid, pgid=os.getpgid(pid),
+                           pidfd=pidfd, popen=None, loop=loop)
+        self._live[name] = adopted
+        self._idle.clear()
+        loop.add_reader(pidfd, self._on_exit, adopted)
+        return True
+
     def _on_exit(self, attempt: _Attempt) -> None:
         """Reader callback: the pidfd became readable, so the leader is a zombie; reap it."""
         attempt.loop.remove_reader(attempt.pidfd)
         os.close(attempt.pidfd)
+        if attempt.popen is None:
+            self._on_adopted_exit(attempt)
+            return
         # An instance ends with its main process, as a container does: leftovers of the
         # group (a backgrounded child holding a port) would break the next attempt. The
         # unreaped leader keeps the group id from being reused, so this cannot hit a stranger.
@@ -219,6 +244,7 @@ class LocalBackend:
             exit_code, signum, message = 255, None, "exit status lost: reaped elsewhere"
         else:
             exit_code, signum, message = _describe(status)
+        assert attempt.popen is not None
         attempt.popen.returncode = -signum if signum is not None else exit_code
         if self._live.get(attempt.name) is attempt:
             del self._live[attempt.name]
@@ -227,6 +253,21 @@ class LocalBackend:
             self._idle.set()
         if self._listener is not None:
             self._listener(self._exit_observation(attempt, exit_code, signum, message))
+
+    def _on_adopted_exit(self, attempt: _Attempt) -> None:
+        # Not our child: init reaps it and keeps the status; the group may already be gone.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(attempt.pgid, signal.SIGKILL)
+        if self._live.get(attempt.name) is attempt:
+            del self._live[attempt.name]
+        if not self._live:
+            self._idle.set()
+        if self._listener is not None:
+            self._listener(Observation(
+                kind=ObservationKind.EXITED, name=attempt.name, attempt=attempt.attempt,
+                pid=attempt.pid, exit_code=None,
+                message="exit status unknown: adopted from an earlier controller",
+            ))
 
     def _exit_observation(
         self, attempt: _Attempt, exit_code: int, signum: int | None, message: str
@@ -334,7 +375,6 @@ def _start(
             cwd=spec.cwd,
             env=env,
             start_new_session=True,
-            preexec_fn=functools.partial(_die_with_parent, os.getpid()),
         )
     except OSError as exc:
         where = ""

@@ -41,7 +41,13 @@ def observe(ctx: Ctx, obs: Observation) -> None:
         }
     )
     spec = store.spec(obs.name)
-    how = f"signal {obs.signal}" if obs.signal else f"code {obs.exit_code}"
+    how = (
+        f"signal {obs.signal}"
+        if obs.signal
+        else f"code {obs.exit_code}"
+        if obs.exit_code is not None
+        else "unknown status"
+    )
     lost = obs.kind is ObservationKind.LOST
     expected = store.job.teardown_requested or status.stop_sent_at is not None
     store.record(
@@ -235,6 +241,8 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         ctx.queue.add(JOB)
         return
     status.pid = pid
+    identity = getattr(ctx.backend, "identity", None)
+    status.identity = identity(spec.name) if identity is not None else None
     # A backend that awaits inside launch may already have reported this attempt's exit.
     status.alive = status.exited_attempt != attempt
     status.ready = spec.probe is None

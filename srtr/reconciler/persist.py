@@ -76,6 +76,10 @@ def snapshot(
                 else None,
                 "next_start_at": wall(st.next_start_at) if st.phase == "BackOff" else None,
                 "history": st.history[-20:],
+                "attempt": st.attempt,
+                "activated": st.activated,
+                "identity": st.identity,
+                "log_offset": st.log_offset,
                 "conditions": [c.to_json() for c in st.conditions.values()],
             }
         )
@@ -91,6 +95,7 @@ def snapshot(
             "controller_pid": controller_pid,
             "slurm_job_id": slurm_job_id,
             "stage": job.stage,
+            "passed_stages": sorted(job.passed_stages),
             "started_at": wall(job.started_at),
             "end_time": store.extensions.get("end_time"),
             "ended_at": wall(job.ended_at),
@@ -110,16 +115,7 @@ def snapshot(
         ],
         "instances": instances,
         "recipe": store.recipe_view,
-        "carve": {
-            "workers": list(desired.nodes.workers),
-            "pools": {k: list(v) for k, v in desired.nodes.pools.items()},
-            "reserved": list(desired.nodes.reserved),
-            "spares": list(desired.nodes.spares),
-            "head": desired.nodes.head,
-            "bench": desired.nodes.bench,
-            "infra": desired.nodes.infra,
-            "role_nodes": {k: list(v) for k, v in desired.nodes.role_nodes.items()},
-        },
+        "carve": desired.nodes.to_json(),
         # Targets with their listing and scrape health, kept by the exporter controller.
         "exporters": [
             {"service": e.service, "node": e.node, "instance": e.instance, "url": e.url}

@@ -95,6 +95,7 @@ class InstanceStatus:
     probe_message: str = ""
     probe_in_flight: bool = False
     next_probe_at: float | None = None
+    identity: dict[str, int] | None = None  # pid + start time: what adoption checks
     user_action: str | None = None  # "restart" | "stop", set by an intent
     log_offset: int = 0  # where this attempt's output starts in the log (for log probes)
     history: list[dict[str, Any]] = field(default_factory=list)

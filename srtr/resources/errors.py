@@ -6,9 +6,11 @@ exits 2. Nothing here knows about YAML or pydantic.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 Path = tuple[str | int, ...]
+_PLAIN = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def format_path(path: Path) -> str:
@@ -17,6 +19,8 @@ def format_path(path: Path) -> str:
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif not _PLAIN.fullmatch(part):
+            out += f"[{part!r}]"  # a key with spaces or newlines must not break the line
         else:
             out += f".{part}" if out else part
     return out

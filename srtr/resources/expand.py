@@ -139,13 +139,17 @@ class _Expander:
         return cached[1], cached[2]
 
     def values(self, node: str, index: int, members: list[str], role: str) -> dict[str, str]:
+        return self.node_values(self.shared_values(members, role), node, index)
+
+    def shared_values(self, members: list[str], role: str) -> dict[str, str]:
+        """The placeholder values every instance of one node set shares."""
         ips = self.ips
         pool_nodes, pool_ips = self.pool_text(members)
         return {
-            "node": node,
-            "node_ip": ips[node],
-            "node_id": str(self.compute_pos.get(node, index)),
-            "index": str(index),
+            "node": "",
+            "node_ip": "",
+            "node_id": "",
+            "index": "",
             "role": role,
             "head_node": self.nodes.head,
             "head_ip": ips[self.nodes.head],
@@ -159,6 +163,14 @@ class _Expander:
             "gpus_per_node": str(self.recipe.resources.gpus_per_node),
             "job_name": self.recipe.name,
         }
+
+    def node_values(self, shared: dict[str, str], node: str, index: int) -> dict[str, str]:
+        values = shared.copy()
+        values["node"] = node
+        values["node_ip"] = self.ips[node]
+        values["node_id"] = str(self.compute_pos.get(node, index))
+        values["index"] = str(index)
+        return values
 
     def service_instances(self, service: Service) -> list[InstanceSpec]:
         members = self.placement_nodes(service)
@@ -182,9 +194,21 @@ class _Expander:
         critical = effective_critical(service)
         role = effective_placement(service)
         start = effective_start(service)
+        # Everything that does not depend on the node is worked out once per service: a
+        # 1,000-node pool would otherwise redo it 1,000 times (`srtr plan` must stay fast).
+        pool = effective_pool(service)
+        stage = f"{start}/{service.name}"
+        env_items = tuple(service.env.items())
+        readiness = service.readiness
+        node_probe = readiness is not None and readiness.file is not None
+        probe = None if node_probe else _probe(readiness, {})
+        shared = self.shared_values(members, role)
+        keys = frozenset(shared)
+        argv_t = [(a, placeholders.template(a, keys)) for a in command]
+        env_t = [(k, v, placeholders.template(v, keys)) for k, v in env_items]
         out = []
         for index, node in enumerate(members):
-            values = self.values(node, index, members, role)
+            values = self.node_values(shared, node, index)
             name = (
                 f"service_{service.name}"
                 if len(members) == 1
@@ -199,17 +223,17 @@ class _Expander:
                     index=index,
                     node=node,
                     node_ip=values["node_ip"],
-                    argv=tuple(placeholders.render(a, values) for a in command),
-                    env=tuple((k, placeholders.render(v, values)) for k, v in service.env.items()),
+                    argv=tuple([t.format_map(values) if t else a for a, t in argv_t]),
+                    env=tuple([(k, t.format_map(values) if t else v) for k, v, t in env_t]),
                     log=f"logs/{name}.out",
-                    stage=f"{start}/{service.name}",
+                    stage=stage,
                     shutdown_tier=tier,
                     stop_grace_seconds=service.stop_grace_seconds,
                     critical=critical,
                     terminal=service.terminal,
                     restart=restart,
-                    probe=_probe(service.readiness, values),
-                    pool=effective_pool(service),
+                    probe=_probe(readiness, values) if node_probe else probe,
+                    pool=pool,
                     preamble=(
                         placeholders.render(service.preamble, values).rstrip()
                         if service.preamble

@@ -10,6 +10,7 @@ import enum
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class InstanceKind(enum.StrEnum):
@@ -178,6 +179,33 @@ class NodeMap:
     @property
     def compute(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([*self.workers, *(n for p in self.pools.values() for n in p)]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workers": list(self.workers),
+            "pools": {k: list(v) for k, v in self.pools.items()},
+            "reserved": list(self.reserved),
+            "spares": list(self.spares),
+            "head": self.head,
+            "bench": self.bench,
+            "infra": self.infra,
+            "role_nodes": {k: list(v) for k, v in self.role_nodes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, carve: dict[str, Any], nodes: list[dict[str, Any]]) -> NodeMap:
+        """The carve of state.json (`carve`, `nodes`) back as a NodeMap."""
+        return cls(
+            allocation=tuple(NodeSpec(n["name"], n["ip"], n.get("state", "")) for n in nodes),
+            workers=tuple(carve["workers"]),
+            pools={k: tuple(v) for k, v in carve["pools"].items()},
+            reserved=tuple(carve["reserved"]),
+            spares=tuple(carve["spares"]),
+            head=carve["head"],
+            bench=carve["bench"],
+            infra=carve["infra"],
+            role_nodes={k: tuple(v) for k, v in carve["role_nodes"].items()},
+        )
 
     def ip(self, node: str) -> str:
         for spec in self.allocation:

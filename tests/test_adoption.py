@@ -1,0 +1,110 @@
+"""Controller crash and adoption on the local backend (issue 9)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from e2e_util import Run, events, instance, read_state, wait_for
+
+pytestmark = pytest.mark.e2e
+
+HOLD = """
+name: adopt
+services:
+  - name: owner
+    command: ["bash", "-c", "echo serving; exec sleep 1000"]
+    nodes: 2
+    readiness: {log: {pattern: serving}, interval_seconds: 0.05}
+  - name: rider
+    command: ["sleep", "1000"]
+    placement: {pool: owner}
+    restart: {backoff_seconds: 0.1}
+"""
+
+
+def pids(state: dict) -> dict[str, int]:
+    return {i["name"]: i["pid"] for i in state["instances"]}
+
+
+def crash(run: Run) -> dict:
+    state = run.wait_state(
+        lambda s: s["job"]["phase"] == "Running"
+        and all(i["identity"] for i in s["instances"]), 30, "running")
+    run.proc.kill()  # kill -9 the controller
+    run.wait(30)
+    return state
+
+
+def test_adopt_takes_over_with_zero_restarts(tmp_path: Path) -> None:
+    run = Run(tmp_path, HOLD, "--adopt-window", "60")
+    second: subprocess.Popen[str] | None = None
+    try:
+        before = pids(crash(run))
+        assert all(pid_alive(p) for p in before.values())
+        second = subprocess.Popen(
+            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        state = run.wait_state(
+            lambda s: s["job"]["controller_pid"] == second.pid
+            and s["job"]["phase"] == "Running", 30, "the new controller to take over")
+        assert pids(state) == before
+        assert all(i["restarts"] == 0 for i in state["instances"])
+        adopted = [e for e in events(run.run_dir) if e["reason"] == "Adopted"]
+        assert adopted and "4 instance(s) adopted, 0 gone" in adopted[0]["message"]
+        # The adopted rider still falls to its restart policy when it dies.
+        os.kill(before["service_rider_node1"], signal.SIGKILL)
+        run.wait_state(lambda s: instance(s, "service_rider_node1")["restarts"] == 1
+                       and instance(s, "service_rider_node1")["phase"] == "Running", 30,
+                       "the adopted rider to be restarted")
+        second.send_signal(signal.SIGINT)
+        assert second.wait(60) == 130
+    finally:
+        run.close()
+        if second is not None and second.poll() is None:
+            second.kill()
+            second.wait()
+    wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
+    state = read_state(run.run_dir)
+    assert state is not None and state["job"]["phase"] == "Failed"
+
+
+def test_without_adoption_the_guard_kills_the_orphans(tmp_path: Path) -> None:
+    run = Run(tmp_path, HOLD, "--adopt-window", "1")
+    try:
+        before = pids(crash(run))
+        assert any(pid_alive(p) for p in before.values())
+        wait_for(lambda: not run.leftovers(), 20, "the guard to kill the orphans")
+    finally:
+        run.close()
+    assert "nobody adopted the job" in (run.run_dir / "logs" / "srtr.log").read_text()
+
+
+def test_adopt_refuses_a_finished_or_running_job(tmp_path: Path) -> None:
+    run = Run(tmp_path, HOLD)
+    try:
+        run.wait_state(lambda s: s["job"]["phase"] == "Running", 30, "running")
+        busy = subprocess.run(
+            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir)],
+            capture_output=True, text=True)
+        assert busy.returncode == 2 and "belongs to a running job" in busy.stderr
+        run.signal(signal.SIGINT)
+        run.wait(60)
+    finally:
+        run.close()
+    ended = subprocess.run([sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir)],
+                           capture_output=True, text=True)
+    assert ended.returncode == 2 and "nothing to adopt" in ended.stderr
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return ") Z " not in handle.read()
+    except OSError:
+        return False
