@@ -654,3 +654,28 @@ def test_srun_argv_on_the_cluster(tmp_path: Path) -> None:
         assert json.loads(lines[2]) == values
     finally:
         subprocess.run(scancel_job_argv(job), env=env, timeout=30)
+
+
+def test_transient_slurm_errors_are_retried_then_reported(tmp_path: Path) -> None:
+    from srtr.backends.slurm import SlurmCommands, SlurmError
+
+    counter = tmp_path / "count"
+    flaky = tmp_path / "flaky"
+    flaky.write_text(
+        "#!/bin/bash\n"
+        f"n=$(cat {counter} 2>/dev/null || echo 0); echo $((n+1)) > {counter}\n"
+        "if [ $n -lt 2 ]; then echo 'squeue: error: Socket timed out on send/recv' >&2; "
+        "exit 1; fi\necho ok\n"
+    )
+    flaky.chmod(0o755)
+    commands = SlurmCommands(attempts=5, max_wait=0.01)
+    assert commands.run([str(flaky)]).stdout == "ok\n"
+    assert counter.read_text().strip() == "3"
+    counter.write_text("-100")
+    with pytest.raises(SlurmError, match="kept failing"):
+        SlurmCommands(attempts=3, max_wait=0.01).run([str(flaky)])
+    hard = tmp_path / "hard"
+    hard.write_text("#!/bin/bash\necho 'Invalid job id specified' >&2\nexit 1\n")
+    hard.chmod(0o755)
+    with pytest.raises(SlurmError, match="Invalid job id"):
+        commands.run([str(hard)])

@@ -288,3 +288,48 @@ def test_walltime_teardown_starts_before_the_time_limit(tmp_path: Path) -> None:
     reasons = [e["reason"] for e in events(run.run_dir)]
     assert "Walltime" in reasons and reasons[-1] == "JobSucceeded"
     no_job_left("srtr-swall")
+
+
+EDIT = """
+name: sedit
+services:
+  - name: pool
+    command: ["sleep", "1000"]
+    nodes: 4
+"""
+SIDE = """
+  - name: side
+    command: ["sleep", "1000"]
+    placement: {pool: pool}
+"""
+
+
+def test_live_edit_adds_and_removes_a_rider_as_steps(tmp_path: Path) -> None:
+    import textwrap
+
+    run = Run(tmp_path, EDIT, "--backend", "slurm", env=slurm_util.outside_env())
+    try:
+        state = run.wait_state(running, 60, "every step registered")
+        before = {i["name"]: i["pid"] for i in state["instances"]}
+        run.recipe.write_text(textwrap.dedent(EDIT + SIDE))
+        state = run.wait_state(
+            lambda s: s["job"]["observed_generation"] == 2 and running(s), 60, "rider added")
+        sides = [i for i in state["instances"] if i["service"] == "side"]
+        assert sorted(i["node"] for i in sides) == ["node1", "node2", "node3", "node4"]
+        assert {n: p for n, p in ((i["name"], i["pid"]) for i in state["instances"])
+                if n in before} == before
+        job_id = state["job"]["slurm_job_id"]
+        names = slurm_util.squeue("--steps", "-j", job_id, "-o", "%j")
+        assert all(f"service_side_node{k}" in names for k in range(1, 5))
+        run.recipe.write_text(textwrap.dedent(EDIT))
+        run.wait_state(lambda s: s["job"]["observed_generation"] == 3
+                       and not any(i["service"] == "side" for i in s["instances"]), 60,
+                       "rider removed")
+        wait_for(lambda: "service_side" not in slurm_util.squeue("--steps", "-j", job_id,
+                                                                  "-o", "%j"),
+                 30, "the rider steps to be gone")
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
+    finally:
+        run.close()
+    no_job_left("srtr-sedit")
