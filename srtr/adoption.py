@@ -43,6 +43,7 @@ def restore(ctx: Ctx, doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         status.attempt = int(record.get("attempt", -1))
         status.activated = bool(record.get("activated")) or status.attempt >= 0
         status.pid = record.get("pid")
+        status.step = record.get("step")
         status.exit_code = record.get("exit_code")
         status.log_offset = int(record.get("log_offset", 0))
         status.history = list(record.get("history", []))

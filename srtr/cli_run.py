@@ -351,12 +351,8 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
 
     run_dir = Path(args.adopt or args.run_dir)
     job = state["job"]
-    if job.get("backend") != "local":
-        raise _bad(
-            str(run_dir),
-            f"adopting a {job.get('backend')} job is not supported yet; "
-            "only local jobs can be adopted",
-        )
+    if job.get("backend") not in ("local", "slurm"):
+        raise _bad(str(run_dir), f"cannot adopt a {job.get('backend')} job")
     applied = run_dir / "recipe.yaml"
     text = read_text(applied)
     allocation = [(n["name"], n["ip"]) for n in state["nodes"]]
@@ -378,8 +374,34 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
         "adopt_from": state,
         "adopt_window": args.adopt_window,
     }
-    backend = LocalBackend(len(allocation))
+    backend: Any
+    if job["backend"] == "slurm":
+        backend = _adopt_allocation(job, state)
+        options["slurm_job_id"] = backend.job_id
+    else:
+        backend = LocalBackend(len(allocation))
     return asyncio.run(run_job(desired, run_dir, backend, **options))
+
+
+def _adopt_allocation(job: dict[str, Any], state: dict[str, Any]) -> Any:
+    """The SLURM allocation of a crashed controller's job, if it still exists."""
+    from srtr.backends import slurm
+    from srtr.backends.base import NodeInfo
+
+    job_id = str(job.get("slurm_job_id") or "")
+    commands = slurm.SlurmCommands()
+    try:
+        alive = commands.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
+    except slurm.SlurmError as exc:
+        raise _bad("slurm", str(exc)) from None
+    if not job_id or alive.returncode != 0 or "RUNNING" not in alive.stdout:
+        raise _bad("slurm", f"allocation {job_id or '?'} of the job is gone; nothing to adopt")
+    allocation = slurm.Allocation(
+        job_id=job_id,
+        nodes=[NodeInfo(n["name"], n["ip"]) for n in state["nodes"]],
+        owned=bool(job.get("owns_allocation")),
+    )
+    return slurm.SlurmBackend(allocation, commands=commands, pyxis=slurm.pyxis_available(commands))
 
 
 def _release(backend: Any) -> None:

@@ -144,6 +144,8 @@ async def run_job(
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
     if adopt_from is not None:
+        # Listen before adopting: the backend reports what it learns (step ids) at once.
+        backend.set_listener(lambda obs: manager.instance.observe(ctx, obs))
         await adoption.adopt(ctx, adopt_from)
     guardian = guard.start(run_dir, adopt_window)
     end_time = await _end_time(backend)

@@ -333,3 +333,34 @@ def test_live_edit_adds_and_removes_a_rider_as_steps(tmp_path: Path) -> None:
     finally:
         run.close()
     no_job_left("srtr-sedit")
+
+
+def test_adopt_after_a_controller_crash_keeps_every_step(tmp_path: Path) -> None:
+    import sys
+
+    run = Run(tmp_path, HOLD, "--backend", "slurm", env=slurm_util.outside_env())
+    second: subprocess.Popen[str] | None = None
+    try:
+        state = run.wait_state(running, 60, "every step registered")
+        steps = {i["name"]: i["step"] for i in state["instances"]}
+        run.proc.kill()  # kill -9 the controller; its srun clients and steps live on
+        run.wait(30)
+        second = subprocess.Popen(
+            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=slurm_util.outside_env(),
+        )
+        state = run.wait_state(
+            lambda s: s["job"]["controller_pid"] == second.pid and running(s), 60,
+            "the new controller to adopt the steps")
+        assert {i["name"]: i["step"] for i in state["instances"]} == steps
+        assert all(i["restarts"] == 0 for i in state["instances"])
+        second.send_signal(signal.SIGINT)
+        assert second.wait(60) == 130
+    finally:
+        run.close()
+        if second is not None and second.poll() is None:
+            second.kill()
+            second.wait()
+    wait_for(lambda: not run.leftovers(), 30, "every process of the run to be gone")
+    no_job_left("srtr-shold")

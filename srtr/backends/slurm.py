@@ -295,6 +295,18 @@ class SlurmBackend(LocalBackend):
             self._poller = asyncio.create_task(self._poll_forever())
         return pid
 
+    async def adopt(self, name: str, attempt: int, identity: dict[str, int]) -> bool:
+        """Adopt a step a crashed controller started: its srun client by pid and start time,
+        the step itself by its name in `squeue --steps` (which also gives its node)."""
+        if not await super().adopt(name, attempt, identity):
+            return False
+        await self._poll_once()
+        if name not in self._steps:
+            log.warning("slurm: %s: srun client alive but no step named so", name)
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll_forever())
+        return True
+
     # -- signalling -----------------------------------------------------------------------
 
     async def signal(self, name: str, signum: int) -> None:
@@ -390,6 +402,9 @@ class SlurmBackend(LocalBackend):
         if rows is None:
             return
         listed = {r.name: r.step_id for r in rows if r.name in self._live}
+        for row in rows:
+            if row.name in self._live and row.name not in self._node and "[" not in row.nodes:
+                self._node[row.name] = row.nodes  # adopted steps learn their node here
         for name, step in listed.items():
             if self._steps.get(name) != step:
                 self._steps[name] = step
