@@ -357,3 +357,54 @@ def test_stop_intent_stops_for_good_and_refuses_unknown_names(tmp_path: Path) ->
             intents.restart(h.ctx, "service_owner")
 
     run(body())
+
+
+REPLACE = """
+name: t
+services:
+  - name: train
+    command: [sleep, inf]
+    nodes: 2
+    critical: true
+    replace_lost: true
+  - name: side
+    command: [sleep, inf]
+    placement: {pool: train}
+"""
+
+
+def test_a_lost_node_is_replaced_by_a_spare(tmp_path: Path) -> None:
+    import textwrap
+
+    async def body() -> None:
+        h = Harness(REPLACE, tmp_path, nodes=3)
+        h.store.recipe_text = textwrap.dedent(REPLACE)
+        await h.settle()
+        assert h.store.desired.nodes.spares == ("node3",)
+        h.backend.lose("service_train_node1")
+        h.backend.lose("service_side_node1")
+        await h.settle()
+        assert not h.store.job.teardown_requested
+        assert h.store.desired.nodes.pools["train"] == ("node3", "node2")
+        assert h.backend.launched("service_train_node3") == 1
+        assert h.backend.launched("service_side_node3") == 1
+        assert "service_train_node1" not in h.store.specs
+        assert "Replaced" in h.reasons("pool/train")
+        assert h.store.job.generation == 2
+
+    run(body())
+
+
+def test_a_lost_critical_owner_without_a_spare_fails_the_job(tmp_path: Path) -> None:
+    import textwrap
+
+    async def body() -> None:
+        h = Harness(REPLACE, tmp_path, nodes=2)
+        h.store.recipe_text = textwrap.dedent(REPLACE)
+        await h.settle()
+        h.backend.lose("service_train_node1")
+        await h.settle()
+        assert h.store.job.exit_code == 1
+        assert "was lost with its node node1" in h.store.job.reason
+
+    run(body())

@@ -364,3 +364,43 @@ def test_adopt_after_a_controller_crash_keeps_every_step(tmp_path: Path) -> None
             second.wait()
     wait_for(lambda: not run.leftovers(), 30, "every process of the run to be gone")
     no_job_left("srtr-shold")
+
+
+REPLACE = """
+name: srepl
+services:
+  - name: owner
+    command: ["sleep", "1000"]
+    nodes: 2
+    critical: true
+    replace_lost: true
+  - name: rider
+    command: ["sleep", "1000"]
+    placement: {pool: owner}
+"""
+
+
+@pytest.mark.timeout(400)
+def test_replace_lost_puts_a_spare_in_the_dead_nodes_place(tmp_path: Path) -> None:
+    run = Run(tmp_path, REPLACE, "--backend", "slurm", "--nodes", "3",
+              env=slurm_util.outside_env())
+    try:
+        state = run.wait_state(running, 60, "every step registered")
+        assert state["carve"]["spares"] == ["node3"]
+        os.kill(slurm_util.slurmd_pid("node2"), signal.SIGKILL)
+        state = run.wait_state(
+            lambda s: any(i["name"] == "service_owner_node3" and i["phase"] == "Running"
+                          for i in s["instances"])
+            and any(i["name"] == "service_rider_node3" and i["phase"] == "Running"
+                    for i in s["instances"]), 120, "the spare to take node2's place")
+        assert state["job"]["phase"] == "Running"
+        assert state["carve"]["pools"]["owner"] == ["node1", "node3"]
+        assert state["carve"]["lost"] == ["node2"]
+        assert "Replaced" in [e["reason"] for e in events(run.run_dir)]
+        run.signal(signal.SIGINT)
+        assert run.wait(120) == 130
+    finally:
+        run.close()
+        slurm_util.heal()
+    wait_for(lambda: not run.leftovers(), 180, "the lost node's tasks to be cleaned up")
+    no_job_left("srtr-srepl")

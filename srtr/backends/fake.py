@@ -60,6 +60,19 @@ class FakeBackend:
             )
         )
 
+    def lose(self, name: str) -> None:
+        """Report that the live attempt of `name` was lost with its node."""
+        spec = self.live.pop(name)
+        assert self._listener is not None
+        self._listener(
+            Observation(
+                kind=ObservationKind.LOST,
+                name=name,
+                attempt=spec.attempt,
+                message=f"node {spec.node} is DOWN",
+            )
+        )
+
     async def signal(self, name: str, signum: int) -> None:
         self.signals.append((name, signum))
         if name not in self.live:

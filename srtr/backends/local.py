@@ -53,7 +53,6 @@ _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _FIRST_IP = ipaddress.ip_address("127.0.0.1")
 
 
-
 def process_start_time(pid: int) -> int | None:
     """The kernel's start time of `pid` (clock ticks since boot), or None if it is gone."""
     try:
@@ -104,8 +103,7 @@ class LocalBackend:
             raise ValueError(f"node_count must be between 1 and {_LOOPBACK.num_addresses - 3}")
         else:
             self._nodes = [
-                NodeInfo(name=f"node{k}", ip=str(_FIRST_IP + k))
-                for k in range(1, node_count + 1)
+                NodeInfo(name=f"node{k}", ip=str(_FIRST_IP + k)) for k in range(1, node_count + 1)
             ]
         self._listener: Listener | None = None
         self._live: dict[str, _Attempt] = {}
@@ -219,8 +217,15 @@ class LocalBackend:
         except OSError:
             return False
         loop = asyncio.get_running_loop()
-        adopted = _Attempt(name=name, attempt=attempt, pid=pid, pgid=os.getpgid(pid),
-                           pidfd=pidfd, popen=None, loop=loop)
+        adopted = _Attempt(
+            name=name,
+            attempt=attempt,
+            pid=pid,
+            pgid=os.getpgid(pid),
+            pidfd=pidfd,
+            popen=None,
+            loop=loop,
+        )
         self._live[name] = adopted
         self._idle.clear()
         loop.add_reader(pidfd, self._on_exit, adopted)
@@ -263,11 +268,16 @@ class LocalBackend:
         if not self._live:
             self._idle.set()
         if self._listener is not None:
-            self._listener(Observation(
-                kind=ObservationKind.EXITED, name=attempt.name, attempt=attempt.attempt,
-                pid=attempt.pid, exit_code=None,
-                message="exit status unknown: adopted from an earlier controller",
-            ))
+            self._listener(
+                Observation(
+                    kind=ObservationKind.EXITED,
+                    name=attempt.name,
+                    attempt=attempt.attempt,
+                    pid=attempt.pid,
+                    exit_code=None,
+                    message="exit status unknown: adopted from an earlier controller",
+                )
+            )
 
     def _exit_observation(
         self, attempt: _Attempt, exit_code: int, signum: int | None, message: str

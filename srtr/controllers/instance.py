@@ -60,6 +60,7 @@ def observe(ctx: Ctx, obs: Observation) -> None:
     store.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
     if lost:
         status.phase = Phase.LOST
+        ctx.queue.add("replacement")
     ctx.queue.add("exporters")  # an exited instance's targets leave the targets file
     _enqueue_related(ctx, spec)
 

@@ -46,10 +46,18 @@ def _stage_done(ctx: Ctx, name: str) -> bool:
     return status.alive and status.ready
 
 
+def replaceable(ctx: Ctx, name: str) -> bool:
+    """A lost owner instance whose pool can take a spare node instead (replace_lost)."""
+    spec = ctx.store.specs[name]
+    return spec.replace_lost and bool(ctx.store.desired.nodes.spares)
+
+
 def _critical_failure(ctx: Ctx) -> str | None:
     for name, status in ctx.store.status.items():
         spec = ctx.store.specs[name]
-        if spec.critical and status.phase is Phase.LOST:
+        if name not in ctx.store.desired_names:
+            continue  # dropped by an edit or a replacement: no longer part of the job
+        if spec.critical and status.phase is Phase.LOST and not replaceable(ctx, name):
             return f"critical instance {name} was lost with its node {spec.node}"
         if spec.critical and status.phase is Phase.FAILED:
             how = (

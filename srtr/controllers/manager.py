@@ -12,7 +12,16 @@ import logging
 import signal
 
 from srtr import metrics
-from srtr.controllers import edits, exporter, instance, job, pool, probe, teardown
+from srtr.controllers import (
+    edits,
+    exporter,
+    instance,
+    job,
+    pool,
+    probe,
+    replacement,
+    teardown,
+)
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, pool_key
 from srtr.reconciler.workqueue import QueueShutDown, Result, settle
 
@@ -31,6 +40,8 @@ async def dispatch(ctx: Ctx, key: str) -> Result | None:
         return await probe.reconcile(ctx, name)
     if kind == "pool":
         return await pool.reconcile(ctx, name)
+    if kind == replacement.KEY:
+        return await replacement.reconcile(ctx)
     if kind == edits.REMOVAL:
         return await edits.reconcile_removal(ctx)
     if kind == exporter.KEY:

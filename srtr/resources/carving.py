@@ -89,6 +89,7 @@ def _node_specs(
     workers: list[str],
     pools: dict[str, tuple[str, ...]],
     reserved: list[str],
+    lost: Sequence[str] = (),
 ) -> tuple[NodeSpec, ...]:
     """Each node with its role: dedicated, else the first pool holding it, else worker/spare.
 
@@ -99,6 +100,7 @@ def _node_specs(
     for name, members in reversed(pools.items()):  # the first pool wins, as it is set last
         role.update(dict.fromkeys(members, f"pool:{name}"))
     role.update(dict.fromkeys(reserved, "dedicated"))
+    role.update(dict.fromkeys(lost, "lost"))
     return tuple(NodeSpec(name, ip, role.get(name, "spare")) for name, ip in allocation)
 
 
@@ -126,7 +128,7 @@ def recarve(recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: Nod
     if not owners:
         return previous
     kept = {o.name: previous.pools.get(o.name, ())[: o.nodes or 0] for o in owners}
-    used = set(previous.reserved) | set(previous.workers)
+    used = set(previous.reserved) | set(previous.workers) | set(previous.lost)
     for members in kept.values():
         used.update(members)
     free = [n for n in names if n not in used]
@@ -143,7 +145,7 @@ def recarve(recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: Nod
     workers = list(previous.workers)
     reserved = list(previous.reserved)
     return NodeMap(
-        allocation=_node_specs(allocation, workers, pools, reserved),
+        allocation=_node_specs(allocation, workers, pools, reserved, previous.lost),
         workers=previous.workers,
         pools=pools,
         reserved=previous.reserved,
@@ -152,4 +154,5 @@ def recarve(recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: Nod
         bench=previous.bench,
         infra=previous.infra,
         role_nodes=previous.role_nodes,
+        lost=previous.lost,
     )

@@ -42,9 +42,7 @@ class Problem:
         dotted = format_path(self.path)
         prefix = "warning: " if self.warning else ""
         return (
-            f"{where}: {prefix}{dotted}: {message}"
-            if dotted
-            else (f"{where}: {prefix}{message}")
+            f"{where}: {prefix}{dotted}: {message}" if dotted else (f"{where}: {prefix}{message}")
         )
 
 

@@ -243,6 +243,7 @@ class _Expander:
                     cpus_per_task=service.cpus_per_task,
                     cpu_bind=service.cpu_bind,
                     srun_options=tuple(service.srun_options.items()),
+                    replace_lost=service.replace_lost,
                 )
             )
         return out

@@ -99,6 +99,7 @@ class InstanceSpec:
     cpus_per_task: int | None = None
     cpu_bind: str | None = None
     srun_options: tuple[tuple[str, str], ...] = ()
+    replace_lost: bool = False
 
     def config_hash(self) -> str:
         """What decides a restart on a live edit: rendered argv, env, preamble and probe target.
@@ -175,6 +176,7 @@ class NodeMap:
     bench: str
     infra: str
     role_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    lost: tuple[str, ...] = ()  # nodes lost during the run: never used again
 
     @property
     def compute(self) -> tuple[str, ...]:
@@ -190,6 +192,7 @@ class NodeMap:
             "bench": self.bench,
             "infra": self.infra,
             "role_nodes": {k: list(v) for k, v in self.role_nodes.items()},
+            "lost": list(self.lost),
         }
 
     @classmethod
@@ -205,6 +208,7 @@ class NodeMap:
             bench=carve["bench"],
             infra=carve["infra"],
             role_nodes={k: tuple(v) for k, v in carve["role_nodes"].items()},
+            lost=tuple(carve.get("lost", ())),
         )
 
     def ip(self, node: str) -> str:

@@ -297,6 +297,7 @@ class Service(Spec):
     restart: RestartPolicy | None = None
     shutdown_tier: int | None = Field(default=None, ge=0)
     stop_grace_seconds: float = Field(default=30.0, ge=0)
+    replace_lost: bool = False
 
     @field_validator("name")
     @classmethod

@@ -119,6 +119,10 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
                 "let the job end; use on-failure or never",
             )
         )
+    if service.replace_lost and service.nodes is None:
+        problems.append(
+            Problem((*at, "replace_lost"), "applies to pool owners (services with nodes) only")
+        )
     if service.container is not None and not service.container.strip():
         problems.append(Problem((*at, "container"), "must not be empty"))
     return problems

@@ -152,9 +152,11 @@ def parse(text: str) -> Marked:
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, max(exc.position, 0)) + 1
         raise YamlProblem(
-            line, f"invalid YAML: unacceptable character #x{exc.character:04x} (control "
+            line,
+            f"invalid YAML: unacceptable character #x{exc.character:04x} (control "
             "characters are not allowed)"
-            if isinstance(exc.character, int) else f"invalid YAML: {exc.reason}"
+            if isinstance(exc.character, int)
+            else f"invalid YAML: {exc.reason}",
         ) from None
     except yaml.YAMLError as exc:
         raise YamlProblem(0, "invalid YAML: " + " ".join(str(exc).split())) from None

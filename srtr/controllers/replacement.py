@@ -1,0 +1,75 @@
+"""Replace lost nodes: a pool whose owner declares `replace_lost: true` takes a spare node.
+
+When an owner instance is Lost (its node went DOWN) and the allocation has a spare, the
+spare takes the lost node's place in the pool: the desired state is re-expanded from the
+applied recipe with that one node swapped, and the resulting plan is applied like a live
+edit (the owner and its riders start on the spare; the lost instances are dropped). The lost
+node is left out of the allocation from then on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from srtr.controllers import edits
+from srtr.controllers.context import Ctx
+from srtr.reconciler.store import Phase
+from srtr.reconciler.workqueue import Result
+from srtr.resources.diff import diff
+from srtr.resources.errors import RecipeError
+from srtr.resources.planning import plan_text_source
+
+KEY = "replacement"
+
+
+async def reconcile(ctx: Ctx) -> Result | None:
+    store = ctx.store
+    if store.job.teardown_requested or not store.recipe_text:
+        return None
+    lost = [
+        n
+        for n, st in store.status.items()
+        if st.phase is Phase.LOST
+        and store.specs[n].replace_lost
+        and n in store.desired_names
+        and store.specs[n].pool
+    ]
+    for name in lost:
+        spec = store.specs[name]
+        nodes = store.desired.nodes
+        if not nodes.spares:
+            store.record(
+                f"pool/{spec.pool}",
+                "NoSpare",
+                f"{spec.node} was lost and no spare node is left",
+                warning=True,
+            )
+            return None
+        spare = nodes.spares[0]
+        assert spec.pool is not None
+        pools = dict(nodes.pools)
+        pools[spec.pool] = tuple(spare if n == spec.node else n for n in pools[spec.pool])
+        allocation = [(n.name, n.ip) for n in nodes.allocation]
+        previous = replace(
+            nodes, pools=pools, spares=nodes.spares[1:], lost=(*nodes.lost, spec.node)
+        )
+        try:
+            _, new = plan_text_source(store.recipe_text, "recipe.yaml", allocation, previous)
+        except RecipeError as exc:
+            store.record(
+                f"pool/{spec.pool}",
+                "NoSpare",
+                f"cannot replace {spec.node}: {'; '.join(exc.lines())}",
+                warning=True,
+            )
+            return None
+        plan = diff(
+            store.desired,
+            new,
+            launched=frozenset(n for n, st in store.status.items() if st.attempt >= 0),
+        )
+        store.record(
+            f"pool/{spec.pool}", "Replaced", f"{spec.node} was lost; spare {spare} takes its place"
+        )
+        edits.apply(ctx, new, plan, store.recipe_text)
+    return None
