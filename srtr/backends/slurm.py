@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -365,16 +366,8 @@ class SlurmBackend(LocalBackend):
                 step=step,
                 message=f"node failure on {failed_node}",
             )
-        obs = super()._exit_observation(attempt, exit_code, signum, message)
-        return Observation(
-            kind=obs.kind,
-            name=obs.name,
-            attempt=obs.attempt,
-            pid=obs.pid,
-            step=step,
-            exit_code=obs.exit_code,
-            signal=obs.signal,
-            message=obs.message,
+        return dataclasses.replace(
+            super()._exit_observation(attempt, exit_code, signum, message), step=step
         )
 
     async def _poll_forever(self) -> None:

@@ -8,11 +8,9 @@ previous one is gone; then their records leave the store.
 
 from __future__ import annotations
 
-import signal
-
-from srtr.controllers import exporter
+from srtr.controllers import exporter, teardown
 from srtr.controllers.context import JOB, Ctx, instance_key, pool_key
-from srtr.reconciler.store import InstanceStatus, Phase
+from srtr.reconciler.store import InstanceStatus
 from srtr.reconciler.workqueue import Result
 from srtr.resources.diff import Plan
 from srtr.resources.objects import DesiredState
@@ -121,31 +119,8 @@ async def reconcile_removal(ctx: Ctx) -> Result | None:
     alive = [n for n in store.removing if store.status[n].alive]
     if not alive or store.job.teardown_requested:
         return None  # teardown stops whatever is still alive
-    now = ctx.clock.now()
-    tier = min(store.specs[n].shutdown_tier for n in alive)
-    wake: float | None = None
-    for name in alive:
-        spec, status = store.specs[name], store.status[name]
-        if spec.shutdown_tier != tier:
-            continue
-        if status.stop_sent_at is None:
-            status.stop_sent_at = now
-            status.phase = Phase.TERMINATING
-            store.changed()
-            await ctx.backend.signal(name, signal.SIGTERM)
-        deadline = status.stop_sent_at + spec.stop_grace_seconds
-        if now >= deadline and not status.kill_sent:
-            status.kill_sent = True
-            await ctx.backend.signal(name, signal.SIGKILL)
-            store.record(
-                f"instance/{name}",
-                "Killed",
-                f"still running {spec.stop_grace_seconds:g}s after SIGTERM; sent SIGKILL",
-                warning=True,
-            )
-        elif now < deadline:
-            wake = deadline - now if wake is None else min(wake, deadline - now)
-    return Result(requeue_after=wake) if wake is not None else None
+    _, members = teardown.lowest_tier(ctx, alive)
+    return await teardown.stop_all(ctx, members, ctx.clock.now())
 
 
 def _forget(ctx: Ctx, name: str) -> None:

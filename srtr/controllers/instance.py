@@ -7,9 +7,8 @@ belongs to `teardown.py`.
 
 from __future__ import annotations
 
-import signal
-
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
+from srtr.controllers import teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
 from srtr.reconciler.store import ALIVE, Phase
 from srtr.reconciler.workqueue import Result
@@ -115,27 +114,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
 
 async def _stop_for_user(ctx: Ctx, spec: InstanceSpec) -> Result | None:
     """SIGTERM for a user's restart/stop; SIGKILL once the instance's grace has passed."""
-    status = ctx.store.status[spec.name]
-    now = ctx.clock.now()
-    if status.stop_sent_at is None:
-        status.stop_sent_at = now
-        status.phase = Phase.TERMINATING
-        ctx.store.changed()
-        await ctx.backend.signal(spec.name, signal.SIGTERM)
-        return Result(requeue_after=spec.stop_grace_seconds)
-    deadline = status.stop_sent_at + spec.stop_grace_seconds
-    if now < deadline:
-        return Result(requeue_after=deadline - now)
-    if not status.kill_sent:
-        status.kill_sent = True
-        await ctx.backend.signal(spec.name, signal.SIGKILL)
-        ctx.store.record(
-            f"instance/{spec.name}",
-            "Killed",
-            f"still running {spec.stop_grace_seconds:g}s after SIGTERM; sent SIGKILL",
-            warning=True,
-        )
-    return None
+    wait = await teardown.stop(ctx, spec.name, ctx.clock.now())
+    return Result(requeue_after=wait) if wait is not None else None
 
 
 def _after_exit(ctx: Ctx, spec: InstanceSpec) -> Result | None:

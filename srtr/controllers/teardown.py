@@ -33,8 +33,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if not alive:
         _finish(ctx)
         return None
-    tier = min(store.specs[n].shutdown_tier for n in alive)
-    members = [n for n in alive if store.specs[n].shutdown_tier == tier]
+    tier, members = lowest_tier(ctx, alive)
     fresh = [n for n in members if store.status[n].stop_sent_at is None]
     if fresh:
         waiting = sorted({store.specs[n].stop_grace_seconds for n in fresh})
@@ -44,31 +43,48 @@ async def reconcile(ctx: Ctx) -> Result | None:
             f"tier {tier}: SIGTERM to {len(fresh)} instance(s), SIGKILL after "
             f"{', '.join(f'{g:g}s' for g in waiting)}",
         )
-        for name in fresh:
-            status = store.status[name]
-            status.stop_sent_at = now
-            status.phase = Phase.TERMINATING
-            await ctx.backend.signal(name, signal.SIGTERM)
+    return await stop_all(ctx, members, now)
+
+
+def lowest_tier(ctx: Ctx, names: list[str]) -> tuple[int, list[str]]:
+    """The lowest shutdown tier among `names`, and its members: the ones to stop first."""
+    tier = min(ctx.store.specs[n].shutdown_tier for n in names)
+    return tier, [n for n in names if ctx.store.specs[n].shutdown_tier == tier]
+
+
+async def stop_all(ctx: Ctx, names: list[str], now: float) -> Result | None:
+    """One step of stopping each of `names`; requeue at the earliest grace deadline."""
+    waits = [wait for name in names if (wait := await stop(ctx, name, now)) is not None]
+    return Result(requeue_after=min(waits)) if waits else None
+
+
+async def stop(ctx: Ctx, name: str, now: float) -> float | None:
+    """SIGTERM once; SIGKILL once its `stop_grace_seconds` passed. Returns the seconds left
+    until that deadline, or None when nothing is left to wait for.
+
+    Shared by teardown, the removal of instances a live edit dropped, and user intents.
+    """
+    store = ctx.store
+    status, spec = store.status[name], store.specs[name]
+    if status.stop_sent_at is None:
+        status.stop_sent_at = now
+        status.phase = Phase.TERMINATING
         store.changed()
-    wake: float | None = None
-    for name in members:
-        status = store.status[name]
-        if status.kill_sent or status.stop_sent_at is None:
-            continue
-        deadline = status.stop_sent_at + store.specs[name].stop_grace_seconds
-        if now >= deadline:
-            status.kill_sent = True
-            await ctx.backend.signal(name, signal.SIGKILL)
-            store.record(
-                f"instance/{name}",
-                "Killed",
-                f"still running {store.specs[name].stop_grace_seconds:g}s after "
-                "SIGTERM; sent SIGKILL",
-                warning=True,
-            )
-        else:
-            wake = deadline - now if wake is None else min(wake, deadline - now)
-    return Result(requeue_after=wake) if wake is not None else None
+        await ctx.backend.signal(name, signal.SIGTERM)
+    if status.kill_sent:
+        return None
+    deadline = status.stop_sent_at + spec.stop_grace_seconds
+    if now < deadline:
+        return deadline - now
+    status.kill_sent = True
+    await ctx.backend.signal(name, signal.SIGKILL)
+    store.record(
+        f"instance/{name}",
+        "Killed",
+        f"still running {spec.stop_grace_seconds:g}s after SIGTERM; sent SIGKILL",
+        warning=True,
+    )
+    return None
 
 
 def _finish(ctx: Ctx) -> None:
