@@ -278,3 +278,29 @@ def run_chaos(tmp_path: Path, seconds: float) -> None:
 
 def test_chaos_short(tmp_path: Path) -> None:
     run_chaos(tmp_path, 5)
+
+
+# --- regressions found by the fuzz ----------------------------------------------------------
+
+
+def test_regression_fuzz_control_character_gets_a_line() -> None:
+    """A control character in the YAML was reported without a line, over two lines."""
+    from srtr.resources.errors import RecipeError
+
+    with pytest.raises(RecipeError) as caught:
+        load_text("name: t\nservices: []\nx: \x08\n")
+    assert caught.value.lines() == [
+        "recipe.yaml:3: invalid YAML: unacceptable character #x0008 (control characters are "
+        "not allowed)"
+    ]
+
+
+def test_regression_fuzz_key_with_a_newline_stays_on_one_line() -> None:
+    """A mapping key holding a newline broke the one-problem-one-line format."""
+    from srtr.resources.errors import RecipeError
+
+    with pytest.raises(RecipeError) as caught:
+        load_text("name: t\nresources:\n  ? \"a\\nb\"\n  : 1\n")
+    (line,) = caught.value.lines()
+    assert line.startswith("recipe.yaml:3: resources['a\\nb']: unknown key")
+    assert "\n" not in line

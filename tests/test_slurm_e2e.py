@@ -404,3 +404,53 @@ def test_replace_lost_puts_a_spare_in_the_dead_nodes_place(tmp_path: Path) -> No
         slurm_util.heal()
     wait_for(lambda: not run.leftovers(), 180, "the lost node's tasks to be cleaned up")
     no_job_left("srtr-srepl")
+
+
+GROW = """
+name: sgrow
+services:
+  - name: pool
+    command: ["sleep", "1000"]
+    nodes: {nodes}
+  - name: side
+    command: ["sleep", "1000"]
+    placement: {{pool: pool}}
+    env: {{LEVEL: "{level}"}}
+"""
+
+
+def test_live_edits_restart_grow_and_reject_on_slurm(tmp_path: Path) -> None:
+    import textwrap
+
+    def save(text: str) -> None:
+        tmp = run.recipe.with_suffix(".tmp")
+        tmp.write_text(textwrap.dedent(text))
+        tmp.replace(run.recipe)
+
+    run = Run(tmp_path, GROW.format(nodes=2, level=1), "--backend", "slurm", "--nodes", "3",
+              env=slurm_util.outside_env())
+    try:
+        state = run.wait_state(running, 60, "every step registered")
+        before = {i["name"]: i["step"] for i in state["instances"]}
+        save(GROW.format(nodes=2, level=2))  # env change: only the riders restart
+        state = run.wait_state(lambda s: s["job"]["observed_generation"] == 2 and running(s),
+                               60, "env change rolled out")
+        steps = {i["name"]: i["step"] for i in state["instances"]}
+        assert steps["service_pool_node1"] == before["service_pool_node1"]
+        assert steps["service_side_node1"] != before["service_side_node1"]
+        save(GROW.format(nodes=2, level=2) + "  - name: [broken\n")  # rejected, nothing moves
+        wait_for(lambda: any(e["reason"] == "RecipeRejected" for e in events(run.run_dir)),
+                 30, "the broken edit to be rejected")
+        save(GROW.format(nodes=3, level=2))  # grow onto the spare
+        state = run.wait_state(
+            lambda s: s["job"]["observed_generation"] == 3 and running(s)
+            and {"service_pool_node3", "service_side_node3"} <= {i["name"]
+                                                                   for i in s["instances"]},
+            60, "the pool to grow onto node3")
+        assert {i["name"]: i["step"] for i in state["instances"]
+                if i["name"] in steps} == steps
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
+    finally:
+        run.close()
+    no_job_left("srtr-sgrow")

@@ -190,6 +190,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
     except OSError:
         status.log_offset = 0
     status.attempt = attempt
+    status.step = None  # the backend reports the new attempt's step once it has one
     status.exit_code = status.exit_signal = None
     status.stop_sent_at = status.next_probe_at = None
     status.kill_sent = status.ready = False
