@@ -1,7 +1,15 @@
-"""Plain progress lines for `srtr up --headless`: one line per event, warnings in colour."""
+"""Plain progress lines for `srtr up --headless`: one line per event, warnings in colour.
+
+Lines are written by a thread of their own through a bounded queue, so a terminal or pipe
+that stops reading (`srtr up | less`, a full pipe nobody drains) can never stall the
+controller: when the queue is full, lines are counted and dropped, and a note says how many.
+events.jsonl always has every event.
+"""
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 
 from rich.console import Console
@@ -12,12 +20,18 @@ from srtr.reconciler.store import Event, EventType
 # Per-instance lines that would flood a 4,096-instance job's terminal; they stay in
 # events.jsonl and the stage/tier summaries still print.
 _QUIET_AT_SCALE = {"Launched", "Ready", "Exited"}
+QUEUE_LINES = 10_000
 
 
 class ProgressPrinter:
     def __init__(self, console: Console, instance_count: int) -> None:
         self.console = console
         self.quiet = instance_count > 64
+        self._lines: queue.Queue[Text | None] = queue.Queue(maxsize=QUEUE_LINES)
+        self._dropped = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._write, name="srtr-progress", daemon=True)
+        self._thread.start()
 
     def __call__(self, event: Event) -> None:
         if self.quiet and event.reason in _QUIET_AT_SCALE and event.type is EventType.NORMAL:
@@ -28,4 +42,32 @@ class ProgressPrinter:
         line.append(f"{event.reason:<12}", style=style)
         line.append(f" {event.object}: ", style="bold")
         line.append(event.message)
-        self.console.print(line, soft_wrap=True, highlight=False)
+        self.print(line)
+
+    def print(self, line: Text | str) -> None:
+        """Queue a line; never blocks."""
+        try:
+            self._lines.put_nowait(Text(line) if isinstance(line, str) else line)
+        except queue.Full:
+            with self._lock:
+                self._dropped += 1
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Flush what is queued, waiting at most `timeout` for a slow reader."""
+        try:
+            self._lines.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        self._thread.join(timeout)
+
+    def _write(self) -> None:
+        while (line := self._lines.get()) is not None:
+            with self._lock:
+                dropped, self._dropped = self._dropped, 0
+            if dropped:
+                self.console.print(
+                    f"... {dropped} progress line(s) dropped: stdout is not "
+                    "being read (events.jsonl has every event)",
+                    style="yellow",
+                )
+            self.console.print(line, soft_wrap=True, highlight=False)

@@ -86,7 +86,8 @@ async def run_job(
         lambda e: logger.info("%s %s %s: %s", e.type, e.reason, e.object, e.message)
     )
     if progress:
-        store.subscribe_events(ProgressPrinter(console, len(desired.instances)))
+        printer = ProgressPrinter(console, len(desired.instances))
+        store.subscribe_events(printer)
     ctx = Ctx(
         store=store,
         backend=backend,
@@ -188,7 +189,8 @@ async def run_job(
         logger.removeHandler(handler)
         handler.close()
     if progress:
-        console.print(f"run dir: {run_dir}  (srtr status {run_dir})")
+        printer.print(f"run dir: {run_dir}  (srtr status {run_dir})")
+        printer.close()
     return code
 
 

@@ -75,6 +75,10 @@ class Run:
         self.recipe = tmp_path / "recipe.yaml"
         self.recipe.write_text(textwrap.dedent(recipe))
         env = dict(os.environ if env is None else env)
+        self._out_path = tmp_path / f"{self.run_dir.name}.stdout"
+        self._err_path = tmp_path / f"{self.run_dir.name}.stderr"
+        self._out_file = self._out_path.open("w")
+        self._err_file = self._err_path.open("w")
         self.proc = subprocess.Popen(
             [
                 *prefix,
@@ -89,8 +93,9 @@ class Run:
                 *extra,
             ],
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            # Files, not pipes: a pipe nobody drains during a long run would fill up.
+            stdout=self._out_file,
+            stderr=self._err_file,
             text=True,
         )
         self.out = ""
@@ -114,7 +119,8 @@ class Run:
         self.proc.send_signal(signum)
 
     def wait(self, timeout: float = 60.0) -> int:
-        self.out, self.err = self.proc.communicate(timeout=timeout)
+        self.proc.wait(timeout=timeout)
+        self._collect()
         return self.proc.returncode
 
     def leftovers(self) -> list[int]:
@@ -123,4 +129,11 @@ class Run:
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
+        self._collect()
+
+    def _collect(self) -> None:
+        for handle in (self._out_file, self._err_file):
+            handle.close()
+        self.out = self._out_path.read_text()
+        self.err = self._err_path.read_text()

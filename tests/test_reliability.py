@@ -304,3 +304,41 @@ def test_regression_fuzz_key_with_a_newline_stays_on_one_line() -> None:
     (line,) = caught.value.lines()
     assert line.startswith("recipe.yaml:3: resources['a\\nb']: unknown key")
     assert "\n" not in line
+
+
+def test_regression_chaos_unread_stdout_never_stalls_the_controller(tmp_path: Path) -> None:
+    """Found by the 60 s chaos run: progress lines to a pipe nobody read filled it, and the
+    controller blocked in print() until killed. Now lines are dropped, never waited for."""
+    import subprocess
+    import sys
+    import textwrap
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(textwrap.dedent("""
+        name: chatty
+        services:
+          - name: flap
+            command: ["false"]
+            restart: {backoff_seconds: 0, max_backoff_seconds: 0, max_restarts: 1500}
+    """))
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srtr", "up", str(recipe), "--run-dir", str(run_dir),
+         "--headless"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,  # stdout is never read
+    )
+    try:
+        from e2e_util import read_state
+
+        wait_for(lambda: (s := read_state(run_dir)) is not None
+                 and instance(s, "service_flap")["phase"] == "Failed", 120,
+                 "the flapping instance to spend its 1,500 restarts")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert len(events(run_dir)) > 4500  # far more than a pipe buffer of progress lines
