@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -253,6 +252,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     }
     if tui:
         return run_with_tui(run_dir, run_job(desired, run_dir, backend, progress=False, **options))
+    import asyncio
+
     return asyncio.run(run_job(desired, run_dir, backend, **options))
 
 
@@ -380,6 +381,8 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
         options["slurm_job_id"] = backend.job_id
     else:
         backend = LocalBackend(len(allocation))
+    import asyncio
+
     return asyncio.run(run_job(desired, run_dir, backend, **options))
 
 
