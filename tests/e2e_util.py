@@ -66,7 +66,11 @@ class Run:
     """One `srtr up` process on a recipe written to tmp_path, tagged so leftovers are findable."""
 
     def __init__(
-        self, tmp_path: Path, recipe: str, *extra: str, prefix: tuple[str, ...] = (),
+        self,
+        tmp_path: Path,
+        recipe: str,
+        *extra: str,
+        prefix: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
     ) -> None:
         self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
@@ -122,6 +126,15 @@ class Run:
         self.proc.wait(timeout=timeout)
         self._collect()
         return self.proc.returncode
+
+    def finish(self, timeout: float = 60.0, gone_within: float = 15.0) -> int:
+        """Wait for `srtr up` to end, then for every process of the run to be gone."""
+        try:
+            code = self.wait(timeout)
+        finally:
+            self.close()
+        wait_for(lambda: not self.leftovers(), gone_within, "every process of the run to be gone")
+        return code
 
     def leftovers(self) -> list[int]:
         return processes_with(self.marker + "\0")

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
 from pathlib import Path
 
 import pytest
-from e2e_util import Run, events, instance, wait_for
+from e2e_util import Run, events, instance
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def finish(run: Run, timeout: float = 60.0) -> int:
-    try:
-        code = run.wait(timeout)
-    finally:
-        run.close()
-    wait_for(lambda: not run.leftovers(), 10, "every process of the run to be gone")
-    return code
+finish = functools.partial(Run.finish, gone_within=10.0)
 
 
 def test_seed_pools_recipe_runs_and_writes_the_seed_logs(tmp_path: Path) -> None:

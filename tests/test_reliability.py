@@ -9,6 +9,7 @@ import signal
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,7 @@ from srtr.resources.loading import load_text
 pytestmark = pytest.mark.e2e
 
 
-def finish(run: Run, timeout: float = 60.0) -> int:
-    try:
-        code = run.wait(timeout)
-    finally:
-        run.close()
-    wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
-    return code
+finish = Run.finish
 
 
 # --- signals in every phase ------------------------------------------------------------------
@@ -212,29 +207,40 @@ def test_node_names_with_shell_characters_stay_literal() -> None:
 
 # --- chaos, short ----------------------------------------------------------------------------
 
-CHAOS = """
-name: chaos
+CHAOS_RECIPE = """
+name: {name}
 services:
   - name: owner
     command: ["sleep", "1000"]
-    nodes: 16
+    nodes: {nodes}
   - name: r1
     command: ["sleep", "1000"]
-    placement: {pool: owner}
-    restart: {backoff_seconds: 0.05, max_backoff_seconds: 0.2, max_restarts: 1000}
+    placement: {{pool: owner}}
+    restart: {{backoff_seconds: 0.05, max_backoff_seconds: 0.2, max_restarts: 1000}}
   - name: r2
     command: ["sleep", "1000"]
-    placement: {pool: owner}
-    restart: {backoff_seconds: 0.05, max_backoff_seconds: 0.2, max_restarts: 1000}
+    placement: {{pool: owner}}
+    restart: {{backoff_seconds: 0.05, max_backoff_seconds: 0.2, max_restarts: 1000}}
   - name: r3
     command: ["sleep", "1000"]
-    placement: {pool: owner}
-    restart: {backoff_seconds: 0.05, max_backoff_seconds: 0.2, max_restarts: 1000}
+    placement: {{pool: owner}}
+    restart: {{backoff_seconds: 0.05, max_backoff_seconds: 0.2, max_restarts: 1000}}
 """
+CHAOS = CHAOS_RECIPE.format(name="chaos", nodes=16)
 
 
-def chaos(run: Run, seconds: float, period: float, seed: int) -> int:
-    """SIGKILL a random running rider every `period` s; return how many were killed."""
+def kill_pid(victim: dict) -> bool:
+    try:
+        os.kill(victim["pid"], signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def chaos(run: Run, seconds: float, period: float, seed: int, *,
+          kill: Callable[[dict], bool] = kill_pid, handle: str = "pid") -> int:
+    """Kill a random running rider (that has a `handle`) every `period` s with `kill`;
+    return how many kills landed."""
     rng = random.Random(seed)
     kills = 0
     deadline = time.monotonic() + seconds
@@ -242,14 +248,9 @@ def chaos(run: Run, seconds: float, period: float, seed: int) -> int:
         state = run.state()
         assert state is not None and run.proc.poll() is None, "the controller died"
         riders = [i for i in state["instances"]
-                  if i["kind"] == "rider" and i["phase"] == "Running" and i["pid"]]
+                  if i["kind"] == "rider" and i["phase"] == "Running" and i[handle]]
         if riders:
-            victim = rng.choice(riders)
-            try:
-                os.kill(victim["pid"], signal.SIGKILL)
-                kills += 1
-            except ProcessLookupError:
-                pass
+            kills += kill(rng.choice(riders))
         time.sleep(period)  # the fault rate itself, not a wait for something observable
     return kills
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -28,13 +29,7 @@ def cluster() -> Iterator[None]:
         slurm_util.stop()
 
 
-def finish(run: Run, timeout: float = 120.0) -> int:
-    try:
-        code = run.wait(timeout)
-    finally:
-        run.close()
-    wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
-    return code
+finish = functools.partial(Run.finish, timeout=120.0)
 
 
 def no_job_left(name: str) -> None:
