@@ -150,3 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        from srtr.cli_run import StoppedBySignal
+
+        if isinstance(exc, StoppedBySignal):
+            return exc.code
+        raise

@@ -19,6 +19,25 @@ from srtr.resources.errors import Problem, RecipeError
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+class StoppedBySignal(BaseException):
+    """SIGTERM or SIGHUP before the job's loop handles signals (salloc, planning)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.code = 128 + signum
+
+
+def _stop_by_signal(signum: int, _frame: object) -> None:
+    raise StoppedBySignal(signum)
+
+
+def _startup_signals() -> None:
+    """Until `run_job` takes over, SIGTERM/SIGHUP unwind like Ctrl+C does: an allocation
+    srtr asked for is released, and `srtr up` exits 128 + signal instead of dying at once."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_by_signal)
+
+
 def add_verbs(verbs: Any) -> None:
     up = verbs.add_parser("up", help="run a recipe until its job ends")
     up.add_argument("recipe", nargs="?", help="recipe YAML file (optional with --adopt)")
@@ -206,6 +225,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.planning import plan_text_source, read_text
     from srtr.runner import run_job
 
+    _startup_signals()
     adopt_from = _crashed_job(args)
     if adopt_from is not None:
         return _adopt(args, adopt_from)
@@ -358,7 +378,10 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
     text = read_text(applied)
     allocation = [(n["name"], n["ip"]) for n in state["nodes"]]
     previous = NodeMap.from_json(state["carve"], state["nodes"])
-    _, desired = plan_text_source(text, str(applied), allocation, previous)
+    # The run dir's copy is always recipe.yaml: a recipe without `name:` keeps its job's name.
+    _, desired = plan_text_source(
+        text, str(applied), allocation, previous, name=str(job.get("name") or "") or None
+    )
     recipe_path = args.recipe or job.get("recipe_path")
     print(
         f"srtr: adopting the job in {run_dir} (its controller pid {job.get('controller_pid')} "

@@ -26,7 +26,7 @@ from srtr.control import ControlServer
 from srtr.controllers import exporter, intents, manager
 from srtr.controllers.context import Ctx
 from srtr.controllers.job import begin_teardown
-from srtr.progress import ProgressPrinter
+from srtr.progress import ProgressPrinter, detach_terminal
 from srtr.recipe_watch import RecipeWatcher
 from srtr.reconciler.clock import MonotonicClock
 from srtr.reconciler.persist import EventLog, snapshot, write_atomic
@@ -85,8 +85,11 @@ async def run_job(
     store.subscribe_events(
         lambda e: logger.info("%s %s %s: %s", e.type, e.reason, e.object, e.message)
     )
+    loop = asyncio.get_running_loop()
     if progress:
-        printer = ProgressPrinter(console, len(desired.instances))
+        printer = ProgressPrinter(
+            console, len(desired.instances), on_lost=lambda: loop.call_soon_threadsafe(hangup)
+        )
         store.subscribe_events(printer)
     ctx = Ctx(
         store=store,
@@ -116,7 +119,12 @@ async def run_job(
             message = f"cannot serve metrics on {host}:{port}: {exc}"
             store.record("job", "MetricsFailed", message, warning=True)
     # --- end ---
-    loop = asyncio.get_running_loop()
+
+    def hangup() -> None:
+        """stdout died under a headless job: the same as SIGHUP (the terminal is gone)."""
+        detach_terminal()
+        manager.request_stop(ctx, signal.SIGHUP)
+
     pending: list[asyncio.TimerHandle] = []
     saved_generation = [0]
     last_write = [0.0]

@@ -1,6 +1,68 @@
+"""Shared test setup: helper imports, and strict mode.
+
+With SRTR_TEST_STRICT=1 (set by .ci/run), a skipped test is a failed test: CI must not be
+green with whole parts untested because a daemon or a binary was missing. The failure names
+the test and the reason it would have skipped. Without it, skips stay skips, with reasons
+(`-ra` lists them).
+"""
+
+from __future__ import annotations
+
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 # Test helpers (harness, workload) live next to the tests and are imported by name.
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "chaos"))
+
+STRICT = os.environ.get("SRTR_TEST_STRICT") == "1"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[dict[str, str]]:
+    """The local SLURM test cluster: reused when up (scripts/test starts it), else started
+    here and stopped at the end. Skips (a failure in strict mode) only when SLURM cannot be
+    installed at all. Yields the environment to run SLURM commands with."""
+    import slurm_util
+
+    started = False
+    if not slurm_util.cluster_up():
+        reason = slurm_util.start()
+        if reason:
+            pytest.skip(reason)
+        started = True
+    yield {**os.environ}
+    if started:
+        slurm_util.stop()
+
+
+def _reason(report: Any) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def _fail_skip(report: Any) -> None:
+    if STRICT and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under SRTR_TEST_STRICT=1, which forbids skips: {_reason(report)}"
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    _fail_skip(outcome.get_result())  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    outcome = yield
+    _fail_skip(outcome.get_result())  # type: ignore[attr-defined]

@@ -32,7 +32,9 @@ def test_schema_is_json_with_services(schema: dict[str, Any]) -> None:
     assert schema["type"] == "object"
     assert schema["properties"]["services"]["type"] == "array"
     assert schema["properties"]["services"]["items"] == {"$ref": "#/$defs/Service"}
-    assert schema["required"] == ["name"]
+    # issue 12: `name` defaults to the file's stem, so an editor must not demand it.
+    assert "required" not in schema
+    assert schema["properties"]["name"]["type"] == "string"
     assert schema["additionalProperties"] is False
 
 

@@ -2,14 +2,12 @@
 
 The fixtures below were captured from SLURM 22.05.8 (Debian bookworm) on the local test cluster
 of scripts/slurm-cluster; only the names in them matter, the timestamps are whatever they were.
-The last test runs the built srun command lines on that cluster and is skipped when it is down.
+The last test runs the built srun command lines on that cluster (started when it is down).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -591,26 +589,10 @@ def test_hostnames() -> None:
 # --- on the local SLURM test cluster (scripts/slurm-cluster up) -------------------------------
 
 
-def _cluster_env() -> dict[str, str] | None:
-    conf = os.environ.get("SLURM_CONF") or "/tmp/srtr-slurm/slurm.conf"
-    if not (shutil.which("srun") and Path(conf).is_file()):
-        return None
-    env = {**os.environ, "SLURM_CONF": conf}
-    try:
-        ping = subprocess.run(
-            ["scontrol", "ping"], env=env, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return env if "is UP" in ping.stdout else None
-
-
 @pytest.mark.slurm
-def test_srun_argv_on_the_cluster(tmp_path: Path) -> None:
+def test_srun_argv_on_the_cluster(tmp_path: Path, slurm_cluster: dict[str, str]) -> None:
     """Built command lines, run for real: env values, preamble, exit codes, the log file."""
-    env = _cluster_env()
-    if env is None:
-        pytest.skip("local SLURM test cluster is not up (scripts/slurm-cluster up)")
+    env = slurm_cluster
     alloc = subprocess.run(
         salloc_argv(nodes=1, job_name="srtr-pytest", time_limit="5", extra=("--immediate=30",)),
         env=env,

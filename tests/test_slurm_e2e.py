@@ -6,27 +6,21 @@ import functools
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 
 import pytest
 import slurm_util
-from e2e_util import Run, events, instance, wait_for
+from e2e_util import Run, events, instance, processes_with, read_state, wait_for
+from pty_util import PtyProgram
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cluster() -> Iterator[None]:
-    started = False
-    if not slurm_util.cluster_up():
-        reason = slurm_util.start()
-        if reason:
-            pytest.skip(reason)
-        started = True
-    yield
-    if started:
-        slurm_util.stop()
+def cluster(slurm_cluster: dict[str, str]) -> None:
+    """Every test here runs on the cluster (see conftest.slurm_cluster)."""
 
 
 finish = functools.partial(Run.finish, timeout=120.0)
@@ -147,6 +141,28 @@ def test_ctrl_c_tears_down_by_tier_and_leaves_no_step(tmp_path: Path) -> None:
     ]
     assert tier0_exits and max(tier0_exits) < tier1
     no_job_left("srtr-shold")
+
+
+def test_closing_the_terminal_of_the_tui_releases_everything(tmp_path: Path) -> None:
+    """Issue 12: `srtr up` with its TUI on a terminal that goes away exits 129 within 10 s,
+    with no step, no process and no allocation left."""
+    recipe = tmp_path / "shold.yaml"
+    recipe.write_text(HOLD)
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "srtr", "up", str(recipe), "--backend", "slurm"]
+    program = PtyProgram([*argv, "--run-dir", str(run_dir)], cwd=ROOT, env=slurm_util.outside_env())
+    try:
+        program.wait_for_text("service_rider_node2", timeout=60)
+        wait_for(lambda: (s := read_state(run_dir)) and running(s), 60, "every step registered")
+        program.hang_up()
+        assert program.wait(10) == 129
+    finally:
+        program.kill()
+    marker = f"SRTR_RUN_DIR={run_dir.resolve()}\0"
+    wait_for(lambda: not processes_with(marker), 10, "every process of the run to be gone")
+    no_job_left("srtr-shold")
+    state = read_state(run_dir)
+    assert state is not None and state["job"]["exit_code"] == 129
 
 
 def test_killed_rider_step_is_restarted(tmp_path: Path) -> None:

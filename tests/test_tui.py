@@ -432,7 +432,8 @@ async def ctrl_c_scenario(app: SrtrApp, sent: list[tuple[str, str | None]]) -> N
         await pilot.press("ctrl+c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the confirmation")
         await pilot.press("ctrl+c")
-        await until(pilot, lambda: sent == [("teardown", None)], "the teardown intent")
+        # Ctrl+C asks for the teardown as `interrupt`: the job then exits 130 (issue 12).
+        await until(pilot, lambda: sent == [("interrupt", None)], "the teardown intent")
         # Now tearing down: Ctrl+C asks to kill, and a second one confirms.
         await pilot.press("ctrl+c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the kill question")

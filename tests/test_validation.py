@@ -266,7 +266,10 @@ def test_blank_service_name() -> None:  # V-16
 
 
 def test_missing_name() -> None:
-    assert problem("# a recipe without a name\nservices: []\n") == (2, "name", "is required")
+    # issue 12: a recipe without `name:` is named after its file (the seed's recipes have none).
+    assert load_text("# a recipe without a name\nservices: []\n", "seed-pools.yaml").name == (
+        "seed-pools"
+    )
     assert problem("name: t\nservices:\n  - command: [a]\n") == (
         3,
         "services[0].name",

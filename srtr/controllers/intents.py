@@ -13,7 +13,7 @@ from srtr.controllers import edits, job
 from srtr.controllers.context import TEARDOWN, Ctx, instance_key
 from srtr.reconciler.store import JobPhase
 
-OPS = ("teardown", "kill", "restart", "stop", "apply", "discard")
+OPS = ("teardown", "interrupt", "kill", "restart", "stop", "apply", "discard")
 
 
 class IntentError(Exception):
@@ -31,11 +31,16 @@ def _instance(ctx: Ctx, name: str | None) -> str:
     return name
 
 
-def teardown(ctx: Ctx, *, by: str = "user") -> str:
+def teardown(ctx: Ctx, *, by: str = "user", signum: int = signal.SIGTERM) -> str:
+    """Tear down tier by tier; the job exits 128 + `signum`, as if that signal had stopped it.
+
+    `srtr down` and the TUI's `T` stand for SIGTERM (143); Ctrl+C in the TUI for SIGINT
+    (130), the same code as Ctrl+C in a headless `srtr up`.
+    """
     _running(ctx)
     if ctx.store.job.teardown_requested:
         return "already tearing down"
-    job.begin_teardown(ctx, exit_code=128 + signal.SIGTERM, reason=f"torn down by {by}")
+    job.begin_teardown(ctx, exit_code=128 + signum, reason=f"torn down by {by}")
     return "tearing down tier by tier"
 
 
@@ -80,6 +85,8 @@ def stop(ctx: Ctx, name: str | None) -> str:
 def handle(ctx: Ctx, op: str, instance: str | None = None) -> str:
     if op == "teardown":
         return teardown(ctx)
+    if op == "interrupt":
+        return teardown(ctx, by="Ctrl+C", signum=signal.SIGINT)
     if op == "kill":
         return kill(ctx)
     if op == "restart":

@@ -62,6 +62,10 @@ def request_stop(ctx: Ctx, signum: int) -> None:
     """Intent: stop the job because of signal `signum`; a second request kills everything."""
     store = ctx.store
     if store.job.teardown_requested:
+        if signum == signal.SIGHUP:
+            # Not a user's second Ctrl+C: a hang-up arrives from the shell, tmux and the
+            # TUI's own loss detection alike. The graceful teardown goes on.
+            return
         store.job.kill_now = True
         ctx.queue.add(TEARDOWN)
         return

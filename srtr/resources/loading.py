@@ -8,6 +8,7 @@ keys), and whole-recipe rules (`rules.py`).
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from pathlib import Path as FilePath
@@ -23,10 +24,26 @@ from srtr.resources.yamlmarks import BOOL_HINT, Marked, YamlProblem, parse
 MAX_RECIPE_BYTES = 4 * 1024 * 1024
 
 
+def read_text(path: str | FilePath) -> str:
+    """The recipe's text. Raises RecipeError when it cannot be read."""
+    try:
+        raw = FilePath(path).read_bytes()
+    except OSError as exc:
+        raise RecipeError(
+            str(path), [Problem((), f"cannot read the recipe: {exc.strerror}")]
+        ) from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise RecipeError(str(path), [Problem((), "the recipe is larger than 4 MiB")])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(
+            str(path), [Problem((), f"the recipe is not UTF-8 text: {exc}")]
+        ) from None
+
+
 def load_file(path: str | FilePath) -> Recipe:
     """Read and validate a recipe file. Raises RecipeError (never anything else for bad input)."""
-    from srtr.resources.planning import read_text
-
     return load_text(read_text(path), str(path))
 
 
@@ -36,12 +53,29 @@ def load_text(text: str, file: str = "recipe.yaml") -> Recipe:
     return recipe
 
 
-def load_marked(text: str, file: str = "recipe.yaml") -> tuple[Recipe, Marked]:
-    """Like load_text, and also return the line marks (for problems found later, in expand)."""
+def default_name(file: str) -> str:
+    """The name of a recipe without `name:`: its file's stem, made a valid name.
+
+    `seeds/pools.yaml` → `pools`; `my sft run.yml` → `my-sft-run` (srtctl's recipes, and the
+    seed's, carry no name: the file names the job).
+    """
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", FilePath(file).stem).strip("-")
+    return name or "recipe"
+
+
+def load_marked(
+    text: str, file: str = "recipe.yaml", *, name: str | None = None
+) -> tuple[Recipe, Marked]:
+    """Like load_text, and also return the line marks (for problems found later, in expand).
+
+    Without `name:` in the text, the recipe is named `name`, or after `file` (default_name).
+    """
     try:
         marked = parse(text)
     except YamlProblem as exc:
         raise RecipeError(file, [Problem((), exc.message, line=exc.line)]) from None
+    if isinstance(marked.data, dict) and "name" not in marked.data:
+        marked.data["name"] = name or default_name(file)
     try:
         recipe = Recipe.model_validate(marked.data)
     except ValidationError as exc:

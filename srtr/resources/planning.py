@@ -11,29 +11,9 @@ from pathlib import Path
 from srtr.resources.effective import allocation_size
 from srtr.resources.errors import RecipeError
 from srtr.resources.expand import ExpandError, expand, local_allocation
-from srtr.resources.loading import MAX_RECIPE_BYTES, attach_line, load_marked
+from srtr.resources.loading import attach_line, load_marked, read_text
 from srtr.resources.objects import DesiredState, NodeMap
 from srtr.resources.recipe import Recipe
-
-
-def read_text(path: str | Path) -> str:
-    """The recipe's text. Raises RecipeError when it cannot be read."""
-    from srtr.resources.errors import Problem
-
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise RecipeError(
-            str(path), [Problem((), f"cannot read the recipe: {exc.strerror}")]
-        ) from None
-    if len(raw) > MAX_RECIPE_BYTES:
-        raise RecipeError(str(path), [Problem((), "the recipe is larger than 4 MiB")])
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RecipeError(
-            str(path), [Problem((), f"the recipe is not UTF-8 text: {exc}")]
-        ) from None
 
 
 def plan_text_source(
@@ -41,13 +21,17 @@ def plan_text_source(
     file: str,
     allocation: Sequence[tuple[str, str]] | None = None,
     previous: NodeMap | None = None,
+    *,
+    name: str | None = None,
 ) -> tuple[Recipe, DesiredState]:
     """Validate and expand. Without an allocation, plan on the smallest local one that fits.
+
+    `name` names a recipe that has no `name:` (default: after `file`).
 
     Raises:
         RecipeError: every problem, as `file:line: path: message`.
     """
-    recipe, marked = load_marked(text, file)
+    recipe, marked = load_marked(text, file, name=name)
     if allocation is None:
         allocation = local_allocation(allocation_size(recipe))
     try:

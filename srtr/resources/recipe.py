@@ -476,6 +476,10 @@ def json_schema() -> dict[str, Any]:
                 patch(item)
 
     patch(schema.get("$defs", {}))
+    # `name` defaults to the recipe file's stem (loading.default_name): optional in a file.
+    schema["required"] = [key for key in schema.get("required", []) if key != "name"]
+    if not schema["required"]:
+        del schema["required"]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "srtr recipe"
     return schema

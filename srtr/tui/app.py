@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import sys
 import time
 from collections import deque
@@ -43,6 +45,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.driver import Driver
 from textual.events import Key
 from textual.timer import Timer
 from textual.widgets import Footer
@@ -51,6 +54,7 @@ from textual.worker import Worker, WorkerState
 from srtr.control import ControlError, send
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource, pid_alive
+from srtr.tui.terminal import HangupSafeDriver, detach_terminal
 from srtr.tui.widgets.confirm import ConfirmModal
 from srtr.tui.widgets.detail_pane import DetailPane
 from srtr.tui.widgets.events_pane import EventsPane
@@ -71,6 +75,7 @@ EVENTS_KEPT = 2000
 FILTER_DELAY = 0.15
 RESTART_READER_AFTER = 2.0
 EXIT_GONE = 2
+HANGUP_CODE = 128 + signal.SIGHUP
 
 Clock = Callable[[], float]
 
@@ -149,6 +154,27 @@ class SrtrApp(App[int]):
         self._last_key_at = float("-inf")
         self._job_code: int | None = None
         self._last_error = ""
+        self._terminal_gone = False
+
+    def get_driver_class(self) -> type[Driver]:
+        if sys.platform.startswith("win"):
+            return super().get_driver_class()
+        return HangupSafeDriver
+
+    def terminal_lost(self) -> None:
+        """The terminal hung up or stopped taking output: nobody can see or drive this App.
+
+        `srtr up` then behaves as on SIGHUP, whatever told us first: the job tears down as
+        design.md says and `srtr up` exits 129. A viewer (`srtr tui`) just leaves.
+        """
+        if self._terminal_gone:
+            return
+        self._terminal_gone = True
+        detach_terminal()
+        if self.job is not None and not self.job.done():
+            os.kill(os.getpid(), signal.SIGHUP)  # the runner's handler: teardown, exit 129
+            return
+        self.exit(self._exit_code())
 
     # -- layout -------------------------------------------------------------------------
 
@@ -349,7 +375,8 @@ class SrtrApp(App[int]):
         else:
             self._job_code = self.job.result()
         self._wake.set()  # show the final state.json at once
-        if self._quit_when_done:
+        # A hang-up ended the job: the terminal is gone, so there is nobody to show it to.
+        if self._quit_when_done or self._terminal_gone or self._job_code == HANGUP_CODE:
             self.exit(self._job_code)
             return
         # Keys pressed just before the end mean the user is reading, unless those keys were
@@ -478,7 +505,8 @@ class SrtrApp(App[int]):
             "Tier by tier: SIGTERM, then SIGKILL after each instance's grace."
             + ("\nCtrl+C again: yes." if ctrl_c else "")
             + ("" if self.job else "\n(q quits this viewer and leaves the job running.)"),
-            "teardown",
+            # Ctrl+C ends the job with 130 as it does headless; `T` is a SIGTERM-like 143.
+            "interrupt" if ctrl_c else "teardown",
             ctrl_c=ctrl_c,
         )
 
@@ -552,7 +580,7 @@ class SrtrApp(App[int]):
     @work(group="intents", exit_on_error=False)
     async def _send(self, op: str, instance: str | None) -> None:
         """Send one intent through the control socket, off the loop (it may serve it)."""
-        if op in ("teardown", "kill"):
+        if op in ("teardown", "interrupt", "kill"):
             self._teardown_sent = True
         try:
             message = await asyncio.to_thread(send, self.run_dir, op, instance)
