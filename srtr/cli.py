@@ -55,8 +55,9 @@ def _plan_against(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from srtr.resources.diff import diff, render
+    from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
-    from srtr.resources.planning import plan_text_source, read_text
+    from srtr.resources.planning import plan_text_source
 
     run_dir = Path(args.against)
     try:

@@ -221,8 +221,8 @@ def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> Any:
 def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.effective import allocation_size
     from srtr.resources.expand import local_allocation
-    from srtr.resources.loading import load_text
-    from srtr.resources.planning import plan_text_source, read_text
+    from srtr.resources.loading import load_text, read_text
+    from srtr.resources.planning import plan_text_source
     from srtr.runner import run_job
 
     _startup_signals()
@@ -283,8 +283,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     import subprocess
 
     from srtr.resources.effective import allocation_size
-    from srtr.resources.loading import load_text
-    from srtr.resources.planning import plan_text_source, read_text
+    from srtr.resources.loading import load_text, read_text
+    from srtr.resources.planning import plan_text_source
 
     text = read_text(args.recipe)
     recipe = load_text(text, args.recipe)
@@ -366,8 +366,9 @@ def _crashed_job(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
     from srtr.backends.local import LocalBackend
+    from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
-    from srtr.resources.planning import plan_text_source, read_text
+    from srtr.resources.planning import plan_text_source
     from srtr.runner import run_job
 
     run_dir = Path(args.adopt or args.run_dir)

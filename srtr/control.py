@@ -37,11 +37,11 @@ def socket_path(run_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"srtr-{os.getuid()}-{digest}.sock"
 
 
-Handler = Callable[[str, str | None], str]
+Handler = Callable[[str, str | None, str | None], str]
 
 
 class ControlServer:
-    """Serves intents to `handler(op, instance) -> message`; handler raises to refuse."""
+    """Serves intents to `handler(op, instance, node) -> message`; handler raises to refuse."""
 
     def __init__(self, run_dir: Path, handler: Handler, refusal: type[Exception]) -> None:
         self.path = socket_path(run_dir)
@@ -86,23 +86,35 @@ class ControlServer:
             return {"ok": False, "message": "requests are one JSON object per line"}
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
             return {"ok": False, "message": 'a request needs an "op"'}
-        instance = request.get("instance")
-        if instance is not None and not isinstance(instance, str):
-            return {"ok": False, "message": '"instance" must be a string'}
+        instance, node = request.get("instance"), request.get("node")
+        for key, value in (("instance", instance), ("node", node)):
+            if value is not None and not isinstance(value, str):
+                return {"ok": False, "message": f'"{key}" must be a string'}
         try:
-            return {"ok": True, "message": self._handler(request["op"], instance)}
+            return {"ok": True, "message": self._handler(request["op"], instance, node)}
         except self._refusal as exc:
             return {"ok": False, "message": str(exc)}
 
 
-def send(run_dir: Path, op: str, instance: str | None = None, timeout: float = 5.0) -> str:
+def send(
+    run_dir: Path,
+    op: str,
+    instance: str | None = None,
+    timeout: float = 5.0,
+    *,
+    node: str | None = None,
+) -> str:
     """Send one intent to the job of `run_dir`; return its message.
 
     Raises:
         ControlError: the job is not running, or it refused the intent.
     """
     path = _recorded_path(run_dir) or socket_path(run_dir)
-    request = {"op": op, **({"instance": instance} if instance else {})}
+    request = {
+        "op": op,
+        **({"instance": instance} if instance else {}),
+        **({"node": node} if node else {}),
+    }
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)

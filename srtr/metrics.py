@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from srtr.reconciler.clock import Clock, TimerHandle
-from srtr.reconciler.store import Event, InstanceStatus, Phase, Store
-from srtr.resources.objects import InstanceSpec
+from srtr.reconciler.store import Event, InstanceStatus, Phase, Store, UserAction
+from srtr.resources.objects import ExporterSpec, InstanceSpec
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -101,6 +101,9 @@ class TimedProber:
 
     def forget(self, name: str) -> None:
         self.inner.forget(name)
+
+    async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
+        return await self.inner.scrape(exporter, timeout)
 
 
 class JobMetrics:
@@ -200,7 +203,7 @@ class JobMetrics:
         if event.reason == "RecipeApplied":
             # An edit that changed an instance's config restarts it through user_action.
             for other, status in self.store.status.items():
-                if status.user_action == "restart" and self._causes.get(other) != "user":
+                if status.user_action is UserAction.RESTART and self._causes.get(other) != "user":
                     self._causes[other] = "edit"
             return
         if kind != "instance":

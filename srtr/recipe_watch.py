@@ -23,7 +23,8 @@ from srtr.controllers import edits
 from srtr.controllers.context import Ctx
 from srtr.resources.diff import diff
 from srtr.resources.errors import RecipeError
-from srtr.resources.planning import plan_text_source, read_text
+from srtr.resources.loading import read_text
+from srtr.resources.planning import plan_text_source
 
 log = logging.getLogger("srtr")
 

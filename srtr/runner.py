@@ -23,7 +23,7 @@ from srtr import adoption, guard
 from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
 from srtr.control import ControlServer
-from srtr.controllers import exporter, intents, manager
+from srtr.controllers import exporter, instance, intents, manager
 from srtr.controllers.context import Ctx
 from srtr.controllers.job import begin_teardown
 from srtr.progress import ProgressPrinter, detach_terminal
@@ -87,9 +87,11 @@ async def run_job(
     )
     loop = asyncio.get_running_loop()
     if progress:
-        printer = ProgressPrinter(
-            console, len(desired.instances), on_lost=lambda: loop.call_soon_threadsafe(hangup)
-        )
+
+        def stdout_lost() -> None:  # from the printer's thread
+            loop.call_soon_threadsafe(hangup)
+
+        printer = ProgressPrinter(console, len(desired.instances), on_lost=stdout_lost)
         store.subscribe_events(printer)
     ctx = Ctx(
         store=store,
@@ -100,7 +102,7 @@ async def run_job(
         run_dir=run_dir,
     )
     control = ControlServer(
-        run_dir, lambda op, name: intents.handle(ctx, op, name), intents.IntentError
+        run_dir, lambda op, name, node: intents.handle(ctx, op, name, node), intents.IntentError
     )
     await control.start()
     # --- exporters and srtr's own metrics (issue 7) ---
@@ -159,7 +161,7 @@ async def run_job(
         loop.add_signal_handler(signum, manager.request_stop, ctx, signum)
     if adopt_from is not None:
         # Listen before adopting: the backend reports what it learns (step ids) at once.
-        backend.set_listener(lambda obs: manager.instance.observe(ctx, obs))
+        backend.set_listener(lambda obs: instance.observe(ctx, obs))
         await adoption.adopt(ctx, adopt_from)
     guardian = guard.start(run_dir, adopt_window)
     end_time = await _end_time(backend)

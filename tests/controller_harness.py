@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 from srtr.backends.fake import FakeBackend
+from srtr.backends.prober import http_scrape
 from srtr.controllers import instance, manager
 from srtr.controllers.context import JOB, Ctx
 from srtr.reconciler.clock import FakeClock
@@ -15,7 +16,7 @@ from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.effective import allocation_size
 from srtr.resources.expand import local_allocation
 from srtr.resources.loading import load_text
-from srtr.resources.objects import InstanceSpec
+from srtr.resources.objects import ExporterSpec, InstanceSpec
 from srtr.resources.planning import plan_text_source
 
 
@@ -32,6 +33,11 @@ class FakeProber:
 
     def forget(self, name: str) -> None:
         pass
+
+    async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
+        # The real GET, as before scrapes went through the prober; exporter tests that want
+        # scripted answers set `exporter.state_of(store).scrape` instead.
+        return await http_scrape(exporter, timeout)
 
 
 class Harness:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -176,7 +175,6 @@ def test_status_and_logs_read_the_run_dir(tmp_path: Path) -> None:
     assert down.returncode == 2 and "not running" in down.stderr
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_down_tears_a_manual_job_down(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -184,14 +182,19 @@ def test_down_tears_a_manual_job_down(tmp_path: Path) -> None:
     run = Run(tmp_path, RIDER)
     try:
         run.wait_state(lambda s: s["job"]["phase"] == "Running", what="job running")
-        subprocess.run(
+        down = subprocess.run(
             [sys.executable, "-m", "srtr", "down", str(run.run_dir)],
             check=True,
             capture_output=True,
+            text=True,
         )
+        assert down.stdout.startswith("riders: tearing down tier by tier;"), down
         assert finish(run) == 128 + signal.SIGTERM
     finally:
         run.close()
+    state = run.state()
+    assert state is not None and state["job"]["reason"] == "torn down by user"
+    assert all(i["phase"] == "Stopped" for i in state["instances"])
 
 
 @pytest.mark.parametrize(

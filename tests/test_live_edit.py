@@ -135,18 +135,40 @@ def test_broken_edits_are_rejected_and_touch_nothing(tmp_path: Path) -> None:
 
 
 def test_plan_against_a_running_job_previews_without_applying(tmp_path: Path) -> None:
-    run = Run(tmp_path, POOL.format(nodes=2, level=1), "--no-watch")
+    # The job watches the very file we preview, but holds edits for a yes (--apply confirm):
+    # once it has seen the edit, anything applied could only have come from the preview.
+    import json
+
+    from srtr.control import send
+
+    run = Run(tmp_path, POOL.format(nodes=2, level=1), "--apply", "confirm")
     try:
         run.wait_state(lambda s: s["job"]["phase"] == "Running", what="running")
-        edited = tmp_path / "edited.yaml"
-        edited.write_text(textwrap.dedent(POOL.format(nodes=2, level=1) + SHIPPER))
-        out = subprocess.run(
-            [sys.executable, "-m", "srtr", "plan", str(edited), "--against", str(run.run_dir)],
-            capture_output=True, text=True, check=True,
-        ).stdout
+        applied = (run.run_dir / "recipe.yaml").read_text()
+        save(run, POOL.format(nodes=2, level=1) + SHIPPER)
+        held = run.wait_state(lambda s: s["recipe"].get("pending"), what="the edit held")
+
+        def preview(*output: str) -> str:
+            return subprocess.run(
+                [sys.executable, "-m", "srtr", "plan", str(run.recipe), "--against",
+                 str(run.run_dir), *output],
+                capture_output=True, text=True, check=True,
+            ).stdout
+
+        out = preview()
         assert "+ service_shipper_node1" in out and "+ service_shipper_node2" in out
         assert "Plan: 2 add" in out
+        assert json.loads(preview("-o", "json")) == held["recipe"]["pending"]
         state = run.state()
         assert state is not None and state["job"]["generation"] == 1
+        assert not any(i["service"] == "shipper" for i in state["instances"])
+        assert (run.run_dir / "recipe.yaml").read_text() == applied
+        assert "RecipeApplied" not in [e["reason"] for e in events(run.run_dir)]
+
+        # The preview was the truth: applying the held edit does what it said.
+        send(run.run_dir, "apply")
+        state = run.wait_state(generation_applied(run, 2), what="the edit applied")
+        assert sorted(i["name"] for i in state["instances"] if i["service"] == "shipper") == [
+            "service_shipper_node1", "service_shipper_node2"]
     finally:
         stop(run)

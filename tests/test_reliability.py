@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -28,10 +29,13 @@ finish = Run.finish
 # --- signals in every phase ------------------------------------------------------------------
 
 PHASES = {
-    # a stage that waits for a probe that never passes
+    # tier 2 (infra) is up; tier 1 (before_workers) waits for a probe that never passes
     "launching": """
 name: sig
 services:
+  - name: base
+    command: ["sleep", "1000"]
+    start: infra
   - name: slow
     command: ["sleep", "1000"]
     start: before_workers
@@ -39,6 +43,7 @@ services:
   - name: later
     command: ["sleep", "1000"]
 """,
+    # every stage up: tiers 0 (owner and rider), 1 (before_workers) and 2 (infra)
     "running": """
 name: sig
 services:
@@ -48,8 +53,18 @@ services:
   - name: b
     command: ["sleep", "1000"]
     placement: {pool: a}
+  - name: c
+    command: ["sleep", "1000"]
+    start: before_workers
+    placement: {node: compute}
+  - name: d
+    command: ["sleep", "1000"]
+    start: infra
+    placement: {node: compute}
 """,
 }
+# The tiers that hold running instances when the signal arrives.
+PHASE_TIERS = {"launching": [1, 2], "running": [0, 1, 2]}
 
 
 def _reached(phase: str):
@@ -59,6 +74,23 @@ def _reached(phase: str):
         return state["job"]["phase"] == "Running"
 
     return check
+
+
+def assert_torn_down_by_tier(run: Run, state: dict) -> list[int]:
+    """From events.jsonl: each tier was signalled only after every instance of the tier
+    before it had exited. Returns the tiers in the order they were signalled."""
+    tier_of = {i["name"]: i["shutdown_tier"] for i in state["instances"]}
+    log = events(run.run_dir)
+    exited = {e["object"].removeprefix("instance/"): at
+              for at, e in enumerate(log) if e["reason"] == "Exited"}
+    signalled = [(int(e["message"].split(":")[0].removeprefix("tier ")), at)
+                 for at, e in enumerate(log)
+                 if e["reason"] == "TearingDown" and e["message"].startswith("tier ")]
+    for (lower, _), (_, next_at) in itertools.pairwise(signalled):
+        members = [n for n in exited if tier_of[n] == lower]
+        assert members and max(exited[n] for n in members) < next_at, log
+    assert sorted({tier_of[n] for n in exited}) == [t for t, _ in signalled]
+    return [t for t, _ in signalled]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
@@ -76,6 +108,7 @@ def test_a_signal_in_any_phase_tears_down_in_order(tmp_path: Path, phase: str,
     state = run.state()
     assert state is not None and state["job"]["exit_code"] == 128 + signum
     assert all(i["phase"] in ("Stopped", "Pending") for i in state["instances"])
+    assert assert_torn_down_by_tier(run, state) == PHASE_TIERS[phase]
     reasons = [e["reason"] for e in events(run.run_dir)]
     assert reasons[-1] == "JobFailed" and "TearingDown" in reasons
 

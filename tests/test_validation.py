@@ -40,42 +40,155 @@ def problem(text: str, nodes: int | None = None) -> Found:
     return found[0]
 
 
-def valid(text: str) -> None:
-    plan_text_source(textwrap.dedent(text), "recipe.yaml")
+def valid(text: str, nodes: int | None = None) -> None:
+    allocation = local_allocation(nodes) if nodes else None
+    plan_text_source(textwrap.dedent(text), "recipe.yaml", allocation)
+
+
+# What a table case expects: `OK` (the recipe plans), `(line, path, message)` (its one
+# problem), or a list of them (every problem, in line order).
+OK = None
+Expected = Found | list[Found] | None
+
+
+def check(text: str, expected: Expected, nodes: int | None = None) -> None:
+    if expected is OK:
+        valid(text, nodes)
+    elif isinstance(expected, list):
+        assert problems(text, nodes) == expected
+    else:
+        assert problem(text, nodes) == expected
 
 
 # --- YAML ------------------------------------------------------------------------------------
 
-
-@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
-def test_empty_file(text: str) -> None:
-    assert problem(text) == (
-        1,
-        "",
-        "the recipe is empty; it must be a mapping with at least `name`",
-    )
-
-
-def test_yaml_not_a_mapping() -> None:
-    assert problem("- name: a\n- name: b\n") == (
-        1,
-        "",
-        "the recipe must be a mapping (key: value), not a list",
-    )
-    assert problem("# a recipe\n\njust text\n") == (
-        3,
-        "",
-        "the recipe must be a mapping (key: value), not a scalar",
-    )
-    assert problem("~\n") == (1, "", "the recipe must be a mapping (key: value), not a scalar")
-
-
-def test_multiple_documents() -> None:
-    assert problem("""\
+YAML_CASES = [
+    pytest.param(
+        "", (1, "", "the recipe is empty; it must be a mapping with at least `name`"), id="empty"
+    ),
+    pytest.param(
+        "\n\n",
+        (1, "", "the recipe is empty; it must be a mapping with at least `name`"),
+        id="empty-lines",
+    ),
+    pytest.param(
+        "# only a comment\n",
+        (1, "", "the recipe is empty; it must be a mapping with at least `name`"),
+        id="empty-only-a-comment",
+    ),
+    pytest.param(
+        "- name: a\n- name: b\n",
+        (1, "", "the recipe must be a mapping (key: value), not a list"),
+        id="not-a-mapping-list",
+    ),
+    pytest.param(
+        "# a recipe\n\njust text\n",
+        (3, "", "the recipe must be a mapping (key: value), not a scalar"),
+        id="not-a-mapping-text",
+    ),
+    pytest.param(
+        "~\n",
+        (1, "", "the recipe must be a mapping (key: value), not a scalar"),
+        id="not-a-mapping-null",
+    ),
+    pytest.param(
+        """\
         name: one
         ---
         name: two
-        """) == (2, "", "invalid YAML: but found another document")
+        """,
+        (2, "", "invalid YAML: but found another document"),
+        id="multiple-documents",
+    ),
+    pytest.param(
+        """\
+        name: anchors
+        services:
+          - name: a
+            command: &argv [sleep, "1"]
+            env: &env
+              A: "1"
+          - name: b
+            command: *argv
+            env:
+              <<: *env
+              B: "2"
+        """,
+        OK,
+        id="small-anchors-and-merge-keys-are-fine",
+    ),
+    pytest.param(
+        """\
+        name: anchors
+        services:
+          - &base
+            name: a
+            command: [sleep, "1"]
+          - <<: *base
+            name: b
+        """,
+        OK,
+        id="merge-keys-can-be-overridden",
+    ),
+    pytest.param(
+        """\
+        name: dup
+        services:
+          - name: s
+            command: [a]
+            env:
+              A: one
+              A: two
+        """,
+        (7, "", "duplicate key 'A'"),
+        id="duplicate-env-key",
+    ),
+    pytest.param(
+        "name: a\nname: b\n",
+        (2, "", "duplicate key 'name'"),
+        id="duplicate-top-level-key",
+    ),
+    pytest.param(
+        "name: t\nservices:\n  - name: s\n    command: [a]\n    1: x\n",
+        (5, "", "key 1 must be a string"),
+        id="non-string-key",
+    ),
+    pytest.param(
+        "name: t\nenvironment:\n  A: !!python/name:os.system\n",
+        (
+            3,
+            "",
+            "invalid YAML: could not determine a constructor for the tag "
+            "'tag:yaml.org,2002:python/name:os.system'",
+        ),
+        id="python-tags-are-not-constructed",
+    ),
+    pytest.param(
+        "name: t\nservices: [\n",
+        (3, "", "invalid YAML: expected the node content, but found '<stream end>'"),
+        id="invalid-yaml-unclosed-bracket",
+    ),
+    pytest.param(
+        "name: t\n  bad: indent\n",
+        (2, "", "invalid YAML: mapping values are not allowed here"),
+        id="invalid-yaml-indentation",
+    ),
+    pytest.param(
+        "name: t\nservices:\n\t- name: s\n",
+        (3, "", "invalid YAML: found character '\\t' that cannot start any token"),
+        id="invalid-yaml-tab",
+    ),
+    pytest.param(
+        'name: "t\n',
+        (2, "", "invalid YAML: found unexpected end of stream"),
+        id="invalid-yaml-unclosed-quote",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), YAML_CASES)
+def test_yaml_reader(text: str, expected: Expected) -> None:
+    check(text, expected)
 
 
 def test_billion_laughs_alias_bomb_is_refused_quickly() -> None:
@@ -94,116 +207,38 @@ def test_billion_laughs_alias_bomb_is_refused_quickly() -> None:
     )
 
 
-def test_small_anchors_and_merge_keys_are_fine() -> None:
-    valid("""\
-        name: anchors
-        services:
-          - name: a
-            command: &argv [sleep, "1"]
-            env: &env
-              A: "1"
-          - name: b
-            command: *argv
-            env:
-              <<: *env
-              B: "2"
-        """)
-
-
-def test_merge_keys_can_be_overridden() -> None:
-    valid("""\
-        name: anchors
-        services:
-          - &base
-            name: a
-            command: [sleep, "1"]
-          - <<: *base
-            name: b
-        """)
-
-
-def test_duplicate_keys() -> None:
-    assert problem("""\
-        name: dup
-        services:
-          - name: s
-            command: [a]
-            env:
-              A: one
-              A: two
-        """) == (7, "", "duplicate key 'A'")
-    assert problem("name: a\nname: b\n") == (2, "", "duplicate key 'name'")
-
-
-@pytest.mark.parametrize(
-    ("text", "line", "message"),
-    [
-        (
-            "name: t\nservices: [\n",
-            3,
-            "invalid YAML: expected the node content, but found '<stream end>'",
-        ),
-        ("name: t\n  bad: indent\n", 2, "invalid YAML: mapping values are not allowed here"),
-        (
-            "name: t\nservices:\n\t- name: s\n",
-            3,
-            "invalid YAML: found character '\\t' that cannot start any token",
-        ),
-        ('name: "t\n', 2, "invalid YAML: found unexpected end of stream"),
-    ],
-    ids=["unclosed-bracket", "indentation", "tab", "unclosed-quote"],
-)
-def test_invalid_yaml_syntax(text: str, line: int, message: str) -> None:
-    assert problem(text) == (line, "", message)
-
-
-def test_non_string_key() -> None:
-    assert problem("name: t\nservices:\n  - name: s\n    command: [a]\n    1: x\n") == (
-        5,
-        "",
-        "key 1 must be a string",
-    )
-
-
-def test_python_tags_are_not_constructed() -> None:
-    assert problem("name: t\nenvironment:\n  A: !!python/name:os.system\n") == (
-        3,
-        "",
-        "invalid YAML: could not determine a constructor for the tag "
-        "'tag:yaml.org,2002:python/name:os.system'",
-    )
-
-
 # --- schema: keys, names and types ------------------------------------------------------------
 
-
-def test_unknown_key_did_you_mean() -> None:
-    assert problem("""\
+SCHEMA_CASES = [
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
             command: [a]
             plcement:
               node: head
-        """) == (5, "services[0].plcement", "unknown key 'plcement' (did you mean 'placement'?)")
-
-
-def test_unknown_key_lists_the_allowed_keys() -> None:
-    assert problem("""\
+        """,
+        (5, "services[0].plcement", "unknown key 'plcement' (did you mean 'placement'?)"),
+        id="unknown-key-did-you-mean",
+    ),
+    pytest.param(
+        """\
         name: t
         resources:
           gpus_per_node: 8
         colour: blue
-        """) == (
-        4,
-        "colour",
-        "unknown key 'colour'; allowed: name, resources, roles, frontend, services, benchmark, "
-        "environment, observability",
-    )
-
-
-def test_unknown_key_in_a_nested_model() -> None:
-    assert problem("""\
+        """,
+        (
+            4,
+            "colour",
+            "unknown key 'colour'; allowed: name, resources, roles, frontend, services, benchmark, "
+            "environment, observability",
+        ),
+        id="unknown-key-lists-the-allowed-keys",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
@@ -212,7 +247,53 @@ def test_unknown_key_in_a_nested_model() -> None:
               http:
                 port: 80
                 paht: /ready
-        """) == (8, "services[0].readiness.http.paht", "unknown key 'paht' (did you mean 'path'?)")
+        """,
+        (8, "services[0].readiness.http.paht", "unknown key 'paht' (did you mean 'path'?)"),
+        id="unknown-key-in-a-nested-model",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: "  "
+            command: [a]
+        """,
+        (3, "services[0].name", "must be a non-empty string"),
+        id="v16-blank-service-name",
+    ),
+    pytest.param(
+        "name: t\nservices:\n  - command: [a]\n",
+        (3, "services[0].name", "is required"),
+        id="missing-service-name",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            nodes: two
+            critical: maybe
+            env: [a]
+        """,
+        [
+            (5, "services[0].nodes", "Input should be a valid integer; got 'two'"),
+            (6, "services[0].critical", "Input should be a valid boolean; got 'maybe'"),
+            (7, "services[0].env", "Input should be a valid dictionary"),
+        ],
+        id="wrong-types",
+    ),
+    pytest.param(
+        "name: t\nservices:\n  name: s\n",
+        (2, "services", "Input should be a valid list"),
+        id="services-must-be-a-list",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SCHEMA_CASES)
+def test_schema_keys_names_and_types(text: str, expected: Expected) -> None:
+    check(text, expected)
 
 
 @pytest.mark.parametrize("bad", ["a/b", "..", "x;rm", "a b", "ä", "$(id)"])
@@ -256,49 +337,10 @@ def test_names_with_a_trailing_newline_are_refused(text: str) -> None:
         load_text(text)
 
 
-def test_blank_service_name() -> None:  # V-16
-    assert problem("""\
-        name: t
-        services:
-          - name: "  "
-            command: [a]
-        """) == (3, "services[0].name", "must be a non-empty string")
-
-
-def test_missing_name() -> None:
-    # issue 12: a recipe without `name:` is named after its file (the seed's recipes have none).
-    assert load_text("# a recipe without a name\nservices: []\n", "seed-pools.yaml").name == (
-        "seed-pools"
-    )
-    assert problem("name: t\nservices:\n  - command: [a]\n") == (
-        3,
-        "services[0].name",
-        "is required",
-    )
-
-
-def test_wrong_types() -> None:
-    assert problems("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            nodes: two
-            critical: maybe
-            env: [a]
-        """) == [
-        (
-            5,
-            "services[0].nodes",
-            "Input should be a valid integer; got 'two'",
-        ),
-        (
-            6,
-            "services[0].critical",
-            "Input should be a valid boolean; got 'maybe'",
-        ),
-        (7, "services[0].env", "Input should be a valid dictionary"),
-    ]
+def test_a_recipe_without_name_is_named_after_its_file() -> None:
+    # issue 12: the seed's recipes have no `name:`; the file names the job.
+    recipe = load_text("# a recipe without a name\nservices: []\n", "seed-pools.yaml")
+    assert recipe.name == "seed-pools"
 
 
 @pytest.mark.parametrize("field", ["nodes: true", "nodes: yes", "readiness:\n      port: true"])
@@ -307,42 +349,408 @@ def test_booleans_are_not_counts(field: str) -> None:
         load_text(f"name: t\nservices:\n  - name: s\n    command: [a]\n    {field}\n")
 
 
-def test_services_must_be_a_list() -> None:
-    assert problem("name: t\nservices:\n  name: s\n") == (
-        2,
-        "services",
-        "Input should be a valid list",
-    )
-
-
 # --- schema: field-level rules (reference V-01..V-28) -----------------------------------------
 
-
-def test_v01_placement_node_vocabulary() -> None:
-    assert problem("""\
+FIELD_CASES = [
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
             command: [a]
             placement:
               node: rack7
-        """) == (
-        6,
-        "services[0].placement.node",
-        "must be one of head, infra, dedicated, prefill, decode, agg, workers, compute, all; "
-        "got 'rack7'",
-    )
-
-
-def test_v05_blank_placement_pool() -> None:
-    assert problem("""\
+        """,
+        (
+            6,
+            "services[0].placement.node",
+            "must be one of head, infra, dedicated, prefill, decode, agg, workers, compute, all; "
+            "got 'rack7'",
+        ),
+        id="v01-placement-node-vocabulary",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
             command: [a]
             placement:
               pool: " "
-        """) == (6, "services[0].placement.pool", "must name a service that declares nodes")
+        """,
+        (6, "services[0].placement.pool", "must name a service that declares nodes"),
+        id="v05-blank-placement-pool",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            metrics:
+              - port: 0
+        """,
+        (6, "services[0].metrics[0].port", "must be between 1 and 65535"),
+        id="v07-metrics-port-range",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              http:
+                port: 80
+                path: ready
+            metrics:
+              - port: 9000
+                path: metrics
+        """,
+        [
+            (8, "services[0].readiness.http.path", "must start with '/'"),
+            (11, "services[0].metrics[0].path", "must start with '/'"),
+        ],
+        id="v08-paths-start-with-a-slash",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              http:
+                port: 80
+                status: 99
+        """,
+        (8, "services[0].readiness.http.status", "must be an HTTP status code"),
+        id="v09-http-status",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              log:
+                pattern: "ready ("
+        """,
+        (
+            7,
+            "services[0].readiness.log.pattern",
+            "is not a valid regular expression: missing ), unterminated subpattern at position 6",
+        ),
+        id="v10-log-pattern-regex",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              file:
+                path: "  "
+        """,
+        (7, "services[0].readiness.file.path", "must not be empty"),
+        id="v11-file-path-blank",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              port: 80
+              tcp:
+                port: 80
+        """,
+        (5, "services[0].readiness", "give either port (shorthand) or tcp, not both"),
+        id="v12-port-and-tcp",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              timeout_seconds: 5
+        """,
+        (
+            5,
+            "services[0].readiness",
+            "needs exactly one probe: port, tcp, http, log, or file; got none",
+        ),
+        id="v13-no-probe",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              http:
+                port: 80
+              log:
+                pattern: up
+        """,
+        (
+            5,
+            "services[0].readiness",
+            "needs exactly one probe: port, tcp, http, log, or file; got http, log",
+        ),
+        id="v13-two-probes",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            readiness:
+              port: 80
+              timeout_seconds: 0
+              interval_seconds: -0.5
+        """,
+        [
+            (7, "services[0].readiness.timeout_seconds", "must be positive"),
+            (8, "services[0].readiness.interval_seconds", "must be positive"),
+        ],
+        id="v14-timing-must-be-positive",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            stop_grace_seconds: 0.5
+            readiness:
+              port: 80
+              timeout_seconds: 0.25
+              interval_seconds: 0.1
+        """,
+        OK,
+        id="timing-accepts-fractions",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            metrics:
+              - port: 9000
+                nodes: some
+              - port: 9001
+                name: ""
+        """,
+        [
+            (7, "services[0].metrics[0].nodes", "must be all or first; got 'some'"),
+            (9, "services[0].metrics[1].name", "must not be empty"),
+        ],
+        id="v15-metrics-nodes-and-name",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: []
+        """,
+        (4, "services[0].command", "if set, must be non-empty (omit it to use the type's default)"),
+        id="v18-empty-command",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a, ""]
+          - name: u
+            command: [a]
+            args:
+              - x
+              - ""
+        """,
+        [
+            (4, "services[0].command", "command/args must not contain empty arguments"),
+            (7, "services[1].args", "command/args must not contain empty arguments"),
+        ],
+        id="v20-empty-arguments",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            start: with_workers
+        """,
+        (
+            5,
+            "services[0].start",
+            "must be one of infra, before_workers, after_frontend; got 'with_workers'",
+        ),
+        id="v24-start-phase",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            cpus_per_task: 0
+        """,
+        (5, "services[0].cpus_per_task", "must be positive"),
+        id="v25-cpus-per-task",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            env:
+              1ST: x
+        environment:
+          A-B: x
+        benchmark:
+          type: custom
+          command: "true"
+          env:
+            "A B": x
+        """,
+        [
+            (5, "services[0].env", "key '1ST' is not a valid environment variable name"),
+            (7, "environment", "env key 'A-B' is not a valid environment variable name"),
+            (12, "benchmark.env", "key 'A B' is not a valid environment variable name"),
+        ],
+        id="env-keys-must-be-variable-names",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            restart: sometimes
+          - name: u
+            command: [a]
+            restart:
+              policy: maybe
+          - name: v
+            command: [a]
+            restart:
+              backoff_seconds: 5
+              max_backoff_seconds: 1
+          - name: w
+            command: [a]
+            restart:
+              max_restarts: -1
+        """,
+        [
+            (
+                5,
+                "services[0].restart",
+                "must be one of never, on-failure, always or a mapping; got 'sometimes'",
+            ),
+            (
+                9,
+                "services[1].restart.policy",
+                "Input should be 'never', 'on-failure' or 'always'; got 'maybe'",
+            ),
+            (12, "services[2].restart", "restart.max_backoff_seconds must be >= backoff_seconds"),
+            (
+                18,
+                "services[3].restart.max_restarts",
+                "Input should be greater than or equal to 0; got -1",
+            ),
+        ],
+        id="restart-policy-word-and-mapping",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: s
+            command: [a]
+            shutdown_tier: -1
+            stop_grace_seconds: -2
+        """,
+        [
+            (5, "services[0].shutdown_tier", "Input should be greater than or equal to 0; got -1"),
+            (
+                6,
+                "services[0].stop_grace_seconds",
+                "Input should be greater than or equal to 0; got -2",
+            ),
+        ],
+        id="shutdown-tier-and-stop-grace-not-negative",
+    ),
+    pytest.param(
+        """\
+        name: t
+        resources:
+          gpus_per_node: -1
+        roles:
+          agg:
+            nodes: 0
+            workers: 0
+            gpus: -1
+            command: []
+        """,
+        [
+            (3, "resources.gpus_per_node", "Input should be greater than or equal to 0; got -1"),
+            (6, "roles.agg.nodes", "Input should be greater than or equal to 1; got 0"),
+            (7, "roles.agg.workers", "Input should be greater than or equal to 1; got 0"),
+            (8, "roles.agg.gpus", "Input should be greater than or equal to 0; got -1"),
+            (
+                9,
+                "roles.agg.command",
+                "if set, must be non-empty (omit it to use the type's default)",
+            ),
+        ],
+        id="role-field-ranges",
+    ),
+    pytest.param(
+        """\
+        name: t
+        roles:
+          decode:
+            node: 2
+        """,
+        [
+            (3, "roles.decode.nodes", "is required"),
+            (4, "roles.decode.node", "unknown key 'node' (did you mean 'nodes'?)"),
+        ],
+        id="role-needs-nodes",
+    ),
+    pytest.param(
+        """\
+        name: t
+        frontend:
+          type: sglang
+        benchmark:
+          type: sa-bench
+        """,
+        [
+            (3, "frontend.type", "Input should be 'none' or 'generic'; got 'sglang'"),
+            (5, "benchmark.type", "Input should be 'manual' or 'custom'; got 'sa-bench'"),
+        ],
+        id="frontend-and-benchmark-types",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FIELD_CASES)
+def test_field_rules(text: str, expected: Expected) -> None:
+    check(text, expected)
 
 
 PORTS = [
@@ -369,17 +777,6 @@ def test_v07_port_ranges(snippet: str, line: int, path: str, message: str) -> No
     assert problem(text) == (line, path, message)
 
 
-def test_v07_metrics_port_range() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            metrics:
-              - port: 0
-        """) == (6, "services[0].metrics[0].port", "must be between 1 and 65535")
-
-
 def test_metrics_mapping_sugar_keeps_the_field_line() -> None:
     line, _, _ = problem("""\
         name: t
@@ -399,210 +796,6 @@ def test_metrics_messages_do_not_repeat_the_path() -> None:
     assert message == "must be between 1 and 65535"
 
 
-def test_v08_paths_start_with_a_slash() -> None:
-    assert problems("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            readiness:
-              http:
-                port: 80
-                path: ready
-            metrics:
-              - port: 9000
-                path: metrics
-        """) == [
-        (8, "services[0].readiness.http.path", "must start with '/'"),
-        (11, "services[0].metrics[0].path", "must start with '/'"),
-    ]
-
-
-def test_v09_http_status() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            readiness:
-              http:
-                port: 80
-                status: 99
-        """) == (8, "services[0].readiness.http.status", "must be an HTTP status code")
-
-
-def test_v10_log_pattern_regex() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            readiness:
-              log:
-                pattern: "ready ("
-        """) == (
-        7,
-        "services[0].readiness.log.pattern",
-        "is not a valid regular expression: missing ), unterminated subpattern at position 6",
-    )
-
-
-def test_v11_file_path_blank() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            readiness:
-              file:
-                path: "  "
-        """) == (7, "services[0].readiness.file.path", "must not be empty")
-
-
-def test_v12_port_and_tcp() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            readiness:
-              port: 80
-              tcp:
-                port: 80
-        """) == (5, "services[0].readiness", "give either port (shorthand) or tcp, not both")
-
-
-def test_v13_exactly_one_probe() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            readiness:
-              timeout_seconds: 5
-        """) == (
-        5,
-        "services[0].readiness",
-        "needs exactly one probe: port, tcp, http, log, or file; got none",
-    )
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            readiness:
-              http:
-                port: 80
-              log:
-                pattern: up
-        """) == (
-        5,
-        "services[0].readiness",
-        "needs exactly one probe: port, tcp, http, log, or file; got http, log",
-    )
-
-
-def test_v14_timing_must_be_positive() -> None:
-    assert problems("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            readiness:
-              port: 80
-              timeout_seconds: 0
-              interval_seconds: -0.5
-        """) == [
-        (7, "services[0].readiness.timeout_seconds", "must be positive"),
-        (8, "services[0].readiness.interval_seconds", "must be positive"),
-    ]
-
-
-def test_timing_accepts_fractions() -> None:
-    valid("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            stop_grace_seconds: 0.5
-            readiness:
-              port: 80
-              timeout_seconds: 0.25
-              interval_seconds: 0.1
-        """)
-
-
-def test_v15_metrics_nodes_and_name() -> None:
-    assert problems("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            metrics:
-              - port: 9000
-                nodes: some
-              - port: 9001
-                name: ""
-        """) == [
-        (7, "services[0].metrics[0].nodes", "must be all or first; got 'some'"),
-        (9, "services[0].metrics[1].name", "must not be empty"),
-    ]
-
-
-def test_v18_empty_command() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: []
-        """) == (
-        4,
-        "services[0].command",
-        "if set, must be non-empty (omit it to use the type's default)",
-    )
-
-
-def test_v20_empty_arguments() -> None:
-    assert problems("""\
-        name: t
-        services:
-          - name: s
-            command: [a, ""]
-          - name: u
-            command: [a]
-            args:
-              - x
-              - ""
-        """) == [
-        (4, "services[0].command", "command/args must not contain empty arguments"),
-        (7, "services[1].args", "command/args must not contain empty arguments"),
-    ]
-
-
-def test_v24_start_phase() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            start: with_workers
-        """) == (
-        5,
-        "services[0].start",
-        "must be one of infra, before_workers, after_frontend; got 'with_workers'",
-    )
-
-
-def test_v25_cpus_per_task() -> None:
-    assert problem("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            cpus_per_task: 0
-        """) == (5, "services[0].cpus_per_task", "must be positive")
-
-
 @pytest.mark.parametrize("count", [0, -3])
 def test_v28_nodes_at_least_one(count: int) -> None:
     assert problem(f"""\
@@ -612,127 +805,6 @@ def test_v28_nodes_at_least_one(count: int) -> None:
             command: [a]
             nodes: {count}
         """) == (5, "services[0].nodes", f"must be at least 1; got {count}")
-
-
-def test_env_keys_must_be_variable_names() -> None:
-    assert problems("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            env:
-              1ST: x
-        environment:
-          A-B: x
-        benchmark:
-          type: custom
-          command: "true"
-          env:
-            "A B": x
-        """) == [
-        (5, "services[0].env", "key '1ST' is not a valid environment variable name"),
-        (7, "environment", "env key 'A-B' is not a valid environment variable name"),
-        (12, "benchmark.env", "key 'A B' is not a valid environment variable name"),
-    ]
-
-
-def test_restart_policy_word_and_mapping() -> None:
-    assert problems("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            restart: sometimes
-          - name: u
-            command: [a]
-            restart:
-              policy: maybe
-          - name: v
-            command: [a]
-            restart:
-              backoff_seconds: 5
-              max_backoff_seconds: 1
-          - name: w
-            command: [a]
-            restart:
-              max_restarts: -1
-        """) == [
-        (
-            5,
-            "services[0].restart",
-            "must be one of never, on-failure, always or a mapping; got 'sometimes'",
-        ),
-        (
-            9,
-            "services[1].restart.policy",
-            "Input should be 'never', 'on-failure' or 'always'; got 'maybe'",
-        ),
-        (12, "services[2].restart", "restart.max_backoff_seconds must be >= backoff_seconds"),
-        (
-            18,
-            "services[3].restart.max_restarts",
-            "Input should be greater than or equal to 0; got -1",
-        ),
-    ]
-
-
-def test_shutdown_tier_and_stop_grace_not_negative() -> None:
-    assert problems("""\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            shutdown_tier: -1
-            stop_grace_seconds: -2
-        """) == [
-        (5, "services[0].shutdown_tier", "Input should be greater than or equal to 0; got -1"),
-        (6, "services[0].stop_grace_seconds", "Input should be greater than or equal to 0; got -2"),
-    ]
-
-
-def test_role_field_ranges() -> None:
-    assert problems("""\
-        name: t
-        resources:
-          gpus_per_node: -1
-        roles:
-          agg:
-            nodes: 0
-            workers: 0
-            gpus: -1
-            command: []
-        """) == [
-        (3, "resources.gpus_per_node", "Input should be greater than or equal to 0; got -1"),
-        (6, "roles.agg.nodes", "Input should be greater than or equal to 1; got 0"),
-        (7, "roles.agg.workers", "Input should be greater than or equal to 1; got 0"),
-        (8, "roles.agg.gpus", "Input should be greater than or equal to 0; got -1"),
-        (9, "roles.agg.command", "if set, must be non-empty (omit it to use the type's default)"),
-    ]
-
-
-def test_role_needs_nodes() -> None:
-    assert problems("""\
-        name: t
-        roles:
-          decode:
-            node: 2
-        """) == [
-        (3, "roles.decode.nodes", "is required"),
-        (4, "roles.decode.node", "unknown key 'node' (did you mean 'nodes'?)"),
-    ]
-
-
-def test_frontend_and_benchmark_types() -> None:
-    assert problems("""\
-        name: t
-        frontend:
-          type: sglang
-        benchmark:
-          type: sa-bench
-        """) == [
-        (3, "frontend.type", "Input should be 'none' or 'generic'; got 'sglang'"),
-        (5, "benchmark.type", "Input should be 'manual' or 'custom'; got 'sa-bench'"),
-    ]
 
 
 @pytest.mark.parametrize("command", ["", '\n  command: "   "'])
@@ -746,9 +818,25 @@ def test_custom_benchmark_needs_a_command(command: str) -> None:
 
 # --- whole-recipe rules (rules.py) ------------------------------------------------------------
 
+METRICS_NAMES = """\
+    name: t
+    services:
+      - name: s
+        command: [a]
+        metrics:
+          - port: 9000
+            name: {first}
+          - port: 9001
+            name: {second}
+    """
+DISTINCT_NAMES = (
+    "declares 2 endpoints; give each a distinct name "
+    "(it becomes the endpoint's name in the targets file)"
+)
 
-def test_v40_duplicate_names() -> None:
-    assert problems("""\
+RULE_CASES = [
+    pytest.param(
+        """\
         name: t
         services:
           - name: a
@@ -757,60 +845,47 @@ def test_v40_duplicate_names() -> None:
             command: [x]
           - name: a
             command: [y]
-        """) == [(7, "services[2].name", "must be unique; duplicate: 'a'")]
-
-
-def test_v17_unknown_type() -> None:
-    assert problem("""\
+        """,
+        [(7, "services[2].name", "must be unique; duplicate: 'a'")],
+        id="v40-duplicate-names",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
             type: etcd
-        """) == (
-        4,
-        "services[0].type",
-        "'etcd' is not a known service type (known: dcgm-exporter, generic, node-exporter)",
-    )
-
-
-def test_v19_generic_needs_a_command() -> None:
-    assert problem("""\
+        """,
+        (
+            4,
+            "services[0].type",
+            "'etcd' is not a known service type (known: dcgm-exporter, generic, node-exporter)",
+        ),
+        id="v17-unknown-type",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
             type: generic
             nodes: 1
-        """) == (3, "services[0].command", "is required for type 'generic'")
-
-
-def test_exporter_kinds_have_a_default_command() -> None:
-    valid("""\
+        """,
+        (3, "services[0].command", "is required for type 'generic'"),
+        id="v19-generic-needs-a-command",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: ne
             type: node-exporter
-        """)
-
-
-def test_v06_node_and_pool() -> None:
-    found = problems("""\
-        name: t
-        services:
-          - name: train
-            command: [a]
-            nodes: 2
-          - name: w
-            command: [a]
-            placement:
-              node: head
-              pool: train
-        """)
-    # srtr refuses node: head + pool too (the older system let it pass as a quirk)
-    assert found == [(8, "services[1].placement", "give either node or pool, not both")]
-
-
-def test_v29_owner_cannot_ride() -> None:
-    assert problem("""\
+        """,
+        OK,
+        id="exporter-kinds-have-a-default-command",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: train
@@ -821,28 +896,12 @@ def test_v29_owner_cannot_ride() -> None:
             nodes: 1
             placement:
               pool: train
-        """) == (8, "services[1].nodes", "makes the service its own pool; drop placement.pool")
-
-
-@pytest.mark.parametrize("where", ["head", "infra", "compute", "all", "agg"])
-def test_v30_owner_placement_must_be_workers(where: str) -> None:
-    assert problem(f"""\
-        name: t
-        services:
-          - name: train
-            command: [a]
-            nodes: 2
-            placement:
-              node: {where}
-        """) == (
-        7,
-        "services[0].placement.node",
-        f"nodes owns a pool, so placement.node must be workers, meaning that pool (got '{where}')",
-    )
-
-
-def test_v30_owner_with_explicit_workers_is_fine() -> None:
-    valid("""\
+        """,
+        (8, "services[1].nodes", "makes the service its own pool; drop placement.pool"),
+        id="v29-owner-cannot-ride",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: train
@@ -850,27 +909,29 @@ def test_v30_owner_with_explicit_workers_is_fine() -> None:
             nodes: 2
             placement:
               node: workers
-        """)
-
-
-def test_v27_dedicated_is_for_infra_kinds_only() -> None:
-    assert problem("""\
+        """,
+        OK,
+        id="v30-owner-with-explicit-workers-is-fine",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
             command: [a]
             placement:
               node: dedicated
-        """) == (
-        6,
-        "services[0].placement.node",
-        "dedicated is only supported for infra-class kinds, and srtr has none yet; "
-        "use head, infra, or workers for type 'generic'",
-    )
-
-
-def test_v34_unknown_options() -> None:
-    assert problem("""\
+        """,
+        (
+            6,
+            "services[0].placement.node",
+            "dedicated is only supported for infra-class kinds, and srtr has none yet; "
+            "use head, infra, or workers for type 'generic'",
+        ),
+        id="v27-dedicated-is-for-infra-kinds-only",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: ne
@@ -879,36 +940,16 @@ def test_v34_unknown_options() -> None:
               port: 9100
               colour: red
               bind: x
-        """) == (
-        5,
-        "services[0].options",
-        "has keys type 'node-exporter' does not understand: bind, colour",
-    )
-
-
-def test_v33_metrics_endpoints_need_distinct_names() -> None:
-    text = """\
-        name: t
-        services:
-          - name: s
-            command: [a]
-            metrics:
-              - port: 9000
-                name: {first}
-              - port: 9001
-                name: {second}
-        """
-    message = (
-        "declares 2 endpoints; give each a distinct name "
-        "(it becomes the endpoint's name in the targets file)"
-    )
-    assert problem(text.format(first="a", second="a")) == (5, "services[0].metrics", message)
-    assert problem(text.format(first="a", second="null")) == (5, "services[0].metrics", message)
-    valid(text.format(first="a", second="b"))
-
-
-def test_terminal_with_restart_always() -> None:
-    assert problem("""\
+        """,
+        (
+            5,
+            "services[0].options",
+            "has keys type 'node-exporter' does not understand: bind, colour",
+        ),
+        id="v34-unknown-options",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
@@ -917,26 +958,28 @@ def test_terminal_with_restart_always() -> None:
             terminal: true
             restart:
               policy: always
-        """) == (
-        7,
-        "services[0].restart",
-        "terminal services end the job when they exit, so restart: always would never let the "
-        "job end; use on-failure or never",
-    )
-
-
-def test_blank_container() -> None:
-    assert problem("""\
+        """,
+        (
+            7,
+            "services[0].restart",
+            "terminal services end the job when they exit, so restart: always would never let the "
+            "job end; use on-failure or never",
+        ),
+        id="terminal-with-restart-always",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: s
             command: [a]
             container: ""
-        """) == (5, "services[0].container", "must not be empty")
-
-
-def test_v42_pool_names_no_owner() -> None:
-    assert problems("""\
+        """,
+        (5, "services[0].container", "must not be empty"),
+        id="blank-container",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: train
@@ -958,42 +1001,44 @@ def test_v42_pool_names_no_owner() -> None:
             command: [a]
             placement:
               pool: r1
-        """) == [
-        (
-            13,
-            "services[2].placement.pool",
-            "'ghost' names no service that declares nodes (pools: train)",
-        ),
-        (
-            17,
-            "services[3].placement.pool",
-            "'gone' names no service that declares nodes (pools: train)",
-        ),
-        (
-            21,
-            "services[4].placement.pool",
-            "'r1' names no service that declares nodes (pools: train)",
-        ),
-    ]
-
-
-def test_v42_no_pools_at_all() -> None:
-    assert problem("""\
+        """,
+        [
+            (
+                13,
+                "services[2].placement.pool",
+                "'ghost' names no service that declares nodes (pools: train)",
+            ),
+            (
+                17,
+                "services[3].placement.pool",
+                "'gone' names no service that declares nodes (pools: train)",
+            ),
+            (
+                21,
+                "services[4].placement.pool",
+                "'r1' names no service that declares nodes (pools: train)",
+            ),
+        ],
+        id="v42-pool-names-no-owner",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: r
             command: [a]
             placement:
               pool: train
-        """) == (
-        6,
-        "services[0].placement.pool",
-        "'train' names no service that declares nodes (pools: none)",
-    )
-
-
-def test_v41_het_jobs_and_pools() -> None:
-    assert problem("""\
+        """,
+        (
+            6,
+            "services[0].placement.pool",
+            "'train' names no service that declares nodes (pools: none)",
+        ),
+        id="v42-no-pools-at-all",
+    ),
+    pytest.param(
+        """\
         name: t
         resources:
           het_jobs: true
@@ -1004,54 +1049,58 @@ def test_v41_het_jobs_and_pools() -> None:
           - name: a
             command: [a]
             nodes: 1
-        """) == (
-        3,
-        "resources.het_jobs",
-        "services[].nodes (pools) are not supported together with resources.het_jobs: true; "
-        "owners: a, b",
-    )
-
-
-def test_v43_frontend_none_with_roles() -> None:
-    assert problem("""\
+        """,
+        (
+            3,
+            "resources.het_jobs",
+            "services[].nodes (pools) are not supported together with resources.het_jobs: true; "
+            "owners: a, b",
+        ),
+        id="v41-het-jobs-and-pools",
+    ),
+    pytest.param(
+        """\
         name: t
         roles:
           agg:
             nodes: 1
         frontend:
           type: none
-        """) == (
-        6,
-        "frontend.type",
-        "none is only supported without engine roles (no prefill/decode/agg workers); "
-        "pick a frontend for the workers or drop them",
-    )
-
-
-def test_v44_frontend_none_with_dedicated_node() -> None:
-    assert problem("""\
+        """,
+        (
+            6,
+            "frontend.type",
+            "none is only supported without engine roles (no prefill/decode/agg workers); "
+            "pick a frontend for the workers or drop them",
+        ),
+        id="v43-frontend-none-with-roles",
+    ),
+    pytest.param(
+        """\
         name: t
         frontend:
           type: none
           dedicated_node: true
-        """) == (
-        4,
-        "frontend.dedicated_node",
-        "frontend.type: none has no frontend process; frontend.dedicated_node is invalid",
-    )
-
-
-def test_frontend_none_with_command() -> None:
-    assert problem("""\
+        """,
+        (
+            4,
+            "frontend.dedicated_node",
+            "frontend.type: none has no frontend process; frontend.dedicated_node is invalid",
+        ),
+        id="v44-frontend-none-with-dedicated-node",
+    ),
+    pytest.param(
+        """\
         name: t
         frontend:
           type: none
           command: [router]
-        """) == (4, "frontend.command", "frontend.type: none runs no frontend command")
-
-
-def test_v45_terminal_and_custom_benchmark() -> None:
-    assert problem("""\
+        """,
+        (4, "frontend.command", "frontend.type: none runs no frontend command"),
+        id="frontend-none-with-command",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: train
@@ -1065,24 +1114,27 @@ def test_v45_terminal_and_custom_benchmark() -> None:
         benchmark:
           type: custom
           command: echo hi
-        """) == (
-        12,
-        "benchmark.type",
-        "services[train, eval].terminal ends the job when the service exits, so the job cannot "
-        "also run benchmark.type: custom; drop the benchmark block (manual) or the terminal flag",
-    )
-
-
-def test_benchmark_command_needs_custom() -> None:
-    assert problem("""\
+        """,
+        (
+            12,
+            "benchmark.type",
+            "services[train, eval].terminal ends the job when the service exits, so the job "
+            "cannot also run benchmark.type: custom; drop the benchmark block (manual) or the "
+            "terminal flag",
+        ),
+        id="v45-terminal-and-custom-benchmark",
+    ),
+    pytest.param(
+        """\
         name: t
         benchmark:
           command: echo hi
-        """) == (3, "benchmark.command", "is only run with benchmark.type: custom")
-
-
-def test_role_gpus_fit_the_node() -> None:
-    assert problem("""\
+        """,
+        (3, "benchmark.command", "is only run with benchmark.type: custom"),
+        id="benchmark-command-needs-custom",
+    ),
+    pytest.param(
+        """\
         name: t
         resources:
           gpus_per_node: 8
@@ -1092,25 +1144,82 @@ def test_role_gpus_fit_the_node() -> None:
             workers: 3
             gpus: 8
             command: [w]
-        """) == (
-        8,
-        "roles.decode.gpus",
-        "2 worker(s) per node × 8 GPUs exceeds resources.gpus_per_node (8)",
-    )
-
-
-def test_role_without_command_cannot_have_readiness_or_env() -> None:
-    assert problem("""\
+        """,
+        (
+            8,
+            "roles.decode.gpus",
+            "2 worker(s) per node × 8 GPUs exceeds resources.gpus_per_node (8)",
+        ),
+        id="role-gpus-fit-the-node",
+    ),
+    pytest.param(
+        """\
         name: t
         roles:
           prefill:
             nodes: 1
             env:
               A: b
+        """,
+        (
+            3,
+            "roles.prefill.command",
+            "is needed for readiness/env: a role without command only holds its nodes",
+        ),
+        id="role-without-command-cannot-have-readiness-or-env",
+    ),
+    pytest.param(
+        """\
+        name: t
+        services:
+          - name: train
+            command: [a]
+            nodes: 2
+          - name: w
+            command: [a]
+            placement:
+              node: head
+              pool: train
+        """,
+        # srtr refuses node: head + pool too (the older system let it pass as a quirk)
+        [(8, "services[1].placement", "give either node or pool, not both")],
+        id="v06-node-and-pool",
+    ),
+    pytest.param(
+        METRICS_NAMES.format(first="a", second="a"),
+        (5, "services[0].metrics", DISTINCT_NAMES),
+        id="v33-metrics-endpoints-same-name",
+    ),
+    pytest.param(
+        METRICS_NAMES.format(first="a", second="null"),
+        (5, "services[0].metrics", DISTINCT_NAMES),
+        id="v33-metrics-endpoints-one-unnamed",
+    ),
+    pytest.param(
+        METRICS_NAMES.format(first="a", second="b"), OK, id="v33-metrics-endpoints-distinct-names"
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), RULE_CASES)
+def test_recipe_rules(text: str, expected: Expected) -> None:
+    check(text, expected)
+
+
+@pytest.mark.parametrize("where", ["head", "infra", "compute", "all", "agg"])
+def test_v30_owner_placement_must_be_workers(where: str) -> None:
+    assert problem(f"""\
+        name: t
+        services:
+          - name: train
+            command: [a]
+            nodes: 2
+            placement:
+              node: {where}
         """) == (
-        3,
-        "roles.prefill.command",
-        "is needed for readiness/env: a role without command only holds its nodes",
+        7,
+        "services[0].placement.node",
+        f"nodes owns a pool, so placement.node must be workers, meaning that pool (got '{where}')",
     )
 
 
@@ -1132,30 +1241,24 @@ services:
 """
 
 
-def test_short_allocation_message() -> None:
-    assert problem(POOLS, nodes=3) == (
-        2,
-        "allocation",
-        "allocation has 3 non-reserved node(s) but the recipe needs 4",
-    )
+SHORT = "allocation has 3 non-reserved node(s) but the recipe needs 4"
 
-
-def test_short_allocation_with_a_dedicated_node() -> None:
-    text = POOLS + "frontend:\n  dedicated_node: true\n"
-    assert problem(text, nodes=4) == (
-        2,
-        "allocation",
-        "allocation has 3 non-reserved node(s) but the recipe needs 4",
-    )
-    assert problem(text, nodes=1) == (
-        2,
-        "allocation",
-        "dedicated node(s) for frontend require at least 2 nodes",
-    )
-
-
-def test_v50_port_collision() -> None:
-    assert problem("""\
+ALLOCATION_CASES = [
+    pytest.param(POOLS, 3, (2, "allocation", SHORT), id="short-allocation"),
+    pytest.param(
+        POOLS + "frontend:\n  dedicated_node: true\n",
+        4,
+        (2, "allocation", SHORT),
+        id="short-allocation-with-a-dedicated-node",
+    ),
+    pytest.param(
+        POOLS + "frontend:\n  dedicated_node: true\n",
+        1,
+        (2, "allocation", "dedicated node(s) for frontend require at least 2 nodes"),
+        id="dedicated-node-needs-two-nodes",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: a
@@ -1170,16 +1273,18 @@ def test_v50_port_collision() -> None:
             readiness:
               tcp:
                 port: 9000
-        """) == (
-        12,
-        "services[1].readiness",
-        "services[a] and services[train] both listen on port 9000 on node node1; "
-        "give them disjoint placements or ports",
-    )
-
-
-def test_v50_port_collision_with_a_worker() -> None:
-    assert problem("""\
+        """,
+        None,
+        (
+            12,
+            "services[1].readiness",
+            "services[a] and services[train] both listen on port 9000 on node node1; "
+            "give them disjoint placements or ports",
+        ),
+        id="v50-port-collision",
+    ),
+    pytest.param(
+        """\
         name: t
         roles:
           agg:
@@ -1193,16 +1298,18 @@ def test_v50_port_collision_with_a_worker() -> None:
             command: [x]
             readiness:
               port: 8000
-        """) == (
-        6,
-        "roles.agg.readiness",
-        "services[s] and services[agg] both listen on port 8000 on node node1; "
-        "give them disjoint placements or ports",
-    )
-
-
-def test_same_port_on_disjoint_nodes_is_fine() -> None:
-    valid("""\
+        """,
+        None,
+        (
+            6,
+            "roles.agg.readiness",
+            "services[s] and services[agg] both listen on port 8000 on node node1; "
+            "give them disjoint placements or ports",
+        ),
+        id="v50-port-collision-with-a-worker",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: a
@@ -1215,7 +1322,17 @@ def test_same_port_on_disjoint_nodes_is_fine() -> None:
             nodes: 1
             readiness:
               port: 9000
-        """)
+        """,
+        None,
+        OK,
+        id="same-port-on-disjoint-nodes-is-fine",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "nodes", "expected"), ALLOCATION_CASES)
+def test_allocation_rules(text: str, nodes: int | None, expected: Expected) -> None:
+    check(text, expected, nodes)
 
 
 def test_v50_port_collision_with_the_frontend() -> None:
@@ -1240,9 +1357,9 @@ def test_v50_port_collision_with_the_frontend() -> None:
 
 # --- several problems at once ---------------------------------------------------------------
 
-
-def test_multiple_schema_problems_are_reported_at_once_in_line_order() -> None:
-    assert problems("""\
+SEVERAL_CASES = [
+    pytest.param(
+        """\
         name: t
         services:
           - name: a
@@ -1256,25 +1373,26 @@ def test_multiple_schema_problems_are_reported_at_once_in_line_order() -> None:
               port: 0
         frontend:
           typo: 1
-        """) == [
-        (
-            5,
-            "services[0].start",
-            "must be one of infra, before_workers, after_frontend; got 'soon'",
-        ),
-        (
-            6,
-            "services[1].name",
-            "'b/c' may only contain letters, digits, '-' and '_' "
-            "(it becomes file, step and env var names)",
-        ),
-        (11, "services[2].readiness.port", "must be between 1 and 65535"),
-        (13, "frontend.typo", "unknown key 'typo' (did you mean 'type'?)"),
-    ]
-
-
-def test_multiple_rule_problems_are_reported_at_once_in_line_order() -> None:
-    assert problems("""\
+        """,
+        [
+            (
+                5,
+                "services[0].start",
+                "must be one of infra, before_workers, after_frontend; got 'soon'",
+            ),
+            (
+                6,
+                "services[1].name",
+                "'b/c' may only contain letters, digits, '-' and '_' "
+                "(it becomes file, step and env var names)",
+            ),
+            (11, "services[2].readiness.port", "must be between 1 and 65535"),
+            (13, "frontend.typo", "unknown key 'typo' (did you mean 'type'?)"),
+        ],
+        id="schema-problems",
+    ),
+    pytest.param(
+        """\
         name: t
         services:
           - name: a
@@ -1286,20 +1404,29 @@ def test_multiple_rule_problems_are_reported_at_once_in_line_order() -> None:
         frontend:
           type: none
           dedicated_node: true
-        """) == [
-        (3, "services[0].command", "is required for type 'generic'"),
-        (5, "services[1].name", "must be unique; duplicate: 'a'"),
-        (
-            8,
-            "services[1].placement.pool",
-            "'nowhere' names no service that declares nodes (pools: none)",
-        ),
-        (
-            11,
-            "frontend.dedicated_node",
-            "frontend.type: none has no frontend process; frontend.dedicated_node is invalid",
-        ),
-    ]
+        """,
+        [
+            (3, "services[0].command", "is required for type 'generic'"),
+            (5, "services[1].name", "must be unique; duplicate: 'a'"),
+            (
+                8,
+                "services[1].placement.pool",
+                "'nowhere' names no service that declares nodes (pools: none)",
+            ),
+            (
+                11,
+                "frontend.dedicated_node",
+                "frontend.type: none has no frontend process; frontend.dedicated_node is invalid",
+            ),
+        ],
+        id="rule-problems",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SEVERAL_CASES)
+def test_several_problems_are_reported_at_once_in_line_order(text: str, expected: Expected) -> None:
+    check(text, expected)
 
 
 def test_error_lines_format() -> None:

@@ -13,6 +13,10 @@ a `srtr.backends.base.Backend`.
 Costs worth knowing: one pidfd per live attempt (the controller's open-file limit bounds the
 job).
 
+A simulated node cannot fail by itself, so `lose_node` fails one on request (the control
+socket's `lose-node` op): its attempts are killed and reported LOST, as the SLURM backend
+reports the steps of a node that went DOWN, and nothing launches there again.
+
 A controller that dies (kill -9) leaves its instances running on purpose, so that
 `srtr up --adopt` can take them over with 0 restarts (`adopt`, by pid and kernel start
 time). The job's guard process (`srtr.guard`) kills them if no controller adopts them within
@@ -71,6 +75,7 @@ class _Attempt:
 
     name: str
     attempt: int
+    node: str  # "" when unknown (an adopted attempt without SRTR_NODE)
     pid: int
     # Equal to pid (the child calls setsid), kept apart to make the killpg calls read right.
     pgid: int
@@ -111,6 +116,8 @@ class LocalBackend:
         # close() kills them; signal() targets the live attempt alone.
         self._lingering: set[int] = set()
         self._prune_at = _PRUNE_MIN
+        self._lost_nodes: set[str] = set()
+        self._lost_attempts: set[tuple[str, int]] = set()  # (name, attempt) killed with a node
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
@@ -137,6 +144,8 @@ class LocalBackend:
         """
         if self._closed:
             raise LaunchError(f"cannot start {spec.name!r}: the local backend is closed")
+        if spec.node in self._lost_nodes:
+            raise LaunchError(f"cannot start {spec.name!r}: node {spec.node} is lost")
         previous = self._live.get(spec.name)
         if previous is not None:
             raise LaunchError(
@@ -173,6 +182,22 @@ class LocalBackend:
         # The leader is not reaped yet, so its pid (the group id) cannot have been reused.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(attempt.pgid, signum)
+
+    def lose_node(self, node: str) -> list[str]:
+        """Fail simulated `node`: SIGKILL every attempt on it, report each exit as LOST, and
+        refuse launches there from now on. Returns the names of the instances it took.
+
+        Raises:
+            ValueError: the allocation has no node of that name.
+        """
+        if node not in {n.name for n in self._nodes}:
+            raise ValueError(f"no node named {node!r}")
+        self._lost_nodes.add(node)
+        taken = [a for a in self._live.values() if a.node == node]
+        for attempt in taken:
+            self._lost_attempts.add((attempt.name, attempt.attempt))
+            _kill_group(attempt.pgid)
+        return sorted(a.name for a in taken)
 
     async def close(self) -> None:
         """SIGKILL every group we started, lingering ones too, and wait for the leaders' exits.
@@ -220,6 +245,7 @@ class LocalBackend:
         adopted = _Attempt(
             name=name,
             attempt=attempt,
+            node=_environ(pid).get("SRTR_NODE", ""),
             pid=pid,
             pgid=os.getpgid(pid),
             pidfd=pidfd,
@@ -269,7 +295,8 @@ class LocalBackend:
             self._idle.set()
         if self._listener is not None:
             self._listener(
-                Observation(
+                self._lost_observation(attempt)
+                or Observation(
                     kind=ObservationKind.EXITED,
                     name=attempt.name,
                     attempt=attempt.attempt,
@@ -279,10 +306,26 @@ class LocalBackend:
                 )
             )
 
+    def _lost_observation(self, attempt: _Attempt) -> Observation | None:
+        """LOST for an attempt `lose_node` killed, else None."""
+        if (attempt.name, attempt.attempt) not in self._lost_attempts:
+            return None
+        self._lost_attempts.discard((attempt.name, attempt.attempt))
+        return Observation(
+            kind=ObservationKind.LOST,
+            name=attempt.name,
+            attempt=attempt.attempt,
+            pid=attempt.pid,
+            message=f"node {attempt.node} was lost (simulated)",
+        )
+
     def _exit_observation(
         self, attempt: _Attempt, exit_code: int, signum: int | None, message: str
     ) -> Observation:
         """What a reaped attempt means (the SLURM backend tells node failures apart here)."""
+        lost = self._lost_observation(attempt)
+        if lost is not None:
+            return lost
         return Observation(
             kind=ObservationKind.EXITED,
             name=attempt.name,
@@ -412,12 +455,23 @@ def _watch(
     return _Attempt(
         name=spec.name,
         attempt=spec.attempt,
+        node=spec.node,
         pid=popen.pid,
         pgid=popen.pid,
         pidfd=pidfd,
         popen=popen,
         loop=loop,
     )
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
 def _describe(status: int) -> tuple[int, int | None, str]:

@@ -2,7 +2,8 @@
 
 Called by the probe controller through the `Prober` protocol. tcp/http go to the instance's
 node IP; log probes read the instance's log incrementally from where this attempt began;
-file probes resolve relative paths against the run's logs/ directory.
+file probes resolve relative paths against the run's logs/ directory. The exporter controller
+checks scrape health through it too (`scrape`), so controllers never import `probes`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from srtr.backends.probes import LogProbe, probe_file, probe_http, probe_tcp
-from srtr.resources.objects import InstanceSpec, ProbeKind
+from srtr.resources.objects import ExporterSpec, InstanceSpec, ProbeKind
 
 
 class _Status(Protocol):
@@ -59,3 +61,16 @@ class Prober:
             path = Path(probe.path)
             result = probe_file(path if path.is_absolute() else run_dir / "logs" / path)
         return result.ok, result.message
+
+    async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
+        return await http_scrape(exporter, timeout)
+
+
+async def http_scrape(exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
+    """GET the exporter's URL; healthy when it answers 200 within `timeout` seconds."""
+    url = urlsplit(exporter.url)
+    path = url.path or "/"
+    if url.query:
+        path += f"?{url.query}"
+    result = await probe_http(url.hostname or "", url.port or 80, path, 200, timeout)
+    return result.ok, result.message

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from srtr.backends.base import Backend
 from srtr.reconciler.clock import Clock
 from srtr.reconciler.store import InstanceStatus, Store
 from srtr.reconciler.workqueue import WorkQueue
-from srtr.resources.objects import InstanceSpec
+from srtr.resources.objects import ExporterSpec, InstanceSpec
 
 
 class Prober(Protocol):
@@ -29,6 +29,10 @@ class Prober(Protocol):
 
     def forget(self, name: str) -> None:
         """Drop per-attempt probe state (log offsets) of an instance."""
+        ...
+
+    async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
+        """GET an exporter's URL once; healthy when it answers 200 within `timeout` seconds."""
         ...
 
 
@@ -49,9 +53,9 @@ class Ctx:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def spawn(self, coro: object) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a side task (a probe attempt) without awaiting it in the reconcile."""
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 

@@ -7,9 +7,10 @@ instance that is alive and Ready, writes the file (atomically) only when that se
 schedules scrape-health checks. Probe, instance and edit controllers enqueue the key whenever
 readiness, liveness or the desired state changes.
 
-Scrape health is a plain HTTP GET of each listed target, run off the queue like a probe
-attempt, every `SCRAPE_INTERVAL` seconds per target. Results go to state.json's `exporters`
-rows (see `rows`) and a flip to failing (or back) is an event.
+Scrape health is a plain HTTP GET of each listed target (`ctx.prober.scrape`, unless a test
+sets `ExporterState.scrape`), run off the queue like a probe attempt, every `SCRAPE_INTERVAL`
+seconds per target. Results go to state.json's `exporters` rows (see `rows`) and a flip to
+failing (or back) is an event.
 
 Kinds whose binary is missing at run time (a node without `prometheus-node-exporter`, any
 machine without `dcgm-exporter`) are skipped here rather than failing to launch: `start`
@@ -29,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from srtr.backends.probes import probe_http
 from srtr.controllers.context import Ctx
 from srtr.reconciler.persist import write_atomic
 from srtr.reconciler.store import Phase, Store
@@ -57,16 +57,6 @@ Scrape = Callable[[ExporterSpec, float], Awaitable[tuple[bool, str]]]
 Which = Callable[[str], str | None]
 
 
-async def http_scrape(exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
-    """GET the exporter's URL; healthy when it answers 200 within `timeout` seconds."""
-    url = urlsplit(exporter.url)
-    path = url.path or "/"
-    if url.query:
-        path += f"?{url.query}"
-    result = await probe_http(url.hostname or "", url.port or 80, path, 200, timeout)
-    return result.ok, result.message
-
-
 @dataclass
 class Health:
     """What the last scrape of one target said; `up` is None until scraped while listed."""
@@ -83,7 +73,7 @@ class Health:
 class ExporterState:
     """Per-job bookkeeping of this controller, kept beside the store (see `state_of`)."""
 
-    scrape: Scrape = http_scrape
+    scrape: Scrape | None = None  # None: the prober's HTTP GET (`ctx.prober.scrape`)
     interval: float = SCRAPE_INTERVAL
     timeout: float = SCRAPE_TIMEOUT
     grace: float = STARTUP_GRACE
@@ -161,13 +151,7 @@ def skip_missing(ctx: Ctx) -> None:
         if found:
             continue
         state.skipped.add(name)
-        # Finished and already "activated": the job controller then counts its stage as
-        # launched and done, and the instance controller never launches it.
-        status.activated = True
-        status.phase = Phase.SUCCEEDED
-        store.set_condition(
-            status.conditions, "Ready", False, "Skipped", f"binary '{program}' not found on PATH"
-        )
+        store.skipped(name, f"binary '{program}' not found on PATH")
         skipped.setdefault((spec.type, program), []).append(name)
     for (kind, program), names in skipped.items():
         store.record(
@@ -309,8 +293,9 @@ async def _scrape(ctx: Ctx, state: ExporterState, exporter: ExporterSpec, health
     if state.limit is None:
         state.limit = asyncio.Semaphore(MAX_CONCURRENT_SCRAPES)
     try:
+        scrape = state.scrape if state.scrape is not None else ctx.prober.scrape
         async with state.limit:
-            ok, message = await state.scrape(exporter, state.timeout)
+            ok, message = await scrape(exporter, state.timeout)
     except Exception as exc:  # a scraper bug must not leave the target "in flight" forever
         ok, message = False, f"scrape error: {exc!r}"
     finally:

@@ -8,60 +8,33 @@ belongs to `teardown.py`.
 from __future__ import annotations
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
-from srtr.controllers import teardown
+from srtr.controllers import decisions, teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
-from srtr.reconciler.store import ALIVE, Phase
+from srtr.reconciler.store import Phase, UserAction
 from srtr.reconciler.workqueue import Result
-from srtr.resources.objects import InstanceKind, InstanceSpec
+from srtr.resources.objects import InstanceSpec
 
 
 def observe(ctx: Ctx, obs: Observation) -> None:
     """Backend listener: record what happened, then enqueue everyone who cares."""
     store = ctx.store
-    status = store.status.get(obs.name)
-    if status is None or obs.attempt != status.attempt:
-        return  # a late report about an attempt that is already replaced
     if obs.kind is ObservationKind.STARTED:
-        status.step = obs.step or status.step
-        store.changed()
+        store.started(obs.name, attempt=obs.attempt, step=obs.step)
         return
-    status.alive = False
-    status.exited_attempt = obs.attempt
-    status.exit_code = obs.exit_code
-    status.exit_signal = obs.signal
-    status.exited_at = ctx.clock.now()
-    status.history.append(
-        {
-            "attempt": obs.attempt,
-            "exit_code": obs.exit_code,
-            "signal": obs.signal,
-            "at": round(ctx.clock.wall(), 3),
-            "message": obs.message,
-        }
-    )
-    spec = store.spec(obs.name)
-    how = (
-        f"signal {obs.signal}"
-        if obs.signal
-        else f"code {obs.exit_code}"
-        if obs.exit_code is not None
-        else "unknown status"
-    )
     lost = obs.kind is ObservationKind.LOST
-    expected = store.job.teardown_requested or status.stop_sent_at is not None
-    store.record(
-        f"instance/{obs.name}",
-        "NodeLost" if lost else "Exited",
-        f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
-        + (f": {obs.message}" if lost and obs.message else ""),
-        warning=(obs.exit_code != 0 or lost) and not expected,
-    )
-    store.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
+    if not store.exited(
+        obs.name,
+        attempt=obs.attempt,
+        exit_code=obs.exit_code,
+        signal=obs.signal,
+        message=obs.message,
+        lost=lost,
+    ):
+        return
     if lost:
-        status.phase = Phase.LOST
         ctx.queue.add("replacement")
     ctx.queue.add("exporters")  # an exited instance's targets leave the targets file
-    _enqueue_related(ctx, spec)
+    _enqueue_related(ctx, store.spec(obs.name))
 
 
 def _enqueue_related(ctx: Ctx, spec: InstanceSpec) -> None:
@@ -86,19 +59,18 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         if status.user_action and not store.job.teardown_requested:
             return await _stop_for_user(ctx, spec)
         return None
-    if status.phase in ALIVE:
+    if status.exited:
         result = _after_exit(ctx, spec)
         ctx.queue.add(JOB)  # the job decides on the instance's new phase
         return result
     if status.phase is Phase.LOST:
         return None
-    if store.job.teardown_requested or status.user_action == "stop":
+    if store.job.teardown_requested or status.user_action is UserAction.STOP:
         if status.phase in (Phase.BACKOFF, Phase.PENDING) and status.activated:
-            store.set_phase(name, Phase.STOPPED)
+            store.finished(name, Phase.STOPPED)
         return None
-    if status.user_action == "restart" and status.phase is Phase.BACKOFF:
-        status.user_action = None
-        status.next_start_at = ctx.clock.now()
+    if status.user_action is UserAction.RESTART and status.phase is Phase.BACKOFF:
+        store.restart_now(name)
     if not status.activated:
         return None
     now = ctx.clock.now()
@@ -121,80 +93,43 @@ async def _stop_for_user(ctx: Ctx, spec: InstanceSpec) -> Result | None:
 def _after_exit(ctx: Ctx, spec: InstanceSpec) -> Result | None:
     """The instance's process is gone: finished, stopped, or due for a restart."""
     store = ctx.store
-    status = store.status[spec.name]
-    code = status.exit_code if status.exit_code is not None else 1
-    if status.user_action == "restart" and not store.job.teardown_requested:
-        status.user_action = None
-        status.next_start_at = ctx.clock.now()
-        store.set_phase(spec.name, Phase.BACKOFF)
-        return Result(requeue_after=0)
-    if store.job.teardown_requested or status.stop_sent_at is not None:
-        store.set_phase(spec.name, Phase.STOPPED)
-        return None
-    policy = spec.restart.policy
-    restart = policy == "always" or (policy == "on-failure" and code != 0)
-    if not restart or spec.kind is InstanceKind.BENCHMARK:
-        store.set_phase(spec.name, Phase.SUCCEEDED if code == 0 else Phase.FAILED)
-        return None
-    now = ctx.clock.now()
-    window = spec.restart.window_seconds
-    while status.restart_times and status.restart_times[0] <= now - window:
-        status.restart_times.popleft()
-    if len(status.restart_times) >= spec.restart.max_restarts:
-        store.set_phase(spec.name, Phase.FAILED)
-        store.record(
-            f"instance/{spec.name}",
-            "GaveUp",
-            f"restart budget spent: {len(status.restart_times)} restart(s) within "
-            f"{window:g}s on {spec.node}; last exit code {code}",
-            warning=True,
-        )
-        return None
-    if (
-        status.started_at is not None
-        and now - status.started_at >= spec.restart.reset_after_seconds
-    ):
-        status.backoff_index = 0  # it ran stably: forgive earlier crashes
-    base = spec.restart.backoff_seconds * (2 ** min(status.backoff_index, 32))
-    delay = min(base * ctx.jitter(), spec.restart.max_backoff_seconds)
-    status.backoff_index += 1
-    status.next_start_at = now + delay
-    store.set_phase(spec.name, Phase.BACKOFF)
-    store.record(
-        f"instance/{spec.name}",
-        "BackOff",
-        f"exit code {code}; restarting in {delay:.2f}s "
-        f"(restart {len(status.restart_times) + 1} of at most "
-        f"{spec.restart.max_restarts} per {window:g}s)",
-        warning=True,
+    decision = decisions.after_exit(
+        spec,
+        store.status[spec.name],
+        now=ctx.clock.now(),
+        jitter=ctx.jitter(),
+        tearing_down=store.job.teardown_requested,
     )
-    return Result(requeue_after=delay)
+    match decision:
+        case decisions.RestartNow():
+            store.restart_now(spec.name)
+            return Result(requeue_after=0)
+        case decisions.Finish(phase=phase):
+            store.finished(spec.name, phase)
+        case decisions.GiveUp(restarts=restarts, window_start=start, code=code):
+            store.gave_up(spec.name, restarts=restarts, window_start=start, code=code)
+        case decisions.Restart():
+            store.backing_off(
+                spec.name,
+                start_at=decision.start_at,
+                delay=decision.delay,
+                backoff_index=decision.backoff_index,
+                restarts=decision.restarts,
+                window_start=decision.window_start,
+                code=decision.code,
+            )
+            return Result(requeue_after=decision.delay)
+    return None
 
 
 async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
     store = ctx.store
-    status = store.status[spec.name]
-    now = ctx.clock.now()
-    attempt = status.attempt + 1
-    if attempt > 0:
-        status.restarts += 1
-        status.restart_times.append(now)
-        store.record(
-            f"instance/{spec.name}",
-            "Restarting",
-            f"attempt {attempt} on {spec.node} (restart {status.restarts})",
-        )
     log_path = ctx.run_dir / spec.log
     try:
-        status.log_offset = log_path.stat().st_size
+        log_offset = log_path.stat().st_size  # log probes read this attempt's output only
     except OSError:
-        status.log_offset = 0
-    status.attempt = attempt
-    status.step = None  # the backend reports the new attempt's step once it has one
-    status.exit_code = status.exit_signal = None
-    status.stop_sent_at = status.next_probe_at = None
-    status.kill_sent = status.ready = False
-    status.probe_message = ""
+        log_offset = 0
+    attempt = store.launching(spec.name, log_offset=log_offset)
     ctx.prober.forget(spec.name)
     launch = LaunchSpec(
         name=spec.name,
@@ -211,34 +146,20 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         cpu_bind=spec.cpu_bind,
         srun_options=dict(spec.srun_options),
     )
-    status.started_at = now
     try:
         pid = await ctx.backend.launch(launch)
     except LaunchError as exc:
-        status.phase = Phase.STARTING
-        status.alive = False
-        status.exit_code = 127
-        store.record(f"instance/{spec.name}", "LaunchFailed", str(exc), warning=True)
+        store.launch_failed(spec.name, str(exc))
         ctx.queue.add(instance_key(spec.name))
         ctx.queue.add(JOB)
         return
-    status.pid = pid
     identity = getattr(ctx.backend, "identity", None)
-    status.identity = identity(spec.name) if identity is not None else None
-    # A backend that awaits inside launch may already have reported this attempt's exit.
-    status.alive = status.exited_attempt != attempt
-    status.ready = spec.probe is None
-    status.phase = Phase.STARTING if spec.probe else Phase.RUNNING
+    store.launched(
+        spec.name, pid=pid, identity=identity(spec.name) if identity is not None else None
+    )
     if spec.probe is None:
-        store.set_condition(status.conditions, "Ready", True, "NoProbe", "ready once launched")
         ctx.queue.add("exporters")  # ready at launch: its metrics become a scrape target
-    else:
-        store.set_condition(
-            status.conditions, "Ready", None, "Probing", spec.probe.describe(spec.node_ip)
-        )
-    readiness = f"probing {spec.probe.describe(spec.node_ip)}" if spec.probe else "no probe: ready"
-    store.record(f"instance/{spec.name}", "Launched", f"on {spec.node} (pid {pid}); {readiness}")
-    if not status.alive:
+    if not store.status[spec.name].alive:
         ctx.queue.add(instance_key(spec.name))
     if spec.probe is not None:
         ctx.queue.add(probe_key(spec.name))

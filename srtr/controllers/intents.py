@@ -11,9 +11,9 @@ import signal
 
 from srtr.controllers import edits, job
 from srtr.controllers.context import TEARDOWN, Ctx, instance_key
-from srtr.reconciler.store import JobPhase
+from srtr.reconciler.store import JobPhase, UserAction
 
-OPS = ("teardown", "interrupt", "kill", "restart", "stop", "apply", "discard")
+OPS = ("teardown", "interrupt", "kill", "restart", "stop", "apply", "discard", "lose-node")
 
 
 class IntentError(Exception):
@@ -48,7 +48,7 @@ def kill(ctx: Ctx) -> str:
     _running(ctx)
     if not ctx.store.job.teardown_requested:
         job.begin_teardown(ctx, exit_code=128 + signal.SIGKILL, reason="killed by user")
-    ctx.store.job.kill_now = True
+    ctx.store.request_kill()
     ctx.queue.add(TEARDOWN)
     return "killing every instance now"
 
@@ -65,8 +65,7 @@ def restart(ctx: Ctx, name: str | None) -> str:
         if reason is not None and reason.reason == "Skipped":
             raise IntentError(f"{name} was skipped: {reason.message}")
         raise IntentError(f"{name} has not been launched yet")
-    status.user_action = "restart"
-    ctx.store.record(f"instance/{name}", "RestartRequested", "restart requested by user")
+    ctx.store.request(name, UserAction.RESTART)
     ctx.queue.add(instance_key(name))
     return f"restarting {name}"
 
@@ -75,14 +74,33 @@ def stop(ctx: Ctx, name: str | None) -> str:
     """Stop the instance for good (until the job ends): no restart policy applies."""
     _running(ctx)
     name = _instance(ctx, name)
-    status = ctx.store.status[name]
-    status.user_action = "stop"
-    ctx.store.record(f"instance/{name}", "StopRequested", "stop requested by user")
+    ctx.store.request(name, UserAction.STOP)
     ctx.queue.add(instance_key(name))
     return f"stopping {name}"
 
 
-def handle(ctx: Ctx, op: str, instance: str | None = None) -> str:
+def lose_node(ctx: Ctx, node: str | None) -> str:
+    """Fail a simulated node (local backend only), to see node loss without a cluster.
+
+    Unlike the other intents this one acts at once: it stands for the world failing, not for
+    a wish about the job. The backend kills the node's instances and reports them Lost, as
+    the SLURM backend does for a node that went DOWN; the controllers then react as they
+    would on SLURM (replace_lost, critical failure).
+    """
+    _running(ctx)
+    lose = getattr(ctx.backend, "lose_node", None)
+    if ctx.backend.name != "local" or lose is None:
+        raise IntentError(f"the {ctx.backend.name} backend has no simulated nodes to lose")
+    try:
+        taken = lose(node or "")
+    except ValueError as exc:
+        raise IntentError(str(exc)) from None
+    message = f"node {node} lost (simulated): {len(taken)} instance(s) killed"
+    ctx.store.record("job", "NodeLost", message, warning=True)
+    return message
+
+
+def handle(ctx: Ctx, op: str, instance: str | None = None, node: str | None = None) -> str:
     if op == "teardown":
         return teardown(ctx)
     if op == "interrupt":
@@ -93,6 +111,8 @@ def handle(ctx: Ctx, op: str, instance: str | None = None) -> str:
         return restart(ctx, instance)
     if op == "stop":
         return stop(ctx, instance)
+    if op == "lose-node":
+        return lose_node(ctx, node)
     if op in ("apply", "discard"):
         _running(ctx)
         try:

@@ -66,7 +66,7 @@ def request_stop(ctx: Ctx, signum: int) -> None:
             # Not a user's second Ctrl+C: a hang-up arrives from the shell, tmux and the
             # TUI's own loss detection alike. The graceful teardown goes on.
             return
-        store.job.kill_now = True
+        store.request_kill()
         ctx.queue.add(TEARDOWN)
         return
     name = signal.Signals(signum).name

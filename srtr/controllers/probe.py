@@ -39,7 +39,7 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         return None
     if status.next_probe_at is not None and now < status.next_probe_at:
         return Result(requeue_after=status.next_probe_at - now)
-    status.probe_in_flight = True
+    store.probe_started(name)
     ctx.spawn(_attempt(ctx, spec, status.attempt))
     return None
 
@@ -53,33 +53,17 @@ async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:
     except Exception as exc:  # a prober bug must not wedge the instance in "in flight"
         ok, message = False, f"probe error: {exc!r}"
     finally:
-        status.probe_in_flight = False
+        store.probe_returned(spec.name, status)
     if status.attempt != attempt or not status.alive:
         return
-    now = ctx.clock.now()
     if ok:
-        status.ready = True
-        status.ready_at = now
-        status.probe_message = ""
-        store.set_phase(spec.name, Phase.READY)
-        store.set_condition(
-            status.conditions, "Ready", True, "ProbePassed", spec.probe.describe(spec.node_ip)
-        )
-        took = now - (status.started_at or now)
-        store.record(
-            f"instance/{spec.name}",
-            "Ready",
-            f"{spec.probe.describe(spec.node_ip)} passed after {took:.1f}s",
-        )
+        store.probe_passed(spec.name)
         ctx.queue.add(JOB)
         ctx.queue.add("exporters")  # a Ready instance's metrics become a scrape target
         if spec.pool:
             ctx.queue.add(pool_key(spec.pool))
         return
-    if message != status.probe_message:
-        status.probe_message = message
-        store.set_condition(status.conditions, "Ready", False, "ProbeFailing", message)
-    status.next_probe_at = now + spec.probe.interval_seconds
+    store.probe_failed(spec.name, message)
     ctx.queue.add_after(probe_key(spec.name), spec.probe.interval_seconds)
 
 
@@ -98,5 +82,5 @@ async def _not_ready(ctx: Ctx, spec: InstanceSpec) -> None:
         begin_teardown(ctx, exit_code=1, reason=text)
         return
     # Like a failed Kubernetes startup probe: kill it and let its restart policy decide.
-    status.kill_sent = True
+    ctx.store.killing(spec.name)
     await ctx.backend.signal(spec.name, signal.SIGKILL)

@@ -2,15 +2,17 @@
 
 Tiers go in ascending `shutdown_tier`; a tier is drained before the next one is signalled.
 Within a tier every member gets SIGTERM at once. A second Ctrl+C (`kill_now`) sends SIGKILL
-to everything still running.
+to everything still running. The steps are decided by `decisions.teardown_step` and
+`decisions.stop_step`; this module sends the signals and applies them through the store.
 """
 
 from __future__ import annotations
 
 import signal
 
+from srtr.controllers import decisions
 from srtr.controllers.context import Ctx
-from srtr.reconciler.store import JobPhase, Phase
+from srtr.reconciler.store import JobPhase
 from srtr.reconciler.workqueue import Result
 
 
@@ -19,37 +21,33 @@ async def reconcile(ctx: Ctx) -> Result | None:
     job = store.job
     if not job.teardown_requested or job.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
         return None
-    alive = store.alive()
     now = ctx.clock.now()
-    if job.kill_now:
-        killed = [n for n in alive if not store.status[n].kill_sent]
-        for name in killed:
-            store.status[name].kill_sent = True
-            await ctx.backend.signal(name, signal.SIGKILL)
-        if killed:
-            store.record(
-                "job", "Killed", f"kill now: SIGKILL to {len(killed)} instance(s)", warning=True
-            )
-    if not alive:
-        _finish(ctx)
+    step = decisions.teardown_step(store.specs, store.status, kill_now=job.kill_now)
+    for name in step.kill:
+        store.killing(name)
+        await ctx.backend.signal(name, signal.SIGKILL)
+    if step.kill:
+        store.record(
+            "job", "Killed", f"kill now: SIGKILL to {len(step.kill)} instance(s)", warning=True
+        )
+    if step.finish:
+        store.job_finished()
+        ctx.done.set()
         return None
-    tier, members = lowest_tier(ctx, alive)
-    fresh = [n for n in members if store.status[n].stop_sent_at is None]
-    if fresh:
-        waiting = sorted({store.specs[n].stop_grace_seconds for n in fresh})
+    if step.fresh:
+        waiting = sorted({store.specs[n].stop_grace_seconds for n in step.fresh})
         store.record(
             "job",
             "TearingDown",
-            f"tier {tier}: SIGTERM to {len(fresh)} instance(s), SIGKILL after "
+            f"tier {step.tier}: SIGTERM to {len(step.fresh)} instance(s), SIGKILL after "
             f"{', '.join(f'{g:g}s' for g in waiting)}",
         )
-    return await stop_all(ctx, members, now)
+    return await stop_all(ctx, list(step.members), now)
 
 
 def lowest_tier(ctx: Ctx, names: list[str]) -> tuple[int, list[str]]:
     """The lowest shutdown tier among `names`, and its members: the ones to stop first."""
-    tier = min(ctx.store.specs[n].shutdown_tier for n in names)
-    return tier, [n for n in names if ctx.store.specs[n].shutdown_tier == tier]
+    return decisions.lowest_tier(ctx.store.specs, names)
 
 
 async def stop_all(ctx: Ctx, names: list[str], now: float) -> Result | None:
@@ -65,41 +63,18 @@ async def stop(ctx: Ctx, name: str, now: float) -> float | None:
     Shared by teardown, the removal of instances a live edit dropped, and user intents.
     """
     store = ctx.store
-    status, spec = store.status[name], store.specs[name]
-    if status.stop_sent_at is None:
-        status.stop_sent_at = now
-        status.phase = Phase.TERMINATING
-        store.changed()
+    spec = store.specs[name]
+    step = decisions.stop_step(spec, store.status[name], now)
+    if step.term:
+        store.terminating(name, at=now)
         await ctx.backend.signal(name, signal.SIGTERM)
-    if status.kill_sent:
-        return None
-    deadline = status.stop_sent_at + spec.stop_grace_seconds
-    if now < deadline:
-        return deadline - now
-    status.kill_sent = True
-    await ctx.backend.signal(name, signal.SIGKILL)
-    store.record(
-        f"instance/{name}",
-        "Killed",
-        f"still running {spec.stop_grace_seconds:g}s after SIGTERM; sent SIGKILL",
-        warning=True,
-    )
-    return None
-
-
-def _finish(ctx: Ctx) -> None:
-    store = ctx.store
-    job = store.job
-    for status in store.status.values():
-        if status.phase in (Phase.PENDING, Phase.BACKOFF) and status.activated:
-            status.phase = Phase.STOPPED
-    code = job.exit_code or 0
-    job.phase = JobPhase.SUCCEEDED if code == 0 else JobPhase.FAILED
-    job.ended_at = ctx.clock.now()
-    store.record(
-        "job",
-        "JobSucceeded" if code == 0 else "JobFailed",
-        f"exit code {code}: {job.reason}",
-        warning=code != 0,
-    )
-    ctx.done.set()
+    if step.kill:
+        store.killing(name)
+        await ctx.backend.signal(name, signal.SIGKILL)
+        store.record(
+            f"instance/{name}",
+            "Killed",
+            f"still running {spec.stop_grace_seconds:g}s after SIGTERM; sent SIGKILL",
+            warning=True,
+        )
+    return step.wait

@@ -214,7 +214,7 @@ class TransientError(Exception):
     """
 
 
-def settle(queue: WorkQueue[K], key: K, outcome: Result | BaseException | None) -> None:
+def settle(queue: WorkQueue[K], key: K, outcome: object) -> None:
     """Finish one reconcile of `key` on `queue` according to its outcome.
 
     Called by the controller worker after `reconcile(key)` returned or raised:

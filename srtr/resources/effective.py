@@ -6,7 +6,7 @@ Pure helpers shared by `rules.py` (validation), `expand.py` (objects) and `rende
 from __future__ import annotations
 
 from srtr.resources.kinds import Kind, get_kind
-from srtr.resources.recipe import Metrics, Recipe, RestartPolicy, Role, Service
+from srtr.resources.recipe import Metrics, Placement, Recipe, RestartPolicy, Role, Service
 
 ROLE_NAMES = ("prefill", "decode", "agg")
 IMPLIED_REASON = "observability.exporters"
@@ -48,7 +48,7 @@ def effective_services(recipe: Recipe) -> list[tuple[Service, str | None]]:
             if name in declared:
                 out.append((declared[name], None))
             else:
-                implied = Service(name=name, type=name, placement={"node": "compute"})
+                implied = Service(name=name, type=name, placement=Placement(node="compute"))
                 out.append((implied, IMPLIED_REASON))
     taken = {s.name for s, _ in out}
     out.extend((s, None) for s in recipe.services if s.name not in taken)

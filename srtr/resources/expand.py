@@ -77,25 +77,20 @@ NEVER = _restart(RestartPolicy(policy="never"))
 def _probe(readiness: Readiness | None, values: dict[str, str]) -> ProbeSpec | None:
     if readiness is None:
         return None
-    timing = {
-        "timeout_seconds": readiness.timeout_seconds,
-        "interval_seconds": readiness.interval_seconds,
-    }
+    timing = (readiness.timeout_seconds, readiness.interval_seconds)
     if readiness.port is not None:
-        return ProbeSpec(ProbeKind.TCP, port=readiness.port, **timing)
+        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.port)
     if readiness.tcp is not None:
-        return ProbeSpec(ProbeKind.TCP, port=readiness.tcp.port, **timing)
+        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.tcp.port)
     if readiness.http is not None:
         http = readiness.http
         return ProbeSpec(
-            ProbeKind.HTTP, port=http.port, path=http.path, status=http.status, **timing
+            ProbeKind.HTTP, *timing, port=http.port, path=http.path, status=http.status
         )
     if readiness.log is not None:
-        return ProbeSpec(ProbeKind.LOG, pattern=readiness.log.pattern, **timing)
+        return ProbeSpec(ProbeKind.LOG, *timing, pattern=readiness.log.pattern)
     assert readiness.file is not None
-    return ProbeSpec(
-        ProbeKind.FILE, path=placeholders.render(readiness.file.path, values), **timing
-    )
+    return ProbeSpec(ProbeKind.FILE, *timing, path=placeholders.render(readiness.file.path, values))
 
 
 class _Expander:
@@ -326,9 +321,9 @@ class _Expander:
         role_nodes = [n for ns in self.nodes.role_nodes.values() for n in ns]
         env["SRT_WORKER_NODES"] = ",".join(dict.fromkeys(role_nodes))
         env["SRT_FRONTEND_TYPE"] = frontend_type(self.recipe)
-        for role_name, members in self.nodes.role_nodes.items():
-            env[f"SRT_{role_name.upper()}_NODES"] = ",".join(members)
-            env[f"SRT_{role_name.upper()}_IPS"] = ",".join(self.ips[m] for m in members)
+        for role_name, role_members in self.nodes.role_nodes.items():
+            env[f"SRT_{role_name.upper()}_NODES"] = ",".join(role_members)
+            env[f"SRT_{role_name.upper()}_IPS"] = ",".join(self.ips[m] for m in role_members)
         env.update(self.recipe.environment)
         env.update(self.recipe.benchmark.env)
         return list(env.items())

@@ -15,9 +15,10 @@ interpreter's final flush of stdout) can raise or block on the dead terminal eit
 from __future__ import annotations
 
 import contextlib
+import io
 import threading
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from textual.drivers.linux_driver import LinuxDriver
 
@@ -71,7 +72,8 @@ class HangupSafeDriver(LinuxDriver):
         super().__init__(*args, **kwargs)
         self._lost_once = threading.Lock()
         self._reported = False
-        self._file = _Output(self._file, self._lost)  # type: ignore[assignment]
+        # Textual types its file as the interpreter's stderr; ours stands in for it.
+        self._file = cast(io.TextIOWrapper, _Output(cast(IO[str], self._file), self._lost))
 
     def _lost(self) -> None:
         with self._lost_once:

@@ -17,6 +17,7 @@ from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 from srtr.tui.viewmodel import (
     COLUMN_KEYS,
@@ -179,7 +180,7 @@ class InstancesTable(DataTable[Any]):
         self.sort_column, self.sort_reverse = column, reverse
         for index, (key, label) in enumerate(COLUMNS):
             arrow = (" ▼" if reverse else " ▲") if index == column else ""
-            self.columns[key].label = Text(label + arrow)  # type: ignore[index]
+            self.columns[ColumnKey(key)].label = Text(label + arrow)
         self._sort()
         self._keep(selected)
         self.refresh()

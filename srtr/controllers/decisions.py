@@ -1,0 +1,283 @@
+"""Pure decisions of the controllers: values in, a frozen outcome out.
+
+A controller reads the store, calls one of these, and applies the outcome through the store's
+transitions and the backend ("plan, then act"). Nothing here imports a backend, asyncio or
+the store: statuses are read, never written, and time and randomness come in as arguments,
+so each decision is tested with plain values (tests/test_decisions.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+
+from srtr.reconciler.status import FINISHED, InstanceStatus, Phase, UserAction
+from srtr.resources.objects import InstanceKind, InstanceSpec, Stage
+
+# --- after an instance's attempt ended ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RestartNow:
+    """A user asked for a restart: start again at once, outside backoff and budget."""
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Done for good: `phase` is Stopped (it was being stopped), Succeeded or Failed."""
+
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """The restart budget is spent: `restarts` restarts since `window_start`."""
+
+    restarts: int
+    window_start: float
+    code: int
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Start again at `start_at` (`delay` from now), next backoff exponent `backoff_index`.
+
+    `restarts` counts the restarts since `window_start` so far, this one not included.
+    """
+
+    delay: float
+    start_at: float
+    backoff_index: int
+    restarts: int
+    window_start: float
+    code: int
+
+
+ExitDecision = RestartNow | Finish | GiveUp | Restart
+
+
+def after_exit(
+    spec: InstanceSpec,
+    status: InstanceStatus,
+    *,
+    now: float,
+    jitter: float,
+    tearing_down: bool,
+) -> ExitDecision:
+    """What follows the end of the instance's current attempt.
+
+    Args:
+        spec: the instance's spec (restart policy, kind).
+        status: its status; `exit_code` None (unknown) counts as 1.
+        now: the current (monotonic) time.
+        jitter: the factor applied to the backoff (about 0.8..1.2).
+        tearing_down: the job is being torn down.
+
+    Returns:
+        RestartNow for a user's restart; Finish(Stopped) when it was being stopped;
+        Finish(Succeeded/Failed) when its policy does not restart it (a benchmark never
+        restarts); GiveUp when `max_restarts` restarts happened within `window_seconds`;
+        otherwise Restart, with the backoff doubled from `backoff_seconds` up to
+        `max_backoff_seconds` and reset after a run of `reset_after_seconds`.
+    """
+    code = status.exit_code if status.exit_code is not None else 1
+    if status.user_action == UserAction.RESTART and not tearing_down:
+        return RestartNow()
+    if tearing_down or status.stop_sent_at is not None:
+        return Finish(Phase.STOPPED)
+    policy = spec.restart
+    restart = policy.policy == "always" or (policy.policy == "on-failure" and code != 0)
+    if not restart or spec.kind is InstanceKind.BENCHMARK:
+        return Finish(Phase.SUCCEEDED if code == 0 else Phase.FAILED)
+    window_start = now - policy.window_seconds
+    # restart_times is in time order, so the ones inside the window are its tail
+    recent = sum(1 for t in status.restart_times if t > window_start)
+    if recent >= policy.max_restarts:
+        return GiveUp(restarts=recent, window_start=window_start, code=code)
+    index = status.backoff_index
+    if status.started_at is not None and now - status.started_at >= policy.reset_after_seconds:
+        index = 0  # it ran stably: forgive earlier crashes
+    base = policy.backoff_seconds * (2 ** min(index, 32))
+    delay = min(base * jitter, policy.max_backoff_seconds)
+    return Restart(
+        delay=delay,
+        start_at=now + delay,
+        backoff_index=index + 1,
+        restarts=recent,
+        window_start=window_start,
+        code=code,
+    )
+
+
+# --- the job: launch stages and its end -----------------------------------------------------------
+
+Specs = Mapping[str, InstanceSpec]
+Statuses = Mapping[str, InstanceStatus]
+
+
+@dataclass(frozen=True)
+class StageStep:
+    """What the launch stages need now.
+
+    `activate`: instances to start now, in stage order (the stage that begins, and members a
+    live edit added to stages that already passed). `started`: (number, stage) of the stage
+    that begins now. `passed`: (number, name) of the stages that are up now. `all_up`: every
+    stage is up, so the job runs.
+    """
+
+    activate: tuple[str, ...] = ()
+    started: tuple[int, Stage] | None = None
+    passed: tuple[tuple[int, str], ...] = ()
+    all_up: bool = False
+
+
+def stage_done(spec: InstanceSpec, status: InstanceStatus) -> bool:
+    """Whether the instance lets its stage pass: ready, finished well enough, or a benchmark
+    that started (the benchmark is the last stage; the job ends with it)."""
+    if spec.kind is InstanceKind.BENCHMARK:
+        return status.attempt >= 0
+    if status.phase in FINISHED:
+        return not spec.critical or status.phase is Phase.SUCCEEDED
+    return status.alive and status.ready
+
+
+def next_stage(
+    stages: Sequence[Stage], specs: Specs, statuses: Statuses, passed: AbstractSet[str]
+) -> StageStep:
+    """Walk the stages in order: the first one not up yet begins, or is waited for."""
+    activate: list[str] = []
+    passing: list[tuple[int, str]] = []
+    for number, stage in enumerate(stages, 1):
+        pending = [n for n in stage.instances if not statuses[n].activated]
+        if stage.name in passed:
+            activate += pending  # added by a live edit: start them without holding anything
+            continue
+        if pending:
+            return StageStep(tuple(activate + pending), (number, stage), tuple(passing))
+        if not all(stage_done(specs[n], statuses[n]) for n in stage.instances):
+            return StageStep(tuple(activate), None, tuple(passing))
+        passing.append((number, stage.name))
+    return StageStep(tuple(activate), None, tuple(passing), all_up=True)
+
+
+def critical_failure(
+    specs: Specs, statuses: Statuses, desired: AbstractSet[str], *, spares: bool
+) -> str | None:
+    """Why the job fails because of a critical instance, or None.
+
+    A critical instance fails the job when it Failed, or when it was Lost and no spare node
+    can take its place (`replace_lost` with `spares` left). Instances an edit or a
+    replacement dropped (not in `desired`) no longer count.
+    """
+    for name, status in statuses.items():
+        spec = specs[name]
+        if name not in desired or not spec.critical:
+            continue
+        if status.phase is Phase.LOST and not (spec.replace_lost and spares):
+            return f"critical instance {name} was lost with its node {spec.node}"
+        if status.phase is Phase.FAILED:
+            how = (
+                f"signal {status.exit_signal}" if status.exit_signal else f"code {status.exit_code}"
+            )
+            return f"critical instance {name} on {spec.node} failed (exit {how}); see {spec.log}"
+    return None
+
+
+@dataclass(frozen=True)
+class EndJob:
+    """The job is over: tear it down with `exit_code` because of `reason`."""
+
+    exit_code: int
+    reason: str
+
+
+def job_end(specs: Specs, statuses: Statuses) -> EndJob | None:
+    """Once every stage is up: the job ends when the benchmark finished (its code), or when
+    every terminal instance finished (the worst code); otherwise it holds (None)."""
+    bench = specs.get("benchmark")
+    if bench is not None and bench.kind is InstanceKind.BENCHMARK:
+        status = statuses["benchmark"]
+        if status.phase not in FINISHED:
+            return None
+        code = status.exit_code if status.exit_code is not None else 1
+        return EndJob(code, f"benchmark exited with code {code}")
+    terminal = [n for n, s in specs.items() if s.terminal]
+    if terminal and all(statuses[n].phase in FINISHED for n in terminal):
+        code = max((statuses[n].exit_code or 0) for n in terminal)
+        verdict = "failed" if code else "finished"
+        return EndJob(code, f"terminal service(s) {verdict} (worst exit code {code})")
+    return None
+
+
+def rolled_out(statuses: Statuses, desired: Iterable[str]) -> bool:
+    """Whether every desired instance runs its current spec: activated, launched (not
+    Pending) and not waiting for an edit's restart."""
+    for name in desired:
+        status = statuses[name]
+        if (
+            status.user_action is UserAction.RESTART
+            or not status.activated
+            or status.phase is Phase.PENDING
+        ):
+            return False
+    return True
+
+
+# --- stopping: teardown tiers and one instance's SIGTERM/SIGKILL ---------------------------------
+
+
+def lowest_tier(specs: Specs, names: Iterable[str]) -> tuple[int, list[str]]:
+    """The lowest shutdown tier among `names`, and its members: the ones to stop first."""
+    names = list(names)
+    tier = min(specs[n].shutdown_tier for n in names)
+    return tier, [n for n in names if specs[n].shutdown_tier == tier]
+
+
+@dataclass(frozen=True)
+class TeardownStep:
+    """One step of a teardown.
+
+    `kill`: instances to SIGKILL at once (kill now). `finish`: nothing is alive, the job is
+    over. Otherwise `members` of the lowest `tier` still alive get one stop step each, and
+    `fresh` are those of them not yet sent SIGTERM.
+    """
+
+    kill: tuple[str, ...] = ()
+    finish: bool = False
+    tier: int | None = None
+    members: tuple[str, ...] = ()
+    fresh: tuple[str, ...] = ()
+
+
+def teardown_step(specs: Specs, statuses: Statuses, *, kill_now: bool) -> TeardownStep:
+    """Tier by tier, lowest `shutdown_tier` first; a tier is drained before the next."""
+    alive = [n for n, st in statuses.items() if st.alive]
+    kill = tuple(n for n in alive if not statuses[n].kill_sent) if kill_now else ()
+    if not alive:
+        return TeardownStep(kill=kill, finish=True)
+    tier, members = lowest_tier(specs, alive)
+    fresh = tuple(n for n in members if statuses[n].stop_sent_at is None)
+    return TeardownStep(kill=kill, tier=tier, members=tuple(members), fresh=fresh)
+
+
+@dataclass(frozen=True)
+class StopStep:
+    """Stopping one instance: send SIGTERM (`term`), SIGKILL (`kill`), then wait `wait`
+    seconds for the grace deadline (None: nothing left to wait for)."""
+
+    term: bool = False
+    kill: bool = False
+    wait: float | None = None
+
+
+def stop_step(spec: InstanceSpec, status: InstanceStatus, now: float) -> StopStep:
+    """SIGTERM once; SIGKILL once `stop_grace_seconds` passed since the SIGTERM."""
+    term = status.stop_sent_at is None
+    if status.kill_sent:
+        return StopStep(term=term)
+    sent = now if status.stop_sent_at is None else status.stop_sent_at
+    deadline = sent + spec.stop_grace_seconds
+    if now < deadline:
+        return StopStep(term=term, wait=deadline - now)
+    return StopStep(term=term, kill=True)

@@ -1,0 +1,97 @@
+"""Typed transitions of live recipe edits: the desired state, the pending plan, removals.
+
+`apply_edit` makes a new desired state current (generation+1): added instances get a fresh
+status, changed ones a restart request, dropped ones wait in `removing` until their process
+is gone and `forget` drops their records. In confirm mode a plan waits in `pending` for the
+user's yes (`hold_plan`, `take_pending`, `discard_pending`); `reject_plan` records an edit
+that cannot apply. As in `transitions.py`, nothing here enqueues: the edits controller does.
+"""
+
+from __future__ import annotations
+
+from srtr.reconciler.status import InstanceStatus, UserAction
+from srtr.reconciler.store_base import StoreBase
+from srtr.resources.diff import Plan
+from srtr.resources.objects import DesiredState, InstanceSpec
+
+
+class EditTransitions(StoreBase):
+    """Transitions of the desired state by live edits, mixed into `Store`."""
+
+    def recipe_unchanged(self, text: str) -> None:
+        """The recipe's text changed but nothing to roll out (e.g. only comments)."""
+        self.recipe_text = text
+        self.recipe_view = {"pending": None, "rejected": None}
+        self.changed()
+
+    def hold_plan(self, new: DesiredState, plan: Plan, text: str) -> None:
+        """Confirm mode: keep the plan until the user applies or discards it."""
+        self.pending = (new, plan, text)
+        self.recipe_view = {"pending": plan.to_json(), "rejected": None}
+        self.record(
+            "job", "PlanPending", f"recipe changed: {plan.summary()}; apply with `a` in the TUI"
+        )
+
+    def reject_plan(self, lines: list[str], plan: Plan | None = None) -> None:
+        """Record a refused edit; nothing running is touched."""
+        self.recipe_view = {
+            "pending": None,
+            "rejected": lines,
+            "plan": plan.to_json() if plan else None,
+        }
+        self.record("job", "RecipeRejected", "; ".join(lines), warning=True)
+
+    def take_pending(self) -> tuple[DesiredState, Plan, str]:
+        """The plan waiting for the user's yes, no longer waiting. Raises LookupError if none."""
+        if self.pending is None:
+            raise LookupError("no recipe change is waiting to be applied")
+        pending, self.pending = self.pending, None
+        return pending
+
+    def discard_pending(self) -> None:
+        """The user said no to the waiting plan. Raises LookupError if none waits."""
+        if self.pending is None:
+            raise LookupError("no recipe change is waiting")
+        self.pending = None
+        self.recipe_view = {"pending": None, "rejected": None}
+        self.record("job", "PlanDiscarded", "the pending recipe change was discarded")
+
+    def apply_edit(self, new: DesiredState, plan: Plan, text: str = "") -> None:
+        """Make `new` the desired state (generation+1); `plan` must be `diff(current, new)`.
+
+        Added instances get a fresh status; restarted ones a restart request when alive (no
+        event: the edit's RecipeApplied says it); hot changes only replace the spec; removed
+        ones wait in `removing`. The caller records RecipeApplied once it enqueued them.
+        """
+        self.job.generation += 1
+        self.recipe_text = text or self.recipe_text
+        self.recipe_view = {"pending": None, "rejected": None, "applied": plan.to_json()}
+        after = {s.name: s for s in new.instances}
+        for change in plan.add:
+            self.specs[change.name] = after[change.name]
+            self.status[change.name] = InstanceStatus()
+        for change in plan.restart:
+            self.specs[change.name] = after[change.name]
+            if self.status[change.name].alive:
+                self.status[change.name].user_action = UserAction.RESTART
+        for change in plan.hot:
+            self.specs[change.name] = after[change.name]
+        for change in plan.remove:
+            self.removing.add(change.name)
+        self.desired = new
+        self.desired_names = set(after)
+        for pool in new.pools:
+            self.pool_ready.setdefault(pool.name, False)
+
+    def forget(self, name: str) -> InstanceSpec:
+        """A removed instance's process is gone: drop its records (Stopped); returns its spec."""
+        assert name in self.removing and not self.status[name].alive
+        spec = self.specs.pop(name)
+        self.status.pop(name)
+        self.removing.discard(name)
+        self.record(
+            f"instance/{name}",
+            "Stopped",
+            f"removed by generation {self.job.generation} (was on {spec.node})",
+        )
+        return spec

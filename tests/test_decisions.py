@@ -1,0 +1,367 @@
+"""The controllers' pure decisions, from plain values: no store, backend, clock or loop."""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from dataclasses import replace
+
+import pytest
+
+from srtr.controllers.decisions import (
+    EndJob,
+    ExitDecision,
+    Finish,
+    GiveUp,
+    Restart,
+    RestartNow,
+    StageStep,
+    StopStep,
+    TeardownStep,
+    after_exit,
+    critical_failure,
+    job_end,
+    lowest_tier,
+    next_stage,
+    rolled_out,
+    stage_done,
+    stop_step,
+    teardown_step,
+)
+from srtr.reconciler.status import InstanceStatus, Phase, UserAction
+from srtr.resources.objects import InstanceKind, InstanceSpec, RestartSpec, Stage
+
+POLICY = RestartSpec(
+    policy="on-failure",
+    backoff_seconds=1.0,
+    max_backoff_seconds=8.0,
+    reset_after_seconds=100.0,
+    max_restarts=3,
+    window_seconds=60.0,
+)
+
+
+def spec(name: str = "service_a", **changes: object) -> InstanceSpec:
+    base = InstanceSpec(
+        name=name,
+        service="a",
+        kind=InstanceKind.SERVICE,
+        type="generic",
+        index=0,
+        node="node1",
+        node_ip="10.0.0.1",
+        argv=("sleep", "inf"),
+        env=(),
+        log=f"logs/{name}.out",
+        stage="after_frontend",
+        shutdown_tier=0,
+        stop_grace_seconds=5.0,
+        critical=False,
+        terminal=False,
+        restart=POLICY,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def exited(code: int | None = 1, **changes: object) -> InstanceStatus:
+    """An instance whose attempt 0 started at t=0 and has just ended with `code`."""
+    status = InstanceStatus(
+        phase=Phase.RUNNING, attempt=0, exited_attempt=0, exit_code=code, started_at=0.0
+    )
+    for key, value in changes.items():
+        setattr(status, key, value)
+    return status
+
+
+def decide(s: InstanceSpec, st: InstanceStatus, now: float = 10.0, **kw: object) -> ExitDecision:
+    args: dict[str, object] = {"now": now, "jitter": 1.0, "tearing_down": False, **kw}
+    return after_exit(s, st, **args)  # type: ignore[arg-type]
+
+
+# --- after_exit ---------------------------------------------------------------------------------
+
+
+def test_a_failed_exit_backs_off_by_the_base_delay() -> None:
+    assert decide(spec(), exited(1)) == Restart(
+        delay=1.0, start_at=11.0, backoff_index=1, restarts=0, window_start=-50.0, code=1
+    )
+
+
+@pytest.mark.parametrize(("index", "delay"), [(1, 2.0), (2, 4.0), (3, 8.0), (4, 8.0), (99, 8.0)])
+def test_backoff_doubles_up_to_the_cap(index: int, delay: float) -> None:
+    outcome = decide(spec(), exited(1, backoff_index=index))
+    assert isinstance(outcome, Restart)
+    assert (outcome.delay, outcome.backoff_index) == (delay, index + 1)
+
+
+def test_jitter_scales_the_delay_but_never_past_the_cap() -> None:
+    spread = decide(spec(), exited(1, backoff_index=1), jitter=1.2)
+    capped = decide(spec(), exited(1, backoff_index=3), jitter=1.2)
+    assert isinstance(spread, Restart) and isinstance(capped, Restart)
+    assert spread.delay == pytest.approx(2.4)
+    assert capped.delay == 8.0
+
+
+def test_a_stable_run_forgives_earlier_crashes() -> None:
+    outcome = decide(spec(), exited(1, backoff_index=3, started_at=5.0), now=105.0)
+    assert isinstance(outcome, Restart)
+    assert (outcome.delay, outcome.backoff_index) == (1.0, 1)
+
+
+def test_unknown_exit_status_counts_as_a_failure() -> None:
+    outcome = decide(spec(), exited(None))
+    assert isinstance(outcome, Restart) and outcome.code == 1
+
+
+def test_a_clean_exit_under_on_failure_succeeds() -> None:
+    assert decide(spec(), exited(0)) == Finish(Phase.SUCCEEDED)
+
+
+def test_always_restarts_a_clean_exit() -> None:
+    always = spec(restart=replace(POLICY, policy="always"))
+    assert isinstance(decide(always, exited(0)), Restart)
+
+
+def test_never_fails_with_the_exit() -> None:
+    never = spec(restart=replace(POLICY, policy="never"))
+    assert decide(never, exited(3)) == Finish(Phase.FAILED)
+
+
+def test_a_benchmark_never_restarts() -> None:
+    bench = spec("benchmark", kind=InstanceKind.BENCHMARK, restart=replace(POLICY, policy="always"))
+    assert decide(bench, exited(2)) == Finish(Phase.FAILED)
+    assert decide(bench, exited(0)) == Finish(Phase.SUCCEEDED)
+
+
+def test_the_budget_counts_restarts_inside_the_window_only() -> None:
+    times = deque([1.0, 45.0, 50.0, 55.0])  # t=1 left the 60 s window at t=61
+    assert decide(spec(), exited(1, restart_times=times), now=100.0) == GiveUp(
+        restarts=3, window_start=40.0, code=1
+    )
+    outcome = decide(spec(), exited(1, restart_times=deque([1.0, 45.0, 50.0])), now=100.0)
+    assert isinstance(outcome, Restart) and outcome.restarts == 2
+
+
+def test_a_restart_at_the_window_edge_has_left_it() -> None:
+    outcome = decide(spec(), exited(1, restart_times=deque([40.0, 50.0, 55.0])), now=100.0)
+    assert isinstance(outcome, Restart) and outcome.restarts == 2
+
+
+def test_a_stopped_instance_stays_stopped() -> None:
+    assert decide(spec(), exited(143, stop_sent_at=9.0)) == Finish(Phase.STOPPED)
+    assert decide(spec(), exited(0), tearing_down=True) == Finish(Phase.STOPPED)
+
+
+def test_a_user_restart_skips_backoff_and_budget() -> None:
+    spent = deque([5.0, 6.0, 7.0])
+    status = exited(143, user_action=UserAction.RESTART, stop_sent_at=9.0, restart_times=spent)
+    assert decide(spec(), status) == RestartNow()
+
+
+def test_a_user_restart_during_teardown_is_a_stop() -> None:
+    status = exited(143, user_action=UserAction.RESTART, stop_sent_at=9.0)
+    assert decide(spec(), status, tearing_down=True) == Finish(Phase.STOPPED)
+
+
+def test_deciding_changes_nothing_and_returns_a_frozen_value() -> None:
+    status = exited(1, restart_times=deque([-100.0, 5.0]), backoff_index=2)
+    before = copy.deepcopy(status)
+    outcome = decide(spec(), status)
+    assert status == before  # the old restart time is still there: pruning is the store's
+    assert isinstance(outcome, Restart)
+    with pytest.raises(AttributeError):
+        outcome.delay = 0.0  # type: ignore[misc]
+
+
+# --- launch stages ------------------------------------------------------------------------------
+
+STAGES = (
+    Stage("before_workers", "before_workers", ("service_db",)),
+    Stage("workers", "workers", ("worker_0", "worker_1")),
+    Stage("frontend", "frontend", ("frontend",)),
+)
+SPECS = {
+    "service_db": spec("service_db", critical=True),
+    "worker_0": spec("worker_0", kind=InstanceKind.WORKER, critical=True),
+    "worker_1": spec("worker_1", kind=InstanceKind.WORKER),
+    "frontend": spec("frontend", kind=InstanceKind.FRONTEND, critical=True),
+}
+
+
+def statuses(**phases: Phase) -> dict[str, InstanceStatus]:
+    """Activated statuses in the given phases (Running and Ready ones are up); others Pending."""
+    out = {name: InstanceStatus() for name in SPECS}
+    for name, phase in phases.items():
+        up = phase in (Phase.RUNNING, Phase.READY)
+        out[name] = InstanceStatus(
+            phase=phase, activated=True, attempt=0, ready_attempt=0 if up else None
+        )
+    return out
+
+
+def test_the_first_stage_begins_with_all_its_members() -> None:
+    step = next_stage(STAGES, SPECS, statuses(), set())
+    assert step == StageStep(activate=("service_db",), started=(1, STAGES[0]))
+
+
+def test_a_stage_waits_until_every_member_is_ready() -> None:
+    step = next_stage(STAGES, SPECS, statuses(service_db=Phase.STARTING), set())
+    assert step == StageStep()
+
+
+def test_ready_stages_pass_and_the_next_one_begins() -> None:
+    step = next_stage(STAGES, SPECS, statuses(service_db=Phase.READY), set())
+    assert step == StageStep(
+        activate=("worker_0", "worker_1"), started=(2, STAGES[1]), passed=((1, "before_workers"),)
+    )
+
+
+def test_a_non_critical_member_that_failed_lets_its_stage_pass() -> None:
+    up = statuses(service_db=Phase.READY, worker_0=Phase.RUNNING, worker_1=Phase.FAILED)
+    step = next_stage(STAGES, SPECS, up, {"before_workers"})
+    assert step.passed == ((2, "workers"),) and step.started == (3, STAGES[2])
+
+
+def test_a_critical_member_that_failed_holds_its_stage() -> None:
+    down = statuses(service_db=Phase.READY, worker_0=Phase.FAILED, worker_1=Phase.RUNNING)
+    assert next_stage(STAGES, SPECS, down, {"before_workers"}) == StageStep()
+
+
+def test_all_up_once_every_stage_passed() -> None:
+    up = statuses(
+        service_db=Phase.READY, worker_0=Phase.RUNNING, worker_1=Phase.RUNNING, frontend=Phase.READY
+    )
+    step = next_stage(STAGES, SPECS, up, {"before_workers", "workers"})
+    assert step == StageStep(passed=((3, "frontend"),), all_up=True)
+
+
+def test_members_an_edit_added_to_a_passed_stage_start_at_once() -> None:
+    up = statuses(service_db=Phase.READY, worker_0=Phase.RUNNING, worker_1=Phase.STARTING)
+    up["worker_1"].activated = False
+    step = next_stage(STAGES, SPECS, up, {"before_workers", "workers"})
+    assert step == StageStep(activate=("worker_1", "frontend"), started=(3, STAGES[2]))
+
+
+def test_a_benchmark_lets_its_stage_pass_once_started() -> None:
+    bench = spec("benchmark", kind=InstanceKind.BENCHMARK)
+    assert not stage_done(bench, InstanceStatus())
+    assert stage_done(bench, InstanceStatus(phase=Phase.FAILED, attempt=0))
+
+
+# --- the end of the job -------------------------------------------------------------------------
+
+
+def test_a_failed_critical_instance_fails_the_job() -> None:
+    down = statuses(worker_0=Phase.FAILED)
+    down["worker_0"].exit_code = 3
+    assert critical_failure(SPECS, down, set(SPECS), spares=False) == (
+        "critical instance worker_0 on node1 failed (exit code 3); see logs/worker_0.out"
+    )
+    down["worker_0"].exit_signal = 9
+    assert "(exit signal 9)" in (critical_failure(SPECS, down, set(SPECS), spares=False) or "")
+
+
+def test_only_desired_critical_instances_count() -> None:
+    down = statuses(worker_0=Phase.FAILED, worker_1=Phase.FAILED)
+    assert critical_failure(SPECS, down, set(SPECS) - {"worker_0"}, spares=False) is None
+
+
+def test_a_lost_critical_instance_fails_the_job_unless_a_spare_replaces_it() -> None:
+    lost = statuses(service_db=Phase.LOST)
+    assert critical_failure(SPECS, lost, set(SPECS), spares=True) == (
+        "critical instance service_db was lost with its node node1"
+    )
+    replaced = {**SPECS, "service_db": replace(SPECS["service_db"], replace_lost=True)}
+    assert critical_failure(replaced, lost, set(SPECS), spares=True) is None
+    assert critical_failure(replaced, lost, set(SPECS), spares=False) is not None
+
+
+def test_the_job_ends_with_the_benchmark() -> None:
+    specs = {**SPECS, "benchmark": spec("benchmark", kind=InstanceKind.BENCHMARK)}
+    running = {**statuses(), "benchmark": InstanceStatus(phase=Phase.RUNNING, attempt=0)}
+    assert job_end(specs, running) is None
+    running["benchmark"] = InstanceStatus(phase=Phase.FAILED, attempt=0, exit_code=None)
+    assert job_end(specs, running) == EndJob(1, "benchmark exited with code 1")
+
+
+def test_the_job_ends_with_the_worst_code_of_its_terminal_instances() -> None:
+    specs = {**SPECS, "worker_0": replace(SPECS["worker_0"], terminal=True)}
+    specs["worker_1"] = replace(SPECS["worker_1"], terminal=True)
+    st = statuses(worker_0=Phase.SUCCEEDED, worker_1=Phase.RUNNING)
+    assert job_end(specs, st) is None
+    st["worker_1"] = InstanceStatus(phase=Phase.FAILED, exit_code=4)
+    assert job_end(specs, st) == EndJob(4, "terminal service(s) failed (worst exit code 4)")
+    st["worker_1"] = InstanceStatus(phase=Phase.SUCCEEDED, exit_code=0)
+    assert job_end(specs, st) == EndJob(0, "terminal service(s) finished (worst exit code 0)")
+
+
+def test_a_job_without_benchmark_or_terminal_instances_holds() -> None:
+    assert job_end(SPECS, statuses(service_db=Phase.FAILED)) is None
+
+
+def test_an_edit_is_rolled_out_once_every_instance_runs_its_spec() -> None:
+    up = statuses(service_db=Phase.READY, worker_0=Phase.RUNNING)
+    assert rolled_out(up, ["service_db", "worker_0"])
+    assert not rolled_out(up, ["service_db", "worker_1"])  # not activated yet
+    up["worker_0"].user_action = UserAction.RESTART
+    assert not rolled_out(up, ["service_db", "worker_0"])
+
+
+# --- teardown -----------------------------------------------------------------------------------
+
+TIERED = {
+    "a": spec("a", shutdown_tier=0, stop_grace_seconds=5.0),
+    "b": spec("b", shutdown_tier=0, stop_grace_seconds=2.0),
+    "c": spec("c", shutdown_tier=1),
+}
+
+
+def running(**changes: object) -> InstanceStatus:
+    status = InstanceStatus(phase=Phase.RUNNING, attempt=0)
+    for key, value in changes.items():
+        setattr(status, key, value)
+    return status
+
+
+def test_teardown_stops_the_lowest_tier_first() -> None:
+    st = {"a": running(), "b": running(stop_sent_at=1.0), "c": running()}
+    assert teardown_step(TIERED, st, kill_now=False) == TeardownStep(
+        tier=0, members=("a", "b"), fresh=("a",)
+    )
+
+
+def test_the_next_tier_waits_until_the_lower_one_is_gone() -> None:
+    st = {"a": InstanceStatus(phase=Phase.STOPPED), "b": InstanceStatus(), "c": running()}
+    assert teardown_step(TIERED, st, kill_now=False) == TeardownStep(
+        tier=1, members=("c",), fresh=("c",)
+    )
+
+
+def test_kill_now_kills_everything_alive_not_yet_killed() -> None:
+    st = {"a": running(kill_sent=True), "b": running(), "c": running()}
+    assert teardown_step(TIERED, st, kill_now=True).kill == ("b", "c")
+
+
+def test_teardown_finishes_when_nothing_is_alive() -> None:
+    st = {"a": InstanceStatus(), "b": InstanceStatus(phase=Phase.FAILED), "c": InstanceStatus()}
+    assert teardown_step(TIERED, st, kill_now=True) == TeardownStep(finish=True)
+
+
+def test_lowest_tier() -> None:
+    assert lowest_tier(TIERED, ["c", "b"]) == (0, ["b"])
+
+
+def test_stop_sends_sigterm_once_then_waits_out_the_grace() -> None:
+    assert stop_step(TIERED["a"], running(), now=10.0) == StopStep(term=True, wait=5.0)
+    assert stop_step(TIERED["a"], running(stop_sent_at=10.0), now=12.0) == StopStep(wait=3.0)
+
+
+def test_stop_sends_sigkill_once_the_grace_passed() -> None:
+    assert stop_step(TIERED["a"], running(stop_sent_at=10.0), now=15.0) == StopStep(kill=True)
+    zero = replace(TIERED["a"], stop_grace_seconds=0.0)
+    assert stop_step(zero, running(), now=10.0) == StopStep(term=True, kill=True)
+
+
+def test_nothing_is_left_to_do_once_killed() -> None:
+    assert stop_step(TIERED["a"], running(stop_sent_at=1.0, kill_sent=True), 99.0) == StopStep()
+    assert stop_step(TIERED["a"], running(kill_sent=True), 99.0) == StopStep(term=True)

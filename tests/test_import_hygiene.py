@@ -1,0 +1,48 @@
+"""The pure rooms stay light at run time: importing them never loads the TUI or file watching.
+
+`lint-imports` checks the same boundaries statically (pyproject.toml, [tool.importlinter]);
+this test catches what a static graph cannot see, such as an import done through importlib.
+It runs in a fresh interpreter, so modules other tests already imported do not count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Imports the package and every module below it, then lists the heavy modules that got loaded.
+PROBE = """
+import importlib, json, pkgutil, sys
+package = importlib.import_module(sys.argv[1])
+for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+    importlib.import_module(info.name)
+heavy = ("textual", "watchfiles")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+"""
+
+
+@pytest.mark.parametrize("package", ["srtr.resources", "srtr.reconciler"])
+def test_pure_rooms_do_not_load_textual_or_watchfiles(package: str) -> None:
+    env = dict(os.environ)
+    # This checkout's srtr, whatever an editable install elsewhere points to.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, package],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    assert "textual" not in loaded and "watchfiles" not in loaded
+    assert loaded == [], f"importing {package} loaded {loaded}"
