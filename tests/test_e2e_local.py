@@ -213,7 +213,7 @@ def test_control_socket_restarts_an_instance_and_refuses_when_the_job_is_gone(
 ) -> None:
     import stat
 
-    from srtr.control import ControlError, send
+    from srtr.runtime.control import ControlError, send
 
     run = Run(tmp_path, RIDER)
     try:

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from controller_harness import Harness
 
-from srtr import metrics
 from srtr.cli import main
 from srtr.controllers import edits, exporter, intents
 from srtr.reconciler.persist import snapshot
@@ -32,6 +31,7 @@ from srtr.resources.loading import load_text
 from srtr.resources.objects import ExporterSpec
 from srtr.resources.planning import plan_text_source
 from srtr.resources.recipe import Metrics, Service
+from srtr.runtime import metrics
 
 
 def run(coro: object) -> None:
@@ -538,7 +538,7 @@ def test_own_metrics_count_phases_restarts_reconciles_and_probes(tmp_path: Path)
     async def body() -> None:
         h = Harness(RIDER, tmp_path)
         job = metrics.JobMetrics(h.store, h.ctx.queue, h.clock)
-        h.ctx.prober = job.timed_prober(h.ctx.prober)
+        job.attach(h.ctx)
         try:
             h.prober.ready |= {"service_owner_node1", "service_owner_node2"}
             await h.advance(1)
@@ -574,6 +574,7 @@ def test_own_metrics_are_served_over_http(tmp_path: Path) -> None:
     async def body() -> None:
         h = Harness(RIDER, tmp_path)
         job = metrics.JobMetrics(h.store, h.ctx.queue, h.clock)
+        job.attach(h.ctx)  # as lifecycle does: reconciles and probes are timed
         try:
             url = job.serve("127.0.0.1", 0)
             assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
@@ -617,15 +618,17 @@ def test_metrics_port_refused(text: str) -> None:
         metrics.parse_listen(text)
 
 
-def test_reconcile_timing_is_a_no_op_without_metrics(tmp_path: Path) -> None:
+def test_reconcile_timing_reaches_the_hook_only_when_set(tmp_path: Path) -> None:
+    from srtr.controllers.manager import process_one
+
     async def body() -> None:
         h = Harness(RIDER, tmp_path)
-        assert metrics.of(h.store) is None
-
-        async def work() -> int:
-            return 7
-
-        assert await metrics.timed(h.ctx, "job", work()) == 7
+        assert h.ctx.on_reconciled is None
+        await process_one(h.ctx, "job")  # no hook: nothing to time, nothing breaks
+        seen: list[tuple[str, float, int]] = []
+        h.ctx.on_reconciled = lambda key, seconds, depth: seen.append((key, seconds, depth))
+        await process_one(h.ctx, "job")
+        assert [key for key, _, _ in seen] == ["job"] and seen[0][1] >= 0
 
     run(body())
 

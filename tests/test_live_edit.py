@@ -139,7 +139,7 @@ def test_plan_against_a_running_job_previews_without_applying(tmp_path: Path) ->
     # once it has seen the edit, anything applied could only have come from the preview.
     import json
 
-    from srtr.control import send
+    from srtr.runtime.control import send
 
     run = Run(tmp_path, POOL.format(nodes=2, level=1), "--apply", "confirm")
     try:

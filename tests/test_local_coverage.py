@@ -339,7 +339,7 @@ def running_on(state: dict, name: str, node: str) -> bool:
 
 
 def test_replace_lost_puts_the_spare_in_the_lost_nodes_place(tmp_path: Path) -> None:
-    from srtr.control import send
+    from srtr.runtime.control import send
 
     run = Run(tmp_path, LOSS.format(replace="true"), "--nodes", "3")
     try:
@@ -385,7 +385,7 @@ def test_replace_lost_puts_the_spare_in_the_lost_nodes_place(tmp_path: Path) -> 
 
 
 def test_a_lost_critical_owner_without_replace_lost_fails_the_job(tmp_path: Path) -> None:
-    from srtr.control import ControlError, send
+    from srtr.runtime.control import ControlError, send
 
     run = Run(tmp_path, LOSS.format(replace="false"), "--nodes", "3")
     try:
@@ -410,7 +410,7 @@ def test_a_lost_critical_owner_without_replace_lost_fails_the_job(tmp_path: Path
 def test_lose_node_also_takes_instances_adopted_after_a_crash(tmp_path: Path) -> None:
     """Adopted instances are not the new controller's children: the backend learns their
     node from their environment, so a node loss still finds them."""
-    from srtr.control import send
+    from srtr.runtime.control import send
 
     run = Run(tmp_path, LOSS.format(replace="false").replace("critical: true", "critical: false"))
     second: subprocess.Popen[str] | None = None

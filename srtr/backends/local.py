@@ -19,7 +19,7 @@ reports the steps of a node that went DOWN, and nothing launches there again.
 
 A controller that dies (kill -9) leaves its instances running on purpose, so that
 `srtr up --adopt` can take them over with 0 restarts (`adopt`, by pid and kernel start
-time). The job's guard process (`srtr.guard`) kills them if no controller adopts them within
+time). The job's guard process (`srtr.runtime.guard`) kills them if no controller adopts them within
 the adoption window, so nothing outlives a crashed controller for long.
 """
 

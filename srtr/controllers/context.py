@@ -50,6 +50,9 @@ class Ctx:
     prober: Prober
     run_dir: Path
     jitter: Callable[[], float] = default_jitter
+    # Told (key, seconds, queue depth) after each reconcile: srtr's own metrics hook in here,
+    # so controllers carry no metrics code and never import the runtime.
+    on_reconciled: Callable[[str, float, int], None] | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 

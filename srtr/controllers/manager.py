@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 
-from srtr import metrics
 from srtr.controllers import (
     edits,
     exporter,
@@ -50,11 +50,15 @@ async def dispatch(ctx: Ctx, key: str) -> Result | None:
 
 
 async def process_one(ctx: Ctx, key: str) -> None:
+    started = time.perf_counter()
+    outcome: Result | BaseException | None
     try:
-        outcome: Result | BaseException | None = await metrics.timed(ctx, key, dispatch(ctx, key))
+        outcome = await dispatch(ctx, key)
     except Exception as exc:  # a controller bug: log it, back off, keep the job alive
         log.exception("reconcile %s failed", key)
         outcome = exc
+    if ctx.on_reconciled is not None:  # srtr's own metrics, when --metrics-port is on
+        ctx.on_reconciled(key, time.perf_counter() - started, len(ctx.queue))
     settle(ctx.queue, key, outcome)
 
 

@@ -4,7 +4,7 @@ The App reads snapshots and sends intents, nothing else (style.md principle 10):
 - a worker polls the run dir (`source.RunSource`) every 0.25 s in a thread and turns what
   changed into a `viewmodel.Frame` there; the App only hands the frame to its widgets,
   which write changed cells only;
-- keys become intents (`srtr.control.send`, through the run dir's 0600 control socket,
+- keys become intents (`srtr.runtime.control.send`, through the run dir's 0600 control socket,
   also when the job runs in this very process), the destructive ones after a confirmation.
 
 Keys (also under `?`): `/` filter, `o`/`O` sort, `j`/`k` move, `r` restart, `s` stop,
@@ -51,7 +51,7 @@ from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from srtr.control import ControlError, send
+from srtr.runtime.control import ControlError, send
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource, pid_alive
 from srtr.tui.terminal import HangupSafeDriver, detach_terminal

@@ -22,7 +22,7 @@ from typing import IO, Any, cast
 
 from textual.drivers.linux_driver import LinuxDriver
 
-from srtr.progress import detach_terminal
+from srtr.runtime.progress import detach_terminal
 
 __all__ = ["HangupSafeDriver", "detach_terminal"]
 

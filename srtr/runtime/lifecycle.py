@@ -19,23 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from srtr import adoption, guard
 from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
-from srtr.control import ControlServer
 from srtr.controllers import exporter, instance, intents, manager
 from srtr.controllers.context import Ctx
 from srtr.controllers.job import begin_teardown
-from srtr.progress import ProgressPrinter, detach_terminal
-from srtr.recipe_watch import RecipeWatcher
 from srtr.reconciler.clock import MonotonicClock
 from srtr.reconciler.persist import EventLog, snapshot, write_atomic
 from srtr.reconciler.store import Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import DesiredState
+from srtr.runtime import adoption, guard
+from srtr.runtime.control import ControlServer
+from srtr.runtime.progress import ProgressPrinter, detach_terminal
+from srtr.runtime.recipe_watch import RecipeWatcher
 
 if TYPE_CHECKING:
-    from srtr.metrics import JobMetrics
+    from srtr.runtime.metrics import JobMetrics
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Coalesce bursts (a stage of 4,096 launches) into one state.json write per period.
@@ -108,12 +108,12 @@ async def run_job(
     # --- exporters and srtr's own metrics (issue 7) ---
     job_metrics: JobMetrics | None = None
     if metrics_listen is not None:
-        from srtr.metrics import JobMetrics
+        from srtr.runtime.metrics import JobMetrics
 
         job_metrics = JobMetrics(store, ctx.queue, clock)
         try:
             job_metrics.serve(*metrics_listen)
-            ctx.prober = job_metrics.timed_prober(ctx.prober)
+            job_metrics.attach(ctx)
         except OSError as exc:  # a taken port must not cost the job: run it unobserved
             job_metrics.close()
             job_metrics = None

@@ -15,11 +15,11 @@ Everything is updated on the event loop's thread; the HTTP server's thread only 
 registry (prometheus-client locks each value). Counts over the store (phases, targets) are
 recomputed at most once per `REFRESH_PERIOD` after a change, never per event, so a
 4,096-instance launch costs a handful of recounts. Restarts are counted from the store's
-events, and probe latency by wrapping the prober, so controllers carry no metrics code except
-the one timing wrapper around each reconcile (`timed`).
+events, probe latency by wrapping the prober, and reconcile time through the manager's
+`Ctx.on_reconciled` hook, so controllers carry no metrics code and never import this module.
 
-prometheus-client is imported only when metrics are switched on; with them off, `timed` is a
-dictionary lookup.
+prometheus-client is imported only when metrics are switched on; with them off, the hook is
+None and costs one comparison per reconcile.
 """
 
 from __future__ import annotations
@@ -28,10 +28,8 @@ import argparse
 import socket
 import threading
 import time
-import weakref
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from srtr.reconciler.clock import Clock, TimerHandle
 from srtr.reconciler.store import Event, InstanceStatus, Phase, Store, UserAction
@@ -43,14 +41,10 @@ if TYPE_CHECKING:
     from srtr.controllers.context import Ctx, Prober
     from srtr.reconciler.workqueue import WorkQueue
 
-T = TypeVar("T")
-
 REFRESH_PERIOD = 1.0
 PROBE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 RECONCILE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
 WILDCARDS = ("", "0.0.0.0", "::")
-
-_ACTIVE: weakref.WeakKeyDictionary[Store, JobMetrics] = weakref.WeakKeyDictionary()
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -68,18 +62,6 @@ def parse_listen(text: str) -> tuple[str, int]:
             f"{text!r} is not [HOST:]PORT with a port between 0 and 65535 (0 picks a free one)"
         )
     return host, int(port)
-
-
-async def timed(ctx: Ctx, key: str, work: Awaitable[T]) -> T:
-    """Await one reconcile; with metrics on, observe its duration and the queue's depth."""
-    metrics = _ACTIVE.get(ctx.store)
-    if metrics is None:
-        return await work
-    started = time.perf_counter()
-    try:
-        return await work
-    finally:
-        metrics.reconciled(key, time.perf_counter() - started, len(ctx.queue))
 
 
 class TimedProber:
@@ -155,7 +137,6 @@ class JobMetrics:
         self.url: str | None = None
         store.subscribe_changes(self._on_change)
         store.subscribe_events(self._on_event)
-        _ACTIVE[store] = self
         self.refresh()
 
     # -- updates on the loop's thread ----------------------------------------------------------
@@ -227,6 +208,11 @@ class JobMetrics:
     def timed_prober(self, prober: Prober) -> TimedProber:
         return TimedProber(prober, self)
 
+    def attach(self, ctx: Ctx) -> None:
+        """Time the job's probes and reconciles (the prober wrapper and the manager's hook)."""
+        ctx.prober = self.timed_prober(ctx.prober)
+        ctx.on_reconciled = self.reconciled
+
     # -- serving -----------------------------------------------------------------------------
     def serve(self, host: str, port: int) -> str:
         """Start the HTTP endpoint (a daemon thread); return its /metrics URL."""
@@ -252,9 +238,3 @@ class JobMetrics:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-        _ACTIVE.pop(self.store, None)
-
-
-def of(store: Store) -> JobMetrics | None:
-    """The metrics attached to `store`'s job, if `--metrics-port` switched them on."""
-    return _ACTIVE.get(store)

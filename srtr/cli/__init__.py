@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.set_defaults(func=cmd_schema)
 
     try:
-        from srtr import cli_run
+        from srtr.cli import run as cli_run
     except ImportError:  # pragma: no cover - only during bootstrapping
         return parser
     cli_run.add_verbs(verbs)
@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
-        from srtr.cli_run import StoppedBySignal
+        from srtr.cli.run import StoppedBySignal
 
         if isinstance(exc, StoppedBySignal):
             return exc.code

@@ -150,7 +150,7 @@ def add_verbs(verbs: Any) -> None:
 
 
 def _metrics_listen(text: str) -> tuple[str, int]:
-    from srtr.metrics import parse_listen
+    from srtr.runtime.metrics import parse_listen
 
     return parse_listen(text)
 
@@ -223,7 +223,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.expand import local_allocation
     from srtr.resources.loading import load_text, read_text
     from srtr.resources.planning import plan_text_source
-    from srtr.runner import run_job
+    from srtr.runtime.lifecycle import run_job
 
     _startup_signals()
     adopt_from = _crashed_job(args)
@@ -369,7 +369,7 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
     from srtr.resources.planning import plan_text_source
-    from srtr.runner import run_job
+    from srtr.runtime.lifecycle import run_job
 
     run_dir = Path(args.adopt or args.run_dir)
     job = state["job"]
@@ -584,7 +584,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     pid = job["controller_pid"]
     if job["phase"] in ("Succeeded", "Failed") or not _pid_alive(pid):
         raise _bad(str(args.run_dir), f"the job is not running (phase {job['phase']})")
-    from srtr.control import ControlError, send
+    from srtr.runtime.control import ControlError, send
 
     try:
         message = send(Path(args.run_dir), "kill" if args.now else "teardown")

@@ -1,6 +1,6 @@
 """The job's guard: if the controller dies without cleaning up, kill what it left behind.
 
-`srtr up` starts one guard per job (`python -m srtr.guard RUN_DIR PID WINDOW`, in its own
+`srtr up` starts one guard per job (`python -m srtr.runtime.guard RUN_DIR PID WINDOW`, in its own
 session so Ctrl+C does not reach it). It blocks on the controller's pidfd (no polling while
 the controller lives). When the controller exits:
 
@@ -106,7 +106,7 @@ def guard(run_dir: Path, controller: int, window: float) -> int:
 def start(run_dir: Path, window: float = ADOPT_WINDOW) -> subprocess.Popen[bytes]:
     """Start the guard of the calling controller."""
     return subprocess.Popen(
-        [sys.executable, "-m", "srtr.guard", str(run_dir), str(os.getpid()), str(window)],
+        [sys.executable, "-m", "srtr.runtime.guard", str(run_dir), str(os.getpid()), str(window)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
