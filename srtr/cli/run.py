@@ -223,7 +223,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.expand import local_allocation
     from srtr.resources.loading import load_text, read_text
     from srtr.resources.planning import plan_text_source
-    from srtr.runtime.lifecycle import run_job
+    from srtr.runtime.lifecycle import JobOptions, run_job
 
     _startup_signals()
     adopt_from = _crashed_job(args)
@@ -260,21 +260,22 @@ def cmd_up(args: argparse.Namespace) -> int:
         except ImportError:
             print("srtr: the TUI is not available; showing progress lines", file=sys.stderr)
             tui = False
-    options = {
-        "recipe": None if args.no_watch else Path(args.recipe),
-        "recipe_text": text,
-        "allocation": allocation,
-        "apply_auto": (args.apply or ("confirm" if tui else "auto")) == "auto",
-        "watch_poll": True if args.watch_poll else None,
-        "metrics_listen": args.metrics_port,
-        "slurm_job_id": slurm_job_id,
-        "adopt_window": args.adopt_window,
-    }
+    options = JobOptions(
+        progress=not tui,
+        recipe=None if args.no_watch else Path(args.recipe),
+        recipe_text=text,
+        allocation=allocation,
+        apply_auto=(args.apply or ("confirm" if tui else "auto")) == "auto",
+        watch_poll=True if args.watch_poll else None,
+        metrics_listen=args.metrics_port,
+        slurm_job_id=slurm_job_id,
+        adopt_window=args.adopt_window,
+    )
     if tui:
-        return run_with_tui(run_dir, run_job(desired, run_dir, backend, progress=False, **options))
+        return run_with_tui(run_dir, run_job(desired, run_dir, backend, options))
     import asyncio
 
-    return asyncio.run(run_job(desired, run_dir, backend, **options))
+    return asyncio.run(run_job(desired, run_dir, backend, options))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -369,7 +370,7 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
     from srtr.resources.planning import plan_text_source
-    from srtr.runtime.lifecycle import run_job
+    from srtr.runtime.lifecycle import JobOptions, run_job
 
     run_dir = Path(args.adopt or args.run_dir)
     job = state["job"]
@@ -389,25 +390,25 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
         "is gone)",
         file=sys.stderr,
     )
-    options: dict[str, Any] = {
-        "recipe": None if args.no_watch or not recipe_path else Path(recipe_path),
-        "recipe_text": text,
-        "allocation": allocation,
-        "apply_auto": (args.apply or "auto") == "auto",
-        "watch_poll": True if args.watch_poll else None,
-        "metrics_listen": args.metrics_port,
-        "adopt_from": state,
-        "adopt_window": args.adopt_window,
-    }
     backend: Any
     if job["backend"] == "slurm":
         backend = _adopt_allocation(job, state)
-        options["slurm_job_id"] = backend.job_id
     else:
         backend = LocalBackend(len(allocation))
+    options = JobOptions(
+        recipe=None if args.no_watch or not recipe_path else Path(recipe_path),
+        recipe_text=text,
+        allocation=allocation,
+        apply_auto=(args.apply or "auto") == "auto",
+        watch_poll=True if args.watch_poll else None,
+        metrics_listen=args.metrics_port,
+        adopt_from=state,
+        adopt_window=args.adopt_window,
+        slurm_job_id=backend.job_id if job["backend"] == "slurm" else None,
+    )
     import asyncio
 
-    return asyncio.run(run_job(desired, run_dir, backend, **options))
+    return asyncio.run(run_job(desired, run_dir, backend, options))
 
 
 def _adopt_allocation(job: dict[str, Any], state: dict[str, Any]) -> Any:

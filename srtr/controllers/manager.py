@@ -11,6 +11,7 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 
 from srtr.controllers import (
     edits,
@@ -28,25 +29,33 @@ from srtr.reconciler.workqueue import QueueShutDown, Result, settle
 log = logging.getLogger("srtr")
 
 
+Reconcile = Callable[[Ctx, str], Awaitable[Result | None]]
+
+
+def _whole(reconcile: Callable[[Ctx], Awaitable[Result | None]]) -> Reconcile:
+    """A controller of one object (the job, the teardown): its key has no name part."""
+    return lambda ctx, _name: reconcile(ctx)
+
+
+# Key kind (the part before "/") → its controller's reconcile. A new controller is one line.
+RECONCILERS: dict[str, Reconcile] = {
+    JOB: _whole(job.reconcile),
+    TEARDOWN: _whole(teardown.reconcile),
+    "instance": instance.reconcile,
+    "probe": probe.reconcile,
+    "pool": pool.reconcile,
+    replacement.KEY: _whole(replacement.reconcile),
+    edits.REMOVAL: _whole(edits.reconcile_removal),
+    exporter.KEY: _whole(exporter.reconcile),
+}
+
+
 async def dispatch(ctx: Ctx, key: str) -> Result | None:
     kind, _, name = key.partition("/")
-    if kind == JOB:
-        return await job.reconcile(ctx)
-    if kind == TEARDOWN:
-        return await teardown.reconcile(ctx)
-    if kind == "instance":
-        return await instance.reconcile(ctx, name)
-    if kind == "probe":
-        return await probe.reconcile(ctx, name)
-    if kind == "pool":
-        return await pool.reconcile(ctx, name)
-    if kind == replacement.KEY:
-        return await replacement.reconcile(ctx)
-    if kind == edits.REMOVAL:
-        return await edits.reconcile_removal(ctx)
-    if kind == exporter.KEY:
-        return await exporter.reconcile(ctx)
-    raise ValueError(f"unknown key {key!r}")
+    reconcile = RECONCILERS.get(kind)
+    if reconcile is None:
+        raise ValueError(f"unknown key {key!r}")
+    return await reconcile(ctx, name)
 
 
 async def process_one(ctx: Ctx, key: str) -> None:

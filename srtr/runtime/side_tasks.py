@@ -1,0 +1,328 @@
+"""The side tasks of a running job, one class each, started and stopped by `lifecycle`.
+
+Each has `start()` and `stop()`; `Lifecycle` starts them in order and stops the started ones
+in reverse, whatever fails. Who depends on whom is the start order: `StateFile` reads the
+control socket's path and the metrics URL when it writes, so those start after it and stop
+before its final write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from srtr.controllers import exporter, instance, intents, manager
+from srtr.controllers.context import Ctx
+from srtr.reconciler.persist import EventLog, snapshot, write_atomic
+from srtr.runtime import adoption, guard
+from srtr.runtime.control import ControlServer
+from srtr.runtime.progress import ProgressPrinter
+from srtr.runtime.recipe_watch import RecipeWatcher
+
+if TYPE_CHECKING:
+    from srtr.runtime.lifecycle import JobOptions
+    from srtr.runtime.metrics import JobMetrics
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Coalesce bursts (a stage of 4,096 launches) into one state.json write per period.
+PERSIST_PERIOD = 0.2
+
+
+class LogFile:
+    """logs/srtr.log: every event, and what the controllers log."""
+
+    name = "srtr.log"
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.logger = logging.getLogger("srtr")
+        self.handler = logging.FileHandler(ctx.run_dir / "logs" / "srtr.log")
+
+    async def start(self) -> None:
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        self.logger.addHandler(self.handler)
+        self.logger.setLevel(logging.INFO)
+        self.ctx.store.subscribe_events(
+            lambda e: self.logger.info("%s %s %s: %s", e.type, e.reason, e.object, e.message)
+        )
+
+    async def stop(self) -> None:
+        self.logger.removeHandler(self.handler)
+        self.handler.close()
+
+
+class EventFile:
+    """events.jsonl, appended as events happen."""
+
+    name = "events.jsonl"
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.log = EventLog(ctx.run_dir / "events.jsonl")
+
+    async def start(self) -> None:
+        self.ctx.store.subscribe_events(self.log)
+
+    async def stop(self) -> None:
+        self.log.close()
+
+
+class Progress:
+    """Headless `srtr up`: one line per event on stdout. A dead stdout is a hang-up."""
+
+    name = "progress lines"
+
+    def __init__(self, ctx: Ctx, on_lost: Callable[[], None]) -> None:
+        self.ctx = ctx
+        self.on_lost = on_lost
+        self.printer: ProgressPrinter | None = None
+
+    async def start(self) -> None:
+        from rich.console import Console
+
+        loop = asyncio.get_running_loop()
+
+        def stdout_lost() -> None:  # from the printer's thread
+            loop.call_soon_threadsafe(self.on_lost)
+
+        count = len(self.ctx.store.desired.instances)
+        self.printer = ProgressPrinter(Console(highlight=False), count, on_lost=stdout_lost)
+        self.ctx.store.subscribe_events(self.printer)
+
+    async def stop(self) -> None:
+        if self.printer is not None:
+            run_dir = self.ctx.run_dir
+            self.printer.print(f"run dir: {run_dir}  (srtr status {run_dir})")
+            self.printer.close()
+
+
+class StateFile:
+    """state.json (atomic), rewritten after changes; recipes/gen-N.yaml per generation."""
+
+    name = "state.json"
+
+    def __init__(self, ctx: Ctx, options: JobOptions) -> None:
+        self.ctx = ctx
+        self.options = options
+        self.control_path: Path | None = None
+        self.metrics: JobMetrics | None = None
+        self._pending: asyncio.TimerHandle | None = None
+        self._saved_generation = 0
+        self._last_write = 0.0
+
+    async def start(self) -> None:
+        self.ctx.store.subscribe_changes(self._on_change)
+
+    async def stop(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+        self.write()
+
+    def _on_change(self) -> None:
+        if self._pending is None:
+            # A write blocks the loop; space writes out as they get slower (big jobs).
+            delay = max(PERSIST_PERIOD, 4 * self._last_write)
+            self._pending = asyncio.get_running_loop().call_later(delay, self.write)
+
+    def write(self) -> None:
+        self._pending = None
+        store, options = self.ctx.store, self.options
+        if store.job.generation != self._saved_generation and store.recipe_text:
+            _save_recipe(self.ctx.run_dir, store.recipe_text, store.job.generation)
+            self._saved_generation = store.job.generation
+        backend = self.ctx.backend
+        doc = snapshot(
+            store,
+            backend=backend.name,
+            controller_pid=os.getpid(),
+            slurm_job_id=options.slurm_job_id,
+        )
+        job = doc["job"]
+        job["control"] = str(self.control_path) if self.control_path else None
+        job["recipe_path"] = str(options.recipe.resolve()) if options.recipe else None
+        allocation_info = getattr(backend, "allocation", None)
+        job["owns_allocation"] = bool(allocation_info and allocation_info.owned)
+        job["metrics_url"] = self.metrics.url if self.metrics else None
+        started = time.monotonic()
+        # Compact: at 4,096 instances indenting cost 130 ms of a 160 ms write (benchmarks/).
+        text = json.dumps(doc, separators=(",", ":")) + "\n"
+        write_atomic(self.ctx.run_dir / "state.json", text)
+        self._last_write = time.monotonic() - started
+
+
+def _save_recipe(run_dir: Path, text: str, generation: int) -> None:
+    """recipe.yaml is the recipe as last applied; recipes/ keeps every generation."""
+    history = run_dir / "recipes"
+    history.mkdir(exist_ok=True)
+    write_atomic(history / f"gen-{generation}.yaml", text)
+    write_atomic(run_dir / "recipe.yaml", text)
+
+
+class ControlSocket:
+    """The 0600 control socket: intents from `srtr down`, `srtr tui` and this TUI."""
+
+    name = "control socket"
+
+    def __init__(self, ctx: Ctx, state: StateFile) -> None:
+        self.server = ControlServer(
+            ctx.run_dir,
+            lambda op, name, node: intents.handle(ctx, op, name, node),
+            intents.IntentError,
+        )
+        self.state = state
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.state.control_path = self.server.path
+
+    async def stop(self) -> None:
+        await self.server.close()
+
+
+class OwnMetrics:
+    """srtr's own Prometheus metrics (`--metrics-port`). A taken port never costs the job."""
+
+    name = "metrics"
+
+    def __init__(self, ctx: Ctx, listen: tuple[str, int], state: StateFile) -> None:
+        self.ctx = ctx
+        self.listen = listen
+        self.state = state
+        self.metrics: JobMetrics | None = None
+
+    async def start(self) -> None:
+        from srtr.runtime.metrics import JobMetrics
+
+        metrics = JobMetrics(self.ctx.store, self.ctx.queue, self.ctx.clock)
+        try:
+            metrics.serve(*self.listen)
+        except OSError as exc:
+            metrics.close()
+            host, port = self.listen
+            message = f"cannot serve metrics on {host}:{port}: {exc}"
+            self.ctx.store.record("job", "MetricsFailed", message, warning=True)
+            return
+        metrics.attach(self.ctx)
+        self.metrics = self.state.metrics = metrics
+
+    async def stop(self) -> None:
+        if self.metrics is not None:
+            self.metrics.refresh()
+            self.metrics.close()
+
+
+class Exporters:
+    """Prometheus file_sd targets of the exporter instances; emptied when the job ends."""
+
+    name = "exporters"
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+
+    async def start(self) -> None:
+        exporter.start(self.ctx, shutil.which)  # skip exporter kinds whose binary is missing
+
+    async def stop(self) -> None:
+        exporter.finish(self.ctx)
+
+
+class StopSignals:
+    """SIGINT/SIGTERM/SIGHUP: a graceful teardown; a second SIGINT or SIGTERM kills."""
+
+    name = "signal handlers"
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, manager.request_stop, self.ctx, signum)
+
+    async def stop(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+
+class Adoption:
+    """`srtr up --adopt`: take over what a crashed controller left running (0 restarts)."""
+
+    name = "adoption"
+
+    def __init__(self, ctx: Ctx, state: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.state = state
+
+    async def start(self) -> None:
+        ctx = self.ctx
+        # Listen before adopting: the backend reports what it learns (step ids) at once.
+        ctx.backend.set_listener(lambda obs: instance.observe(ctx, obs))
+        await adoption.adopt(ctx, self.state)
+
+    async def stop(self) -> None:
+        return None
+
+
+class Guard:
+    """The job's guard process: kills orphans if no controller adopts them in time."""
+
+    name = "guard"
+
+    def __init__(self, ctx: Ctx, window: float) -> None:
+        self.ctx = ctx
+        self.window = window
+        self.process: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> None:
+        self.process = guard.start(self.ctx.run_dir, self.window)
+
+    async def stop(self) -> None:
+        if self.process is not None:
+            self.process.poll()  # it sees our exit and leaves on its own; no zombie meanwhile
+
+
+class RecipeWatch:
+    """Live edits: saves of the recipe file are planned, and applied or held for a yes."""
+
+    name = "recipe watcher"
+
+    def __init__(self, ctx: Ctx, options: JobOptions) -> None:
+        assert options.recipe is not None
+        self.ctx = ctx
+        self.options = options
+        self.recipe = options.recipe
+        self.stopping = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        options = self.options
+        watcher = RecipeWatcher(
+            self.ctx,
+            self.recipe,
+            options.allocation,
+            auto=options.apply_auto,
+            poll=options.watch_poll,
+        )
+        self.task = asyncio.create_task(watcher.run(self.stopping))
+        self.ctx.store.record(
+            "job",
+            "Watching",
+            f"live edits of {self.recipe} are "
+            + ("applied at once" if options.apply_auto else "shown for confirmation")
+            + (" (polling)" if watcher.poll else ""),
+        )
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        if self.task is not None:
+            await asyncio.wait({self.task}, timeout=5)
