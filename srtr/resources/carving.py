@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from srtr.resources.effective import dedicated_roles, engine_node_count, pool_services, roles
 from srtr.resources.objects import NodeMap, NodeSpec
-from srtr.resources.recipe import Recipe
+from srtr.resources.recipe import Recipe, Service
 
 
 class CarveError(ValueError):
@@ -33,13 +33,7 @@ def carve(
         return recarve(recipe, allocation, previous)
     names = [name for name, _ in allocation]
     dedicated = dedicated_roles(recipe)
-    reserved: list[str] = []
-    if dedicated:
-        if len(names) < 2:
-            raise CarveError(
-                f"dedicated node(s) for {'+'.join(dedicated)} require at least 2 nodes"
-            )
-        reserved = [names[-1] if "client" in dedicated else names[0]]
+    reserved = _reserved(names, dedicated)
     remaining = [n for n in names if n not in reserved]
     owners = pool_services(recipe)
     engine = engine_node_count(recipe)
@@ -48,17 +42,7 @@ def carve(
         raise CarveError(
             f"allocation has {len(remaining)} non-reserved node(s) but the recipe needs {need}"
         )
-    pools: dict[str, tuple[str, ...]] = {}
-    if owners:
-        workers = remaining[:engine]
-        cursor = engine
-        for owner in owners:
-            count = owner.nodes or 0
-            pools[owner.name] = tuple(remaining[cursor : cursor + count])
-            cursor += count
-        spares = remaining[cursor:]
-    else:
-        workers, spares = remaining, []
+    workers, pools, spares = _split(remaining, engine, owners)
     role_nodes: dict[str, tuple[str, ...]] = {}
     cursor = 0
     for name, role in roles(recipe):
@@ -82,6 +66,30 @@ def carve(
         infra=head,
         role_nodes=role_nodes,
     )
+
+
+def _reserved(names: list[str], dedicated: Sequence[str]) -> list[str]:
+    """The node a dedicated frontend (first) or benchmark client (last) takes."""
+    if not dedicated:
+        return []
+    if len(names) < 2:
+        raise CarveError(f"dedicated node(s) for {'+'.join(dedicated)} require at least 2 nodes")
+    return [names[-1] if "client" in dedicated else names[0]]
+
+
+def _split(
+    remaining: list[str], engine: int, owners: Sequence[Service]
+) -> tuple[list[str], dict[str, tuple[str, ...]], list[str]]:
+    """Engine workers first, then each pool in services order; the rest are spares."""
+    if not owners:
+        return remaining, {}, []
+    pools: dict[str, tuple[str, ...]] = {}
+    cursor = engine
+    for owner in owners:
+        count = owner.nodes or 0
+        pools[owner.name] = tuple(remaining[cursor : cursor + count])
+        cursor += count
+    return remaining[:engine], pools, remaining[cursor:]
 
 
 def _node_specs(

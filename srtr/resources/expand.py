@@ -7,6 +7,8 @@ controllers, so the dry run is the real code path.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from srtr.resources import placeholders
 from srtr.resources.carving import CarveError, carve
@@ -176,71 +178,17 @@ class _Expander:
                 "selects no nodes in this allocation; skipping"
             )
             return []
-        kind = (
-            InstanceKind.OWNER
-            if service.nodes is not None
-            else InstanceKind.RIDER
-            if is_rider(service)
-            else InstanceKind.SERVICE
-        )
-        command = effective_command(service)
-        tier = effective_tier(service, self.by_name)
-        restart = _restart(effective_restart(service))
-        critical = effective_critical(service)
-        role = effective_placement(service)
-        start = effective_start(service)
         # Everything that does not depend on the node is worked out once per service: a
         # 1,000-node pool would otherwise redo it 1,000 times (`srtr plan` must stay fast).
-        pool = effective_pool(service)
-        stage = f"{start}/{service.name}"
-        env_items = tuple(service.env.items())
-        readiness = service.readiness
-        node_probe = readiness is not None and readiness.file is not None
-        probe = None if node_probe else _probe(readiness, {})
-        shared = self.shared_values(members, role)
-        keys = frozenset(shared)
-        argv_t = [(a, placeholders.template(a, keys)) for a in command]
-        env_t = [(k, v, placeholders.template(v, keys)) for k, v in env_items]
+        shared = self.shared_values(members, effective_placement(service))
+        common = _service_common(service, self.by_name, frozenset(shared))
         out = []
         for index, node in enumerate(members):
-            values = self.node_values(shared, node, index)
             name = (
-                f"service_{service.name}"
-                if len(members) == 1
-                else (f"service_{service.name}_{node}")
+                f"service_{service.name}" if len(members) == 1 else f"service_{service.name}_{node}"
             )
-            out.append(
-                InstanceSpec(
-                    name=name,
-                    service=service.name,
-                    kind=kind,
-                    type=service.type,
-                    index=index,
-                    node=node,
-                    node_ip=values["node_ip"],
-                    argv=tuple([t.format_map(values) if t else a for a, t in argv_t]),
-                    env=tuple([(k, t.format_map(values) if t else v) for k, v, t in env_t]),
-                    log=f"logs/{name}.out",
-                    stage=stage,
-                    shutdown_tier=tier,
-                    stop_grace_seconds=service.stop_grace_seconds,
-                    critical=critical,
-                    terminal=service.terminal,
-                    restart=restart,
-                    probe=_probe(readiness, values) if node_probe else probe,
-                    pool=pool,
-                    preamble=(
-                        placeholders.render(service.preamble, values).rstrip()
-                        if service.preamble
-                        else None
-                    ),
-                    container=service.container,
-                    cpus_per_task=service.cpus_per_task,
-                    cpu_bind=service.cpu_bind,
-                    srun_options=tuple(service.srun_options.items()),
-                    replace_lost=service.replace_lost,
-                )
-            )
+            values = self.node_values(shared, node, index)
+            out.append(common.instance(name, index, node, values))
         return out
 
     def worker_instances(self) -> list[InstanceSpec]:
@@ -440,6 +388,31 @@ def expand(
     except CarveError as exc:
         raise ExpandError([Problem(("allocation",), str(exc))]) from None
     ex = _Expander(recipe, nodes)
+    instances, per_phase = _instances_by_phase(recipe, ex)
+    ex.check_ports(instances)
+    ex.check_names(instances)
+    if ex.problems:
+        raise ExpandError(ex.problems)
+    owners = [s for s in ex.by_name.values() if s.nodes is not None]
+    return DesiredState(
+        job_name=recipe.name,
+        nodes=nodes,
+        instances=tuple(instances),
+        pools=_pools(ex, owners),
+        stages=tuple(s for phase in PHASE_ORDER for s in per_phase[phase]),
+        exporters=tuple(ex.exporters(instances)),
+        benchmark_env=tuple(ex.benchmark_env()),
+        frontend_type=frontend_type(recipe),
+        terminal_services=tuple(s.name for s in ex.by_name.values() if s.terminal),
+        warnings=tuple(ex.warnings),
+        node_summary=_node_summary(recipe, owners) if owners else (),
+    )
+
+
+def _instances_by_phase(
+    recipe: Recipe, ex: _Expander
+) -> tuple[list[InstanceSpec], dict[str, list[Stage]]]:
+    """Every instance, and the launch stages of each start phase, in launch order."""
     per_phase: dict[str, list[Stage]] = {phase: [] for phase in PHASE_ORDER}
     instances: list[InstanceSpec] = []
     for service, _ in effective_services(recipe):
@@ -457,40 +430,95 @@ def expand(
     if frontend is not None:
         instances.append(frontend)
         per_phase["frontend"].append(Stage("frontend", "frontend", (frontend.name,)))
-    bench_env = ex.benchmark_env()
-    bench = ex.benchmark_instance(bench_env)
+    bench = ex.benchmark_instance(ex.benchmark_env())
     if bench is not None:
         instances.append(bench)
         per_phase["benchmark"].append(Stage("benchmark", "benchmark", (bench.name,)))
-    ex.check_ports(instances)
-    ex.check_names(instances)
-    if ex.problems:
-        raise ExpandError(ex.problems)
-    owners = [s for s in ex.by_name.values() if s.nodes is not None]
-    pools = tuple(
+    return instances, per_phase
+
+
+def _pools(ex: _Expander, owners: list[Service]) -> tuple[PoolSpec, ...]:
+    return tuple(
         PoolSpec(
             name=o.name,
             type=o.type,
-            nodes=nodes.pools[o.name],
+            nodes=ex.nodes.pools[o.name],
             riders=tuple(
                 s.name for s in ex.by_name.values() if is_rider(s) and effective_pool(s) == o.name
             ),
         )
         for o in owners
     )
+
+
+def _node_summary(recipe: Recipe, owners: list[Service]) -> tuple[tuple[str, int], ...]:
     summary = [("engine roles", engine_node_count(recipe))]
     summary += [(f"pool {o.name} ({o.type})", o.nodes or 0) for o in owners]
     summary.append(("total", engine_node_count(recipe) + sum(o.nodes or 0 for o in owners)))
-    return DesiredState(
-        job_name=recipe.name,
-        nodes=nodes,
-        instances=tuple(instances),
-        pools=pools,
-        stages=tuple(s for phase in PHASE_ORDER for s in per_phase[phase]),
-        exporters=tuple(ex.exporters(instances)),
-        benchmark_env=tuple(bench_env),
-        frontend_type=frontend_type(recipe),
-        terminal_services=tuple(s.name for s in ex.by_name.values() if s.terminal),
-        warnings=tuple(ex.warnings),
-        node_summary=tuple(summary) if owners else (),
+    return tuple(summary)
+
+
+@dataclass(frozen=True)
+class _ServiceCommon:
+    """What every instance of one service shares; `instance` adds the node's part."""
+
+    service: Service
+    argv: list[tuple[str, str | None]]  # (text, its placeholder template or None)
+    env: list[tuple[str, str, str | None]]
+    probe: ProbeSpec | None  # None with a per-node (file) probe, rendered per instance
+    common: dict[str, Any]  # the other InstanceSpec fields, equal for every node
+
+    def instance(self, name: str, index: int, node: str, values: dict[str, str]) -> InstanceSpec:
+        service = self.service
+        readiness = service.readiness
+        node_probe = readiness is not None and readiness.file is not None
+        return InstanceSpec(
+            name=name,
+            index=index,
+            node=node,
+            node_ip=values["node_ip"],
+            argv=tuple([t.format_map(values) if t else a for a, t in self.argv]),
+            env=tuple([(k, t.format_map(values) if t else v) for k, v, t in self.env]),
+            log=f"logs/{name}.out",
+            probe=_probe(readiness, values) if node_probe else self.probe,
+            preamble=(
+                placeholders.render(service.preamble, values).rstrip() if service.preamble else None
+            ),
+            **self.common,
+        )
+
+
+def _instance_kind(service: Service) -> InstanceKind:
+    if service.nodes is not None:
+        return InstanceKind.OWNER
+    return InstanceKind.RIDER if is_rider(service) else InstanceKind.SERVICE
+
+
+def _service_common(
+    service: Service, by_name: dict[str, Service], keys: frozenset[str]
+) -> _ServiceCommon:
+    readiness = service.readiness
+    node_probe = readiness is not None and readiness.file is not None
+    return _ServiceCommon(
+        service=service,
+        probe=None if node_probe else _probe(readiness, {}),
+        argv=[(a, placeholders.template(a, keys)) for a in effective_command(service)],
+        env=[(k, v, placeholders.template(v, keys)) for k, v in service.env.items()],
+        common={
+            "service": service.name,
+            "kind": _instance_kind(service),
+            "type": service.type,
+            "stage": f"{effective_start(service)}/{service.name}",
+            "shutdown_tier": effective_tier(service, by_name),
+            "stop_grace_seconds": service.stop_grace_seconds,
+            "critical": effective_critical(service),
+            "terminal": service.terminal,
+            "restart": _restart(effective_restart(service)),
+            "pool": effective_pool(service),
+            "container": service.container,
+            "cpus_per_task": service.cpus_per_task,
+            "cpu_bind": service.cpu_bind,
+            "srun_options": tuple(service.srun_options.items()),
+            "replace_lost": service.replace_lost,
+        },
     )

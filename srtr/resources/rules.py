@@ -69,6 +69,20 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
     problems = []
     if kind.needs_command and service.command is None and service.enabled:
         problems.append(Problem((*at, "command"), f"is required for type '{service.type}'"))
+    problems += _check_placement(at, service)
+    unknown = sorted(set(service.options) - set(kind.option_keys))
+    if unknown:
+        problems.append(
+            Problem(
+                (*at, "options"),
+                f"has keys type '{service.type}' does not understand: {', '.join(unknown)}",
+            )
+        )
+    return problems + _check_service_fields(at, service)
+
+
+def _check_placement(at: Path, service: Service) -> list[Problem]:
+    problems = []
     placement = service.placement
     if placement is not None and placement.pool and placement.node:
         problems.append(Problem((*at, "placement"), "give either node or pool, not both"))
@@ -93,14 +107,11 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
                 f"use head, infra, or workers for type '{service.type}'",
             )
         )
-    unknown = sorted(set(service.options) - set(kind.option_keys))
-    if unknown:
-        problems.append(
-            Problem(
-                (*at, "options"),
-                f"has keys type '{service.type}' does not understand: {', '.join(unknown)}",
-            )
-        )
+    return problems
+
+
+def _check_service_fields(at: Path, service: Service) -> list[Problem]:
+    problems = []
     if len(service.metrics) > 1:
         names = [m.name for m in service.metrics]
         if None in names or len(set(names)) != len(names):
