@@ -191,3 +191,48 @@ def test_closing_the_terminal_ends_srtr_up_with_129(tui: tuple[PtyProgram, Path]
     state = read_state(run_dir)
     assert state is not None
     assert state["job"]["phase"] == "Failed" and state["job"]["exit_code"] == 129
+
+
+def test_closing_the_terminal_of_srtr_tui_leaves_the_job_running(
+    installed: Path, outside: Path
+) -> None:
+    """`srtr tui RUN_DIR` is only a viewer: when its terminal goes away it leaves, and the
+    job it watched goes on (it ends with its own `srtr up`)."""
+    recipe = outside / "pools.yaml"
+    recipe.write_text(HOLDING_POOLS)
+    run_dir = outside / "run"
+    env = user_env(installed)
+    job = subprocess.Popen(
+        [
+            str(installed / "bin" / "srtr"),
+            "up",
+            str(recipe),
+            "--headless",
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=outside,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    viewer: PtyProgram | None = None
+    try:
+        wait_for(lambda: (s := read_state(run_dir)) and s["job"]["phase"] == "Running", 30)
+        viewer = PtyProgram(
+            [str(installed / "bin" / "srtr"), "tui", str(run_dir)], cwd=outside, env=env
+        )
+        viewer.wait_for_text("service_train_node2")
+        viewer.hang_up()
+        viewer.wait(10)
+        state = read_state(run_dir)
+        assert job.poll() is None and state is not None and state["job"]["phase"] == "Running"
+        job.terminate()
+        assert job.wait(30) == 143
+    finally:
+        if viewer is not None:
+            viewer.kill()
+        if job.poll() is None:
+            job.kill()
+            job.wait(10)
+    nothing_left(run_dir)
