@@ -30,7 +30,8 @@ from textual.pilot import Pilot
 
 from srtr.tui import source
 from srtr.tui import viewmodel as vm
-from srtr.tui.app import SrtrApp, attach
+from srtr.tui.app import SrtrApp
+from srtr.tui.launch import attach
 from srtr.tui.widgets.confirm import ConfirmModal
 from srtr.tui.widgets.events_pane import EventsPane
 from srtr.tui.widgets.help_screen import HelpScreen

@@ -68,6 +68,7 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         [str(home / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
         check=True,
         timeout=600,
+        env=user_env(home),  # no PYTHONPATH: pip must not see a checkout's srtr
     )
     return home
 

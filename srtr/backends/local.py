@@ -44,6 +44,7 @@ from srtr.backends.base import (
     Observation,
     ObservationKind,
 )
+from srtr.reconciler.rundir import restart_marker
 
 log = logging.getLogger(__name__)
 
@@ -156,12 +157,10 @@ class LocalBackend:
         fd = _open_log(spec.log_path)
         try:
             if spec.attempt > 0:
-                stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-                _append(
-                    fd,
-                    f"==== srtr: {spec.name} attempt {spec.attempt} starting on {spec.node}"
-                    f" at {stamp} ====\n",
+                marker = restart_marker(
+                    instance=spec.name, attempt=spec.attempt, node=spec.node, at=datetime.now(UTC)
                 )
+                _append(fd, marker)
             try:
                 popen = _start(spec, fd, self._command(spec), self._environment(spec))
                 attempt = _watch(spec, popen, loop)

@@ -17,6 +17,11 @@ from srtr.resources.errors import Problem, RecipeError
 EXIT_BAD_INPUT = 2
 
 
+def bad(where: str, message: str) -> RecipeError:
+    """An input error of a verb: printed as `WHERE: message`, exit 2."""
+    return RecipeError(where, [Problem((), message)])
+
+
 def _allocation(args: argparse.Namespace) -> list[tuple[str, str]] | None:
     from srtr.resources.expand import local_allocation
 
@@ -54,6 +59,7 @@ def _plan_against(args: argparse.Namespace) -> int:
     """Diff a recipe against the job running in a run dir, without applying anything."""
     from pathlib import Path
 
+    from srtr.reconciler.rundir import StateFileError, read_state
     from srtr.resources.diff import diff, render
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
@@ -61,15 +67,15 @@ def _plan_against(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.against)
     try:
-        state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
-        allocation = [(n["name"], n["ip"]) for n in state["nodes"]]
-        nodes = NodeMap.from_json(state["carve"], state["nodes"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RecipeError(str(run_dir), [Problem((), f"not a readable run dir: {exc}")]) from None
+        state = read_state(run_dir)
+        allocation = [(n["name"], n["ip"]) for n in state.doc["nodes"]]
+        nodes = NodeMap.from_json(state.doc["carve"], state.doc["nodes"])
+    except (StateFileError, KeyError, TypeError) as exc:
+        raise bad(str(run_dir), f"not a readable run dir: {exc}") from None
     applied = run_dir / "recipe.yaml"
     _, old = plan_text_source(read_text(applied), str(applied), allocation, nodes)
     _, new = plan_text_source(read_text(args.recipe), args.recipe, allocation, nodes)
-    launched = frozenset(i["name"] for i in state["instances"] if i.get("pid") is not None)
+    launched = frozenset(i["name"] for i in state.instances if i.get("pid") is not None)
     plan = diff(old, new, launched=launched)
     if args.output == "json":
         print(json.dumps(plan.to_json(), indent=2))

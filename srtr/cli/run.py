@@ -1,20 +1,26 @@
-"""The verbs that run or inspect a job: up, status, logs, down.
+"""The verbs that run a job: up (also `up --adopt`) and submit.
 
-`up` is the only place that picks a backend, creates the run dir and starts the loop.
+`up` is the only place that picks a backend, creates the run dir and starts the loop. The
+verbs that look at a run dir (status, logs, tui, down) are in `status.py`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from srtr.resources.errors import Problem, RecipeError
+from srtr.cli import bad as _bad
+from srtr.cli import status
+from srtr.cli.status import read_run
+from srtr.reconciler.rundir import STATE_FILE, RunState
+
+if TYPE_CHECKING:
+    from srtr.resources.recipe import Recipe
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -39,7 +45,13 @@ def _startup_signals() -> None:
 
 
 def add_verbs(verbs: Any) -> None:
-    up = verbs.add_parser("up", help="run a recipe until its job ends")
+    """The verbs that run a job (`up`, `submit`) and those that look at one (`cli.status`)."""
+    _add_up(verbs.add_parser("up", help="run a recipe until its job ends"))
+    _add_submit(verbs.add_parser("submit", help="submit a batch job that runs `srtr up` (sbatch)"))
+    status.add_verbs(verbs)
+
+
+def _add_up(up: argparse.ArgumentParser) -> None:
     up.add_argument("recipe", nargs="?", help="recipe YAML file (optional with --adopt)")
     up.add_argument(
         "--adopt",
@@ -59,16 +71,7 @@ def add_verbs(verbs: Any) -> None:
         default="auto",
         help="where instances run; auto: slurm inside an allocation, local otherwise",
     )
-    for flag, what in (
-        ("--partition", "partition"),
-        ("--account", "account"),
-        ("--time", "time limit"),
-    ):
-        up.add_argument(
-            flag,
-            metavar=what.upper().replace(" ", "_"),
-            help=f"SLURM {what} when srtr allocates (default: resources.*)",
-        )
+    _add_slurm_flags(up, "SLURM {what} when srtr allocates (default: resources.*)")
     up.add_argument(
         "--nodes",
         type=int,
@@ -80,6 +83,12 @@ def add_verbs(verbs: Any) -> None:
         metavar="DIR",
         help="where state, events and logs go (default outputs/<name>-<UTC time>)",
     )
+    _add_up_watching(up)
+    up.set_defaults(func=cmd_up)
+
+
+def _add_up_watching(up: argparse.ArgumentParser) -> None:
+    """How `up` shows the job, takes live edits and serves its metrics."""
     up.add_argument(
         "--headless",
         action="store_true",
@@ -104,9 +113,9 @@ def add_verbs(verbs: Any) -> None:
         help="serve srtr's own Prometheus metrics there (0: a free port; the URL is in "
         "state.json job.metrics_url)",
     )
-    up.set_defaults(func=cmd_up)
 
-    submit = verbs.add_parser("submit", help="submit a batch job that runs `srtr up` (sbatch)")
+
+def _add_submit(submit: argparse.ArgumentParser) -> None:
     submit.add_argument("recipe", help="recipe YAML file")
     submit.add_argument(
         "--nodes", type=int, metavar="N", help="nodes to ask for (default: what the recipe needs)"
@@ -116,37 +125,20 @@ def add_verbs(verbs: Any) -> None:
         metavar="DIR",
         help="run dir on the shared filesystem (default outputs/<name>-<UTC>)",
     )
+    _add_slurm_flags(submit, "SLURM {what} (default: resources.*)")
+    submit.set_defaults(func=cmd_submit)
+
+
+def _add_slurm_flags(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """--partition, --account and --time; `help_text` names the flag's meaning as {what}."""
     for flag, what in (
         ("--partition", "partition"),
         ("--account", "account"),
         ("--time", "time limit"),
     ):
-        submit.add_argument(
-            flag,
-            metavar=what.upper().replace(" ", "_"),
-            help=f"SLURM {what} (default: resources.*)",
+        parser.add_argument(
+            flag, metavar=what.upper().replace(" ", "_"), help=help_text.format(what=what)
         )
-    submit.set_defaults(func=cmd_submit)
-
-    status = verbs.add_parser("status", help="show a run's pools and instances")
-    status.add_argument("run_dir", metavar="RUN_DIR")
-    status.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    status.set_defaults(func=cmd_status)
-
-    logs = verbs.add_parser("logs", help="print an instance's log")
-    logs.add_argument("run_dir", metavar="RUN_DIR")
-    logs.add_argument("instance", metavar="INSTANCE")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    logs.set_defaults(func=cmd_logs)
-
-    tui = verbs.add_parser("tui", help="watch and drive a running job from another terminal")
-    tui.add_argument("run_dir", metavar="RUN_DIR")
-    tui.set_defaults(func=cmd_tui)
-
-    down = verbs.add_parser("down", help="ask a running `srtr up` to tear down gracefully")
-    down.add_argument("run_dir", metavar="RUN_DIR")
-    down.add_argument("--now", action="store_true", help="SIGKILL everything at once")
-    down.set_defaults(func=cmd_down)
 
 
 def _metrics_listen(text: str) -> tuple[str, int]:
@@ -155,25 +147,19 @@ def _metrics_listen(text: str) -> tuple[str, int]:
     return parse_listen(text)
 
 
-def _bad(where: str, message: str) -> RecipeError:
-    return RecipeError(where, [Problem((), message)])
-
-
 def _make_run_dir(args: argparse.Namespace, name: str) -> Path:
     if args.run_dir:
         run_dir = Path(args.run_dir)
     else:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         run_dir = Path("outputs") / f"{name}-{stamp}"
-    if (run_dir / "state.json").exists():
-        state = _read_state(run_dir)
-        pid = state.get("job", {}).get("controller_pid")
-        if (
-            isinstance(pid, int)
-            and _pid_alive(pid)
-            and state["job"]["phase"] not in ("Succeeded", "Failed")
-        ):
-            raise _bad("--run-dir", f"{run_dir} belongs to a running job (controller pid {pid})")
+    if (run_dir / STATE_FILE).exists():
+        state = read_run(run_dir)
+        if state.running:
+            raise _bad(
+                "--run-dir",
+                f"{run_dir} belongs to a running job (controller pid {state.controller_pid})",
+            )
     # The run dir holds env values (recipe.yaml, state.json): only its owner may read it.
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     run_dir.chmod(0o700)
@@ -256,7 +242,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     tui = not args.headless and sys.stdout.isatty()
     if tui:
         try:
-            from srtr.tui.app import run_with_tui
+            from srtr.tui.launch import run_with_tui
         except ImportError:
             print("srtr: the TUI is not available; showing progress lines", file=sys.stderr)
             tui = False
@@ -278,22 +264,26 @@ def cmd_up(args: argparse.Namespace) -> int:
     return asyncio.run(run_job(desired, run_dir, backend, options))
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
-    """Write a batch script that runs `srtr up --headless` and submit it with sbatch."""
-    import shlex
-    import subprocess
-
+def _submit_plan(args: argparse.Namespace) -> tuple[Recipe, int, Path]:
+    """The recipe to submit, its node count and its run dir; refuses what cannot fit."""
     from srtr.resources.effective import allocation_size
+    from srtr.resources.expand import local_allocation
     from srtr.resources.loading import load_text, read_text
     from srtr.resources.planning import plan_text_source
 
     text = read_text(args.recipe)
     recipe = load_text(text, args.recipe)
     count = args.nodes or allocation_size(recipe)
-    from srtr.resources.expand import local_allocation
-
     plan_text_source(text, args.recipe, local_allocation(count))  # refuse what cannot fit
-    run_dir = _make_run_dir(args, recipe.name).resolve()
+    return recipe, count, _make_run_dir(args, recipe.name).resolve()
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    """Write a batch script that runs `srtr up --headless` and submit it with sbatch."""
+    import shlex
+    import subprocess
+
+    recipe, count, run_dir = _submit_plan(args)
     res = recipe.resources
     options = [
         f"--job-name=srtr-{recipe.name}",
@@ -343,29 +333,27 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _crashed_job(args: argparse.Namespace) -> dict[str, Any] | None:
+def _crashed_job(args: argparse.Namespace) -> RunState | None:
     """The state of a job whose controller died, when `up` is asked to take it over.
 
     `--adopt RUN_DIR` asks explicitly; `--run-dir DIR` of such a job implies it.
     """
     where = args.adopt or args.run_dir
-    if not where or not (Path(where) / "state.json").exists():
+    if not where or not (Path(where) / STATE_FILE).exists():
         if args.adopt:
             raise _bad(args.adopt, "no state.json here; nothing to adopt")
         return None
-    state = _read_state(Path(where))
-    job = state["job"]
-    if job["phase"] in ("Succeeded", "Failed"):
+    state = read_run(Path(where))
+    if state.ended:
         if args.adopt:
-            raise _bad(args.adopt, f"the job has ended ({job['phase']}); nothing to adopt")
+            raise _bad(args.adopt, f"the job has ended ({state.phase}); nothing to adopt")
         return None
-    pid = job.get("controller_pid")
-    if isinstance(pid, int) and _pid_alive(pid):
-        raise _bad(str(where), f"belongs to a running job (controller pid {pid})")
+    if state.controller_alive():
+        raise _bad(str(where), f"belongs to a running job (controller pid {state.controller_pid})")
     return state
 
 
-def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
+def _adopt(args: argparse.Namespace, state: RunState) -> int:
     from srtr.backends.local import LocalBackend
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
@@ -373,13 +361,13 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
     from srtr.runtime.lifecycle import JobOptions, run_job
 
     run_dir = Path(args.adopt or args.run_dir)
-    job = state["job"]
+    job = state.job
     if job.get("backend") not in ("local", "slurm"):
         raise _bad(str(run_dir), f"cannot adopt a {job.get('backend')} job")
     applied = run_dir / "recipe.yaml"
     text = read_text(applied)
-    allocation = [(n["name"], n["ip"]) for n in state["nodes"]]
-    previous = NodeMap.from_json(state["carve"], state["nodes"])
+    allocation = [(n["name"], n["ip"]) for n in state.nodes]
+    previous = NodeMap.from_json(state.doc["carve"], state.nodes)
     # The run dir's copy is always recipe.yaml: a recipe without `name:` keeps its job's name.
     _, desired = plan_text_source(
         text, str(applied), allocation, previous, name=str(job.get("name") or "") or None
@@ -392,7 +380,7 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
     )
     backend: Any
     if job["backend"] == "slurm":
-        backend = _adopt_allocation(job, state)
+        backend = _adopt_allocation(job, state.doc)
     else:
         backend = LocalBackend(len(allocation))
     options = JobOptions(
@@ -402,7 +390,7 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
         apply_auto=(args.apply or "auto") == "auto",
         watch_poll=True if args.watch_poll else None,
         metrics_listen=args.metrics_port,
-        adopt_from=state,
+        adopt_from=dict(state.doc),
         adopt_window=args.adopt_window,
         slurm_job_id=backend.job_id if job["backend"] == "slurm" else None,
     )
@@ -411,7 +399,7 @@ def _adopt(args: argparse.Namespace, state: dict[str, Any]) -> int:
     return asyncio.run(run_job(desired, run_dir, backend, options))
 
 
-def _adopt_allocation(job: dict[str, Any], state: dict[str, Any]) -> Any:
+def _adopt_allocation(job: Mapping[str, Any], state: Mapping[str, Any]) -> Any:
     """The SLURM allocation of a crashed controller's job, if it still exists."""
     from srtr.backends import slurm
     from srtr.backends.base import NodeInfo
@@ -439,160 +427,3 @@ def _release(backend: Any) -> None:
         from srtr.backends.slurm import release
 
         release(backend.commands, allocation.job_id)
-
-
-def _read_state(run_dir: Path) -> dict[str, Any]:
-    path = Path(run_dir) / "state.json"
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _bad(str(run_dir), "no state.json here; is this a run dir of `srtr up`?") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise _bad(str(path), f"cannot read the state file: {exc}") from None
-    if not isinstance(doc, dict) or "job" not in doc:
-        raise _bad(str(path), "not an srtr state file")
-    return doc
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    state = _read_state(Path(args.run_dir))
-    if args.output == "json":
-        print(json.dumps(state, indent=2))
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    # Piped output is for grep and tests: never truncate cells to an 80-column guess.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
-    job = state["job"]
-    alive = _pid_alive(job["controller_pid"]) and job["phase"] not in ("Succeeded", "Failed")
-    console.print(
-        f"[bold]{job['name']}[/bold]  backend={job['backend']}  phase={job['phase']}"
-        f"  exit_code={job['exit_code']}  gen {job['generation']}/{job['observed_generation']}"
-        f"  controller={'running' if alive else 'gone'} (pid {job['controller_pid']})"
-    )
-    if job.get("reason"):
-        console.print(f"reason: {job['reason']}")
-    if job.get("end_time") and alive:
-        left = max(0, int(job["end_time"] - time.time()))
-        console.print(f"time left in the allocation: {left // 60}m{left % 60:02d}s")
-    instances = state["instances"]
-    for pool_doc in state["pools"]:
-        owners = [i for i in instances if i["pool"] == pool_doc["name"] and i["kind"] == "owner"]
-        ready = sum(1 for i in owners if i["ready"] and i["phase"] in ("Ready", "Running"))
-        riders = ", ".join(pool_doc["riders"]) or "no riders"
-        console.print(
-            f"pool {pool_doc['name']} {ready}/{len(owners)} ready on "
-            f"{', '.join(pool_doc['nodes'])} ({riders})"
-        )
-    table = Table(box=None, pad_edge=False)
-    for column in (
-        "NAME",
-        "SERVICE",
-        "KIND",
-        "NODE",
-        "IP",
-        "PHASE",
-        "READY",
-        "RESTARTS",
-        "EXIT",
-        "PID",
-    ):
-        table.add_column(column)
-    for i in instances:
-        table.add_row(
-            i["name"],
-            i["service"],
-            i["kind"],
-            i["node"],
-            i["node_ip"],
-            i["phase"],
-            "yes" if i["ready"] else "no",
-            str(i["restarts"]),
-            "" if i["exit_code"] is None else str(i["exit_code"]),
-            "" if i["pid"] is None else str(i["pid"]),
-        )
-    console.print(table)
-    exporters = state.get("exporters") or []
-    if exporters:
-        listed = [e for e in exporters if e.get("listed")]
-        up = sum(1 for e in listed if e.get("up"))
-        console.print(
-            f"exporters: {len(listed)}/{len(exporters)} listed in prometheus/targets.json, {up} up"
-        )
-        for e in listed:
-            if e.get("up") is False:
-                console.print(f"  down: {e['url']} ({e['instance']}): {e.get('last_error')}")
-    return 0
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    state = _read_state(run_dir)
-    names = {i["name"]: i for i in state["instances"]}
-    if args.instance not in names:
-        raise _bad(
-            str(run_dir), f"no instance {args.instance!r}; instances: " + ", ".join(sorted(names))
-        )
-    path = run_dir / names[args.instance]["log"]
-    if not path.exists():
-        print(f"{path}: no output yet", file=sys.stderr)
-        if not args.follow:
-            return 0
-    offset = 0
-    out = sys.stdout.buffer
-    while True:
-        if path.exists():
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-                offset += len(chunk)
-                out.write(chunk)
-                out.flush()
-        if not args.follow:
-            return 0
-        state = _read_state(run_dir)
-        if state["job"]["phase"] in ("Succeeded", "Failed") or not _pid_alive(
-            state["job"]["controller_pid"]
-        ):
-            return 0
-        time.sleep(0.25)  # a CLI tail, not the controller: polling a file here is fine
-
-
-def cmd_tui(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    _read_state(run_dir)  # a clear error for a path that is not a run dir
-    try:
-        from srtr.tui.app import attach
-    except ImportError as exc:
-        raise _bad("srtr tui", f"the TUI is not available: {exc}") from None
-    return attach(run_dir)
-
-
-def cmd_down(args: argparse.Namespace) -> int:
-    state = _read_state(Path(args.run_dir))
-    job = state["job"]
-    pid = job["controller_pid"]
-    if job["phase"] in ("Succeeded", "Failed") or not _pid_alive(pid):
-        raise _bad(str(args.run_dir), f"the job is not running (phase {job['phase']})")
-    from srtr.runtime.control import ControlError, send
-
-    try:
-        message = send(Path(args.run_dir), "kill" if args.now else "teardown")
-    except ControlError as exc:
-        # A controller without a reachable socket still honours SIGTERM.
-        print(f"{exc}; sending SIGTERM to pid {pid}", file=sys.stderr)
-        os.kill(pid, signal.SIGTERM)
-        message = "asked by SIGTERM to tear down"
-    print(f"{job['name']}: {message}; follow with `srtr status {args.run_dir}`")
-    return 0

@@ -1,4 +1,8 @@
-"""Writers of the run dir's contract files: state.json (atomic snapshot) and events.jsonl.
+"""The writer of the run dir's contract files: state.json (atomic snapshot) and events.jsonl.
+
+What they hold is modelled in `rundir.py` (`StateDoc`, `EventDoc`); this module builds those
+documents from the store (`snapshot`, one function per section) and writes them. The runner
+(`srtr.runtime.lifecycle`) calls `snapshot` and `write_atomic` on every change, coalesced.
 
 state.json is rewritten whole through a temp file and `os.replace`, so a reader never sees a
 half-written file. events.jsonl is append-only, one JSON object per line, flushed per event so
@@ -10,11 +14,16 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
-from srtr.reconciler.store import Event, Store
+from srtr.reconciler.rundir import ConditionDoc, EventDoc, InstanceDoc, JobDoc, StateDoc
+from srtr.reconciler.store import Condition, Event, InstanceStatus, Store
+from srtr.resources.objects import InstanceSpec
 from srtr.resources.render import mask
+
+Wall = Callable[[float | None], float | None]  # a store (monotonic) time → wall seconds
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -33,75 +42,18 @@ def write_atomic(path: Path, text: str) -> None:
 
 def snapshot(
     store: Store, *, backend: str, controller_pid: int, slurm_job_id: str | None = None
-) -> dict[str, Any]:
-    """The state.json document (design.md contract)."""
+) -> StateDoc:
+    """The state.json document (design.md contract; the model is `rundir.StateDoc`)."""
     desired = store.desired
-    job = store.job
-    offset = store.clock.wall() - store.clock.now()  # monotonic → wall, for readers
-
-    def wall(t: float | None) -> float | None:
-        return None if t is None else round(t + offset, 3)
-
-    instances = []
-    for name, spec in store.specs.items():
-        st = store.status[name]
-        instances.append(
-            {
-                "name": name,
-                "service": spec.service,
-                "kind": str(spec.kind),
-                "pool": spec.pool,
-                "index": spec.index,
-                "node": spec.node,
-                "node_ip": spec.node_ip,
-                "phase": str(st.phase),
-                "ready": st.ready,
-                "restarts": st.restarts,
-                "exit_code": st.exit_code,
-                "pid": st.pid,
-                "step": st.step,
-                "log": spec.log,
-                "shutdown_tier": spec.shutdown_tier,
-                "critical": spec.critical,
-                "terminal": spec.terminal,
-                "command": list(spec.argv),
-                "env": {k: mask(k, v) for k, v in spec.env},
-                "probe": spec.probe.describe(spec.node_ip) if spec.probe else None,
-                "probe_message": st.probe_message,
-                "started_at": wall(st.started_at),
-                "ready_at": wall(st.ready_at),
-                "stop_grace_seconds": spec.stop_grace_seconds,
-                "stop_deadline": wall(st.stop_sent_at + spec.stop_grace_seconds)
-                if st.stop_sent_at is not None and st.alive and not st.kill_sent
-                else None,
-                "next_start_at": wall(st.next_start_at) if st.phase == "BackOff" else None,
-                "history": st.history[-20:],
-                "attempt": st.attempt,
-                "activated": st.activated,
-                "identity": st.identity,
-                "log_offset": st.log_offset,
-                "conditions": [c.to_json() for c in st.conditions.values()],
-            }
-        )
-    return {
-        "job": {
-            "name": desired.job_name,
-            "backend": backend,
-            "phase": str(job.phase),
-            "exit_code": job.exit_code,
-            "reason": job.reason,
-            "generation": job.generation,
-            "observed_generation": job.observed_generation,
-            "controller_pid": controller_pid,
-            "slurm_job_id": slurm_job_id,
-            "stage": job.stage,
-            "passed_stages": sorted(job.passed_stages),
-            "started_at": wall(job.started_at),
-            "end_time": store.extensions.get("end_time"),
-            "ended_at": wall(job.ended_at),
-            "stages": [s.name for s in desired.stages],
-            "conditions": [c.to_json() for c in job.conditions.values()],
-        },
+    wall = _WallClock(store)
+    doc: StateDoc = {
+        "job": job_doc(
+            store,
+            wall=wall,
+            backend=backend,
+            controller_pid=controller_pid,
+            slurm_job_id=slurm_job_id,
+        ),
         "nodes": [{"name": n.name, "ip": n.ip, "state": n.role} for n in desired.nodes.allocation],
         "pools": [
             {
@@ -113,7 +65,9 @@ def snapshot(
             }
             for p in desired.pools
         ],
-        "instances": instances,
+        "instances": [
+            instance_doc(spec, store.status[name], wall=wall) for name, spec in store.specs.items()
+        ],
         "recipe": store.recipe_view,
         "carve": desired.nodes.to_json(),
         # Targets with their listing and scrape health, kept by the exporter controller.
@@ -121,8 +75,114 @@ def snapshot(
             {"service": e.service, "node": e.node, "instance": e.instance, "url": e.url}
             for e in desired.exporters
         ],
-        # Sections owned by controllers (e.g. exporters with scrape health) replace defaults.
-        **{key: view() for key, view in store.status_views.items()},
+    }
+    # Sections owned by controllers (e.g. exporters with scrape health) replace defaults.
+    sections = cast(dict[str, Any], doc)  # their keys are named by the controllers
+    for key, view in store.status_views.items():
+        sections[key] = view()
+    return doc
+
+
+class _WallClock:
+    """Monotonic store times as wall seconds (rounded to ms), which is what readers want."""
+
+    def __init__(self, store: Store) -> None:
+        self.offset = store.clock.wall() - store.clock.now()
+
+    def __call__(self, t: float | None) -> float | None:
+        return None if t is None else round(t + self.offset, 3)
+
+
+def job_doc(
+    store: Store,
+    *,
+    wall: Wall,
+    backend: str,
+    controller_pid: int,
+    slurm_job_id: str | None,
+) -> JobDoc:
+    """state.json's `job`: the job's status and where its controller runs."""
+    job = store.job
+    return {
+        "name": store.desired.job_name,
+        "backend": backend,
+        "phase": str(job.phase),
+        "exit_code": job.exit_code,
+        "reason": job.reason,
+        "generation": job.generation,
+        "observed_generation": job.observed_generation,
+        "controller_pid": controller_pid,
+        "slurm_job_id": slurm_job_id,
+        "stage": job.stage,
+        "passed_stages": sorted(job.passed_stages),
+        "started_at": wall(job.started_at),
+        "end_time": store.extensions.get("end_time"),
+        "ended_at": wall(job.ended_at),
+        "stages": [s.name for s in store.desired.stages],
+        "conditions": [condition_doc(c) for c in job.conditions.values()],
+    }
+
+
+def instance_doc(spec: InstanceSpec, st: InstanceStatus, *, wall: Wall) -> InstanceDoc:
+    """One record of state.json's `instances`: the spec's placement and command, the status."""
+    stop_deadline = None
+    if st.stop_sent_at is not None and st.alive and not st.kill_sent:
+        stop_deadline = wall(st.stop_sent_at + spec.stop_grace_seconds)
+    return {
+        "name": spec.name,
+        "service": spec.service,
+        "kind": str(spec.kind),
+        "pool": spec.pool,
+        "index": spec.index,
+        "node": spec.node,
+        "node_ip": spec.node_ip,
+        "phase": str(st.phase),
+        "ready": st.ready,
+        "restarts": st.restarts,
+        "exit_code": st.exit_code,
+        "pid": st.pid,
+        "step": st.step,
+        "log": spec.log,
+        "shutdown_tier": spec.shutdown_tier,
+        "critical": spec.critical,
+        "terminal": spec.terminal,
+        "command": list(spec.argv),
+        "env": {k: mask(k, v) for k, v in spec.env},
+        "probe": spec.probe.describe(spec.node_ip) if spec.probe else None,
+        "probe_message": st.probe_message,
+        "started_at": wall(st.started_at),
+        "ready_at": wall(st.ready_at),
+        "stop_grace_seconds": spec.stop_grace_seconds,
+        "stop_deadline": stop_deadline,
+        "next_start_at": wall(st.next_start_at) if st.phase == "BackOff" else None,
+        "history": st.history[-20:],
+        "attempt": st.attempt,
+        "activated": st.activated,
+        "identity": st.identity,
+        "log_offset": st.log_offset,
+        "conditions": [condition_doc(c) for c in st.conditions.values()],
+    }
+
+
+def condition_doc(condition: Condition) -> ConditionDoc:
+    return {
+        "type": condition.type,
+        "status": condition.status,
+        "reason": condition.reason,
+        "message": condition.message,
+        "last_transition": condition.last_transition,
+    }
+
+
+def event_doc(event: Event) -> EventDoc:
+    """One line of events.jsonl."""
+    return {
+        "ts": event.ts,
+        "type": str(event.type),
+        "reason": event.reason,
+        "object": event.object,
+        "message": event.message,
+        "generation": event.generation,
     }
 
 
@@ -133,7 +193,7 @@ class EventLog:
         self._handle: TextIO = path.open("a", encoding="utf-8")
 
     def __call__(self, event: Event) -> None:
-        self._handle.write(json.dumps(event.to_json()) + "\n")
+        self._handle.write(json.dumps(event_doc(event)) + "\n")
         self._handle.flush()
 
     def close(self) -> None:

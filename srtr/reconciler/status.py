@@ -1,7 +1,8 @@
 """Status types: what srtr has observed of each instance and of the job, and its events.
 
 Plain data. Only the store (`srtr.reconciler.store` and the transitions it is built from)
-writes these; controllers read them and ask the store for transitions.
+writes these; controllers read them and ask the store for transitions. Their JSON form in the
+run dir (state.json, events.jsonl) is modelled in `rundir.py` and written by `persist.py`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class JobPhase(enum.StrEnum):
     FAILED = "Failed"
 
 
+# The job's end: nothing of it runs any more, and its exit code is final.
+JOB_ENDED = frozenset({JobPhase.SUCCEEDED, JobPhase.FAILED})
+
+
 class EventType(enum.StrEnum):
     NORMAL = "Normal"
     WARNING = "Warning"
@@ -59,15 +64,6 @@ class Condition:
     reason: str
     message: str
     last_transition: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": self.type,
-            "status": self.status,
-            "reason": self.reason,
-            "message": self.message,
-            "last_transition": self.last_transition,
-        }
 
 
 @dataclass
@@ -154,13 +150,3 @@ class Event:
     object: str
     message: str
     generation: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ts": self.ts,
-            "type": str(self.type),
-            "reason": self.reason,
-            "object": self.object,
-            "message": self.message,
-            "generation": self.generation,
-        }

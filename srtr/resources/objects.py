@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,7 +197,7 @@ class NodeMap:
         }
 
     @classmethod
-    def from_json(cls, carve: dict[str, Any], nodes: list[dict[str, Any]]) -> NodeMap:
+    def from_json(cls, carve: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> NodeMap:
         """The carve of state.json (`carve`, `nodes`) back as a NodeMap."""
         return cls(
             allocation=tuple(NodeSpec(n["name"], n["ip"], n.get("state", "")) for n in nodes),

@@ -11,27 +11,30 @@ it was.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
+from srtr.reconciler.rundir import InstanceDoc, RunState
 
 
-def restore(ctx: Ctx, doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def restore(ctx: Ctx, state: RunState) -> list[tuple[str, InstanceDoc]]:
     """Put state.json's statuses into the store; return (name, record) of those to adopt."""
     store = ctx.store
-    store.restore_job(doc["job"])
+    store.restore_job(state.job)
     to_adopt = []
-    for record in doc.get("instances", []):
+    for record in state.instances:
         name = record.get("name")
         if name in store.status and store.restored(name, record):
             to_adopt.append((name, record))
     return to_adopt
 
 
-async def adopt(ctx: Ctx, doc: dict[str, Any]) -> tuple[int, int]:
-    """Restore and adopt; return (adopted, gone). Everything is enqueued to converge."""
+async def adopt(ctx: Ctx, doc: Mapping[str, Any]) -> tuple[int, int]:
+    """Restore and adopt the job of state.json `doc` (as `srtr up --adopt` read it); return
+    (adopted, gone). Everything is enqueued to converge."""
     store = ctx.store
-    to_adopt = restore(ctx, doc)
+    to_adopt = restore(ctx, RunState.from_doc(doc))
     adopted = gone = 0
     adopt_one = getattr(ctx.backend, "adopt", None)
     for name, record in to_adopt:

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from srtr.reconciler.rundir import StateFileError, read_state
+
 SOCKET_NAME = "control.sock"
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
 _MAX_REQUEST = 64 * 1024
@@ -141,8 +143,7 @@ def send(
 
 def _recorded_path(run_dir: Path) -> Path | None:
     try:
-        state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
-        recorded = state["job"].get("control")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        recorded = read_state(run_dir).job.get("control")
+    except StateFileError:
         return None
     return Path(recorded) if isinstance(recorded, str) else None

@@ -14,7 +14,6 @@ the controller lives). When the controller exits:
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -22,29 +21,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from srtr.backends.local import process_start_time
+from srtr.reconciler.rundir import RunState, StateFileError, pid_alive, read_state
 
 ADOPT_WINDOW = 60.0
 
 
-def _state(run_dir: Path) -> dict[str, Any] | None:
+def _state(run_dir: Path) -> RunState | None:
     try:
-        doc = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_state(run_dir)
+    except StateFileError:
         return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def wait_exit(pid: int) -> None:
@@ -58,10 +46,10 @@ def wait_exit(pid: int) -> None:
         os.close(fd)
 
 
-def reap_orphans(doc: dict[str, Any]) -> int:
+def reap_orphans(state: RunState) -> int:
     """SIGKILL the recorded instance groups that are still the recorded processes."""
     killed = 0
-    for record in doc.get("instances", []):
+    for record in state.instances:
         identity = record.get("identity") or {}
         pid, start = identity.get("pid"), identity.get("start")
         if pid and start is not None and process_start_time(pid) == start:
@@ -70,7 +58,7 @@ def reap_orphans(doc: dict[str, Any]) -> int:
                 killed += 1
             except (ProcessLookupError, PermissionError):
                 pass
-    job = doc.get("job", {})
+    job = state.job
     if job.get("backend") == "slurm" and job.get("slurm_job_id") and job.get("owns_allocation"):
         subprocess.run(
             ["scancel", str(job["slurm_job_id"])], check=False, capture_output=True, timeout=60
@@ -82,19 +70,16 @@ def guard(run_dir: Path, controller: int, window: float) -> int:
     wait_exit(controller)
     deadline = time.monotonic() + window
     while True:
-        doc = _state(run_dir)
-        if doc is None:
+        state = _state(run_dir)
+        if state is None or state.ended:
             return 0
-        job = doc.get("job", {})
-        if job.get("phase") in ("Succeeded", "Failed"):
-            return 0
-        successor = job.get("controller_pid")
-        if successor and successor != controller and _alive(successor):
+        successor = state.controller_pid
+        if successor and successor != controller and pid_alive(successor):
             return 0  # adopted: the new controller runs its own guard
         if time.monotonic() >= deadline:
             break
         time.sleep(0.5)  # only inside the adoption window, after the controller is gone
-    killed = reap_orphans(doc)
+    killed = reap_orphans(state)
     with open(run_dir / "logs" / "srtr.log", "a", encoding="utf-8") as log:
         log.write(
             f"guard: controller {controller} died and nobody adopted the job within "

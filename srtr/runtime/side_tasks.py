@@ -147,7 +147,8 @@ class StateFile:
             slurm_job_id=options.slurm_job_id,
         )
         job = doc["job"]
-        job["control"] = str(self.control_path) if self.control_path else None
+        if self.control_path is not None:  # always, once the control socket has started
+            job["control"] = str(self.control_path)
         job["recipe_path"] = str(options.recipe.resolve()) if options.recipe else None
         allocation_info = getattr(backend, "allocation", None)
         job["owns_allocation"] = bool(allocation_info and allocation_info.owned)

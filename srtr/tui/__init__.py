@@ -1,6 +1,8 @@
 """The Textual TUI of srtr: watch a job's pools and instances, read logs, send intents.
 
-`app.py` holds the App and the two entry points the CLI calls (`run_with_tui` for
-`srtr up` on a terminal, `attach` for `srtr tui RUN_DIR`); `source.py` reads the run dir;
-`viewmodel.py` decides what to show (pure, no Textual); `widgets/` has one widget per file.
+`launch.py` holds the two entry points the CLI calls (`run_with_tui` for `srtr up` on a
+terminal, `attach` for `srtr tui RUN_DIR`); `app.py` the App, with its keys in `keys.py` and
+what it does when the job of `srtr up` ends in `job_end.py`; `terminal.py` the driver that
+survives a lost terminal; `source.py` reads the run dir (through `srtr.reconciler.rundir`);
+`viewmodel/` decides what to show (pure, no Textual); `widgets/` has one widget per file.
 """

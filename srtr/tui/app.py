@@ -1,4 +1,4 @@
-"""The srtr TUI: the App, and the two ways in (`srtr up` on a terminal, `srtr tui RUN_DIR`).
+"""The srtr TUI's App: watch and drive one run dir. `launch.py` starts it.
 
 The App reads snapshots and sends intents, nothing else (style.md principle 10):
 - a worker polls the run dir (`source.RunSource`) every 0.25 s in a thread and turns what
@@ -7,20 +7,12 @@ The App reads snapshots and sends intents, nothing else (style.md principle 10):
 - keys become intents (`srtr.runtime.control.send`, through the run dir's 0600 control socket,
   also when the job runs in this very process), the destructive ones after a confirmation.
 
-Keys (also under `?`): `/` filter, `o`/`O` sort, `j`/`k` move, `r` restart, `s` stop,
-`T` or Ctrl+C tear down, `K` (or Ctrl+C while tearing down) kill, `p` the log before the
-last restart, `f` follow/pause the log, `l` log full screen, `e` events, `a` apply a
-pending recipe edit (Esc discards it), `?` help, `q` quit.
+The keys are in `keys.py`; what happens when the job of `srtr up` ends, in `job_end.py`.
 
 Decisions:
 - In `srtr up` the job runs in the App's event loop. When it ends, the final state stays
-  on screen for EXIT_AFTER seconds and the App exits with the job's code; pressing any key
-  during that time (or in the few seconds before the end) keeps it open until `q`.
-  Quitting while the job runs asks to tear it down (the job cannot outlive its TUI), and
-  if the TUI dies the job is torn down before `srtr up` returns.
-- `srtr tui RUN_DIR` refuses (exit 2) a run whose job has ended or whose controller is
-  dead: use `srtr status` / `srtr logs` for those. A job that ends while attached stays on
-  screen, read-only, until `q`.
+  on screen for EXIT_AFTER seconds and the App exits with the job's code, unless the user
+  is reading (`job_end.py`). If the terminal is lost, `srtr up` behaves as on SIGHUP.
 - Ctrl+C opens the teardown confirmation; a second Ctrl+C confirms it (headless Ctrl+C
   tears down at once). While tearing down, Ctrl+C asks to kill, and again confirms.
   Restart, stop, teardown and kill always ask; a pending recipe edit is applied with `a`
@@ -36,13 +28,13 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.driver import Driver
@@ -51,9 +43,11 @@ from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
+from srtr.reconciler.rundir import EventDoc, RunState
 from srtr.runtime.control import ControlError, send
+from srtr.tui import job_end, keys
 from srtr.tui import viewmodel as vm
-from srtr.tui.source import Poll, RunSource, pid_alive
+from srtr.tui.source import Poll, RunSource
 from srtr.tui.terminal import HangupSafeDriver, detach_terminal
 from srtr.tui.widgets.confirm import ConfirmModal
 from srtr.tui.widgets.detail_pane import DetailPane
@@ -70,12 +64,9 @@ from srtr.tui.widgets.teardown_view import TeardownView
 
 POLL_INTERVAL = 0.25
 EXIT_AFTER = 3.0  # seconds the final state of a finished `srtr up` job stays on screen
-READING_WINDOW = 5.0  # a key pressed this recently before the job ended means "reading"
 EVENTS_KEPT = 2000
 FILTER_DELAY = 0.15
 RESTART_READER_AFTER = 2.0
-EXIT_GONE = 2
-HANGUP_CODE = 128 + signal.SIGHUP
 
 Clock = Callable[[], float]
 
@@ -85,39 +76,8 @@ class SrtrApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "srtr"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter the instances"),
-        Binding("r", "restart", "Restart", tooltip="Restart the selected instance (asks first)"),
-        Binding("s", "stop", "Stop", tooltip="Stop the selected instance for good (asks first)"),
-        Binding("T", "teardown", "Teardown", tooltip="Tear the job down, tier by tier (asks)"),
-        Binding("K", "kill", "Kill", show=False, tooltip="SIGKILL every instance now (asks)"),
-        Binding("a", "apply_plan", "Apply edit", tooltip="Apply the pending recipe edit"),
-        Binding("p", "previous_log", "Prev log", tooltip="Log before the last restart / current"),
-        Binding("f", "follow", "Follow", show=False, tooltip="Follow the log, or pause it"),
-        Binding("l", "zoom_log", "Log", tooltip="Log full screen (again: back)"),
-        Binding("e", "focus_events", "Events", show=False, tooltip="Focus the events pane"),
-        Binding("question_mark", "help", "Help", key_display="?", tooltip="This help"),
-        Binding("q", "quit", "Quit", tooltip="Quit (srtr up: tears the job down, asks first)"),
-        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
-        Binding(
-            "ctrl+c",
-            "interrupt",
-            "Teardown/kill",
-            show=False,
-            priority=True,
-            tooltip="Tear down (asks; again: yes); while tearing down: kill",
-        ),
-        Binding("escape", "escape", "Back", show=False),
-    ]
-    # Keys handled by widgets, for the help screen (they are not App bindings).
-    OTHER_KEYS: ClassVar[list[tuple[str, str]]] = [
-        ("↑ ↓ j k", "move in the instances table (the detail pane and log follow)"),
-        ("g G", "first / last instance"),
-        ("o / O", "sort by the next column / reverse (or click a header)"),
-        ("Tab", "next pane (table, node grid, log, events)"),
-        ("Enter", "in the node grid: select that instance"),
-        ("Esc", "clear the filter · leave the full-screen log · discard a pending recipe edit"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.BINDINGS
+    OTHER_KEYS: ClassVar[list[tuple[str, str]]] = keys.OTHER_KEYS
 
     def __init__(
         self,
@@ -137,9 +97,9 @@ class SrtrApp(App[int]):
         self.exit_after = exit_after
         self.check_controller = check_controller
         self.source = RunSource(run_dir)
-        self.state: dict[str, Any] | None = None
+        self.state: RunState | None = None
         self.frame: vm.Frame | None = None
-        self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
+        self.events: deque[EventDoc] = deque(maxlen=EVENTS_KEPT)
         self.frames = 0  # frames applied: tests wait on it instead of sleeping
         self.last_apply_seconds = 0.0
         self._probe_failures: dict[str, str] = {}
@@ -250,13 +210,10 @@ class SrtrApp(App[int]):
             self.state = poll.state
         if state is None or (poll.state is None and not rebuild_anyway):
             return poll, None
-        pid = state.get("job", {}).get("controller_pid")
-        alive = pid_alive(pid) if self.check_controller else True
+        alive = state.controller_alive() if self.check_controller else True
         if poll.state is not None:
-            self._probe_failures = vm.remember_probe_failures(
-                self._probe_failures, state.get("instances", [])
-            )
-        self._built = vm.frame(state, now, controller_alive=alive, previous=self._built)
+            self._probe_failures = vm.remember_probe_failures(self._probe_failures, state.instances)
+        self._built = vm.frame(state.doc, now, controller_alive=alive, previous=self._built)
         # Freeing a 4,096-row frame takes milliseconds: hold the last few here so that the
         # last reference to an old frame is dropped in this thread, not in the UI's.
         self._retired.append(self._built)
@@ -367,29 +324,26 @@ class SrtrApp(App[int]):
 
     def _on_job_end(self) -> None:
         assert self.job is not None
-        if self.job.cancelled():
-            self._job_code = 1
-        elif self.job.exception() is not None:
+        code = job_end.job_code(self.job)
+        if code is None:
             self.exit(1)  # run_with_tui re-raises the exception once the terminal is back
             return
-        else:
-            self._job_code = self.job.result()
+        self._job_code = code
         self._wake.set()  # show the final state.json at once
-        # A hang-up ended the job: the terminal is gone, so there is nobody to show it to.
-        if self._quit_when_done or self._terminal_gone or self._job_code == HANGUP_CODE:
-            self.exit(self._job_code)
+        end = job_end.on_job_end(
+            code,
+            quit_when_done=self._quit_when_done,
+            terminal_gone=self._terminal_gone,
+            teardown_sent=self._teardown_sent,
+            since_last_key=time.monotonic() - self._last_key_at,
+            exit_after=self.exit_after,
+        )
+        if end.exit_now:
+            self.exit(code)
             return
-        # Keys pressed just before the end mean the user is reading, unless those keys were
-        # the teardown they asked for: then the end is what they were waiting for.
-        reading = time.monotonic() - self._last_key_at < READING_WINDOW
-        if reading and not self._teardown_sent:
-            self._banner = f"job ended (exit {self._job_code}) · q quits"
-        else:
-            self._banner = (
-                f"job ended (exit {self._job_code}) · closing in {self.exit_after:g}s,"
-                " any key keeps it open"
-            )
-            self._exit_timer = self.set_timer(self.exit_after, self._exit_with_job_code)
+        self._banner = end.banner
+        if end.close_after is not None:
+            self._exit_timer = self.set_timer(end.close_after, self._exit_with_job_code)
         self.query_one(JobHeader).show(self.frame.header if self.frame else None, self._banner)
 
     def _exit_with_job_code(self) -> None:
@@ -400,7 +354,7 @@ class SrtrApp(App[int]):
         if self._exit_timer is not None:
             self._exit_timer.stop()
             self._exit_timer = None
-            self._banner = f"job ended (exit {self._job_code}) · q quits"
+            self._banner = job_end.ended_banner(self._exit_code())
             with contextlib.suppress(NoMatches):
                 header = self.frame.header if self.frame else None
                 self.query_one(JobHeader).show(header, self._banner)
@@ -462,20 +416,12 @@ class SrtrApp(App[int]):
         self.notify("following the log" if following else "log paused", timeout=1.5)
 
     def action_help(self) -> None:
-        keys: list[tuple[str, str]] = []
-        for binding in self.BINDINGS:
-            assert isinstance(binding, Binding)
-            if binding.key in ("escape", "ctrl+q"):
-                continue  # Esc is listed with the widgets' keys; ctrl+q is q
-            description = binding.tooltip or binding.description
-            keys.append((binding.key_display or binding.key, description))
-        keys += self.OTHER_KEYS
         note = (
             "The job runs in this TUI: quitting tears it down."
             if self.job is not None
             else "Attached: quitting leaves the job running."
         )
-        self.push_screen(HelpScreen(keys, note))
+        self.push_screen(HelpScreen(keys.help_keys(self.BINDINGS, self.OTHER_KEYS), note))
 
     def action_restart(self) -> None:
         name = self._selected()
@@ -589,53 +535,3 @@ class SrtrApp(App[int]):
         else:
             self.notify(message, title=op, timeout=3)
         self._wake.set()
-
-
-# -- entry points ---------------------------------------------------------------------------
-
-
-def run_with_tui(run_dir: Path, job: Coroutine[Any, Any, int]) -> int:
-    """`srtr up` on a terminal: run the job and the TUI in one event loop; the job's code."""
-    return asyncio.run(_up(run_dir, job))
-
-
-async def _up(run_dir: Path, job: Coroutine[Any, Any, int]) -> int:
-    task = asyncio.create_task(job)
-    app = SrtrApp(run_dir, job=task)
-    try:
-        await app.run_async()
-    finally:
-        if not task.done():
-            # The TUI closed (or crashed) while the job runs: never orphan instances.
-            print("srtr: the TUI closed while the job runs; tearing it down", file=sys.stderr)
-            with contextlib.suppress(ControlError):
-                await asyncio.to_thread(send, run_dir, "teardown")
-    return await task
-
-
-def attach(run_dir: Path) -> int:
-    """`srtr tui RUN_DIR`: watch and drive a running job; 2 when the job is gone."""
-    import json
-
-    try:
-        state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
-        job = state["job"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"srtr tui: cannot read {run_dir / 'state.json'}: {exc}", file=sys.stderr)
-        return EXIT_GONE
-    if job.get("phase") in vm.JOB_ENDED:
-        print(
-            f"srtr tui: the job of {run_dir} has ended ({job.get('phase')}, exit code "
-            f"{job.get('exit_code')}); see `srtr status {run_dir}` and `srtr logs`",
-            file=sys.stderr,
-        )
-        return EXIT_GONE
-    if not pid_alive(job.get("controller_pid")):
-        print(
-            f"srtr tui: the controller of {run_dir} (pid {job.get('controller_pid')}) is not "
-            f"running; its last state: phase {job.get('phase')}. See `srtr status {run_dir}`",
-            file=sys.stderr,
-        )
-        return EXIT_GONE
-    result = SrtrApp(run_dir).run()
-    return 0 if result is None else result

@@ -22,13 +22,22 @@ second anyway.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from srtr.tui.viewmodel import MARKER_PREFIX, is_restart_marker
+from srtr.reconciler.rundir import (
+    EVENTS_FILE,
+    MARKER_PREFIX,
+    STATE_FILE,
+    EventDoc,
+    RunState,
+    StateFileError,
+    parse_event,
+    parse_restart_marker,
+    read_state,
+)
 
 MAX_READ = 4 * 1024 * 1024
 MAX_LINE = 1024 * 1024
@@ -115,7 +124,7 @@ def last_marker_offset(path: Path, end: int | None = None) -> int | None:
                         break
                     stop = block.find(b"\n", index)
                     rest = block[index : None if stop < 0 else stop]
-                    if is_restart_marker(rest.decode("utf-8", "replace")):
+                    if parse_restart_marker(rest.decode("utf-8", "replace")):
                         return start + index
                 # Keep the first (possibly cut) line for the next, earlier block.
                 first = block.find(b"\n")
@@ -213,8 +222,8 @@ class LogFollower:
 class Poll:
     """What changed since the previous poll."""
 
-    state: dict[str, Any] | None = None  # a new snapshot, or None when unchanged
-    events: list[dict[str, Any]] = field(default_factory=list)
+    state: RunState | None = None  # a new snapshot, or None when unchanged
+    events: list[EventDoc] = field(default_factory=list)
     log: LogChunk | None = None
     error: str = ""
 
@@ -231,21 +240,18 @@ class RunSource:
         self.want_log: tuple[str, str, bool] | None = None
         self.tail_bytes = tail_bytes
         self._state_sig: tuple[int, int, int] | None = None
-        self._events = LineTail(run_dir / "events.jsonl")
+        self._events = LineTail(run_dir / EVENTS_FILE)
         self._log: LogFollower | None = None
 
     def poll(self) -> Poll:
         out = Poll()
         try:
             out.state = self._read_state()
-        except (OSError, ValueError) as exc:
+        except StateFileError as exc:
             out.error = f"cannot read state.json: {exc}"
         for line in self._events.read():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # not a whole event (a writer killed mid-line): nothing to show
-            if isinstance(event, dict):
+            event = parse_event(line)
+            if event is not None:  # else not a whole event (a writer killed mid-line)
                 out.events.append(event)
         want = self.want_log
         if want is None:
@@ -261,27 +267,16 @@ class RunSource:
         """More appended bytes are waiting: poll again at once."""
         return self._events.behind or (self._log is not None and self._log.behind)
 
-    def _read_state(self) -> dict[str, Any] | None:
-        path = self.run_dir / "state.json"
+    def _read_state(self) -> RunState | None:
+        """The snapshot if state.json changed since the last read (None: it did not, or
+        there is none yet). Raises StateFileError for a file that cannot be read."""
         try:
-            st = os.stat(path)
+            st = os.stat(self.run_dir / STATE_FILE)
         except FileNotFoundError:
             return None
         sig = (st.st_ino, st.st_size, st.st_mtime_ns)
         if sig == self._state_sig:
             return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        state = read_state(self.run_dir)
         self._state_sig = sig
-        return doc if isinstance(doc, dict) else None
-
-
-def pid_alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return state

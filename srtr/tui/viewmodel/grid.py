@@ -1,0 +1,79 @@
+"""The node grid: one row per node with its role, its owner instance and one cell per rider."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from srtr.tui.viewmodel.phases import PHASE_GLYPH, PHASE_SHORT, PHASE_STYLE, SEVERITY, Doc
+
+
+@dataclass(frozen=True, slots=True)
+class GridCell:
+    text: str
+    phase: str
+    instance: str | None  # the instance a click on the cell selects
+
+    @property
+    def style(self) -> str:
+        return PHASE_STYLE.get(self.phase, "")
+
+
+EMPTY_CELL = GridCell("", "", None)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGrid:
+    """One row per node: its role, the owner (or other non-rider instances), one per rider."""
+
+    columns: tuple[str, ...]  # after NODE and ROLE: "owner", then rider service names
+    rows: dict[str, tuple[GridCell, ...]] = field(default_factory=dict)
+
+
+def _cell(members: Sequence[Doc]) -> GridCell:
+    if not members:
+        return EMPTY_CELL
+    worst = max(members, key=lambda i: SEVERITY.get(str(i.get("phase")), 10))
+    phase = str(worst.get("phase", ""))
+    text = f"{PHASE_GLYPH.get(phase, ' ')} {PHASE_SHORT.get(phase, phase)}"
+    if len(members) > 1:
+        text += f" +{len(members) - 1}"
+    return GridCell(text, phase, str(worst["name"]))
+
+
+def node_grid(state: Doc) -> NodeGrid:
+    riders: list[str] = []
+    for pool in state.get("pools", []):
+        for rider in pool.get("riders", []):
+            if rider not in riders:
+                riders.append(rider)
+    owner_of: dict[str, list[Doc]] = {}
+    rider_of: dict[tuple[str, str], list[Doc]] = {}
+    for inst in state.get("instances", []):
+        node = str(inst.get("node", ""))
+        if inst.get("kind") == "rider":
+            rider_of.setdefault((node, str(inst.get("service"))), []).append(inst)
+        else:
+            owner_of.setdefault(node, []).append(inst)
+    rows: dict[str, tuple[GridCell, ...]] = {}
+    for node in state.get("nodes", []):
+        name = str(node["name"])
+        role = GridCell(str(node.get("state", "")).removeprefix("pool:"), "", None)
+        riders_cells = (_cell(rider_of.get((name, r), [])) for r in riders)
+        rows[name] = (role, _cell(owner_of.get(name, [])), *riders_cells)
+    return NodeGrid(("owner", *riders), rows)
+
+
+def diff_grid(
+    old: Mapping[str, tuple[GridCell, ...]], new: Mapping[str, tuple[GridCell, ...]]
+) -> list[tuple[str, int, GridCell]]:
+    """Changed grid cells, for nodes present in both (node sets change only on rebuild)."""
+    out: list[tuple[str, int, GridCell]] = []
+    for node, cells in new.items():
+        before = old.get(node)
+        if before is None or before == cells:
+            continue
+        out.extend(
+            (node, i, c) for i, (a, c) in enumerate(zip(before, cells, strict=True)) if a != c
+        )
+    return out

@@ -1,0 +1,61 @@
+"""The job header: name, backend, phase, `gen 7/6` (desired/observed), elapsed, time left."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from srtr.reconciler.status import JOB_ENDED
+from srtr.tui.viewmodel.phases import JOB_PHASE_STYLE, Doc
+from srtr.tui.viewmodel.text import fmt_age
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderView:
+    name: str
+    backend: str
+    slurm_job_id: str
+    phase: str
+    generation: str  # "gen 7/6": desired / observed
+    elapsed: str
+    time_left: str  # '' when not on SLURM; '?' when SLURM has not told us yet
+    stage: str
+    reason: str
+    controller_gone: bool
+
+    @property
+    def phase_style(self) -> str:
+        return JOB_PHASE_STYLE.get(self.phase, "")
+
+
+def header(state: Doc, now: float, *, controller_alive: bool = True) -> HeaderView:
+    job = state.get("job", {})
+    started = job.get("started_at")
+    ended = job.get("ended_at")
+    elapsed = "" if started is None else fmt_age((ended if ended is not None else now) - started)
+    backend = str(job.get("backend", "?"))
+    # `job.end_time` (wall seconds) is when the SLURM allocation ends, once known.
+    end_time = job.get("end_time")
+    if end_time is not None:
+        time_left = fmt_age(end_time - now)
+    else:
+        time_left = "?" if backend == "slurm" else ""
+    stages = job.get("stages") or []
+    stage_index = job.get("stage")
+    stage = ""
+    if stages and isinstance(stage_index, int):
+        shown = min(stage_index + 1, len(stages))
+        current = stages[min(stage_index, len(stages) - 1)]
+        stage = f"stage {shown}/{len(stages)} {current}"
+    phase = str(job.get("phase", "?"))
+    return HeaderView(
+        name=str(job.get("name", "?")),
+        backend=backend,
+        slurm_job_id=str(job.get("slurm_job_id") or "—"),
+        phase=phase,
+        generation=f"gen {job.get('generation', '?')}/{job.get('observed_generation', '?')}",
+        elapsed=elapsed,
+        time_left=time_left,
+        stage=stage,
+        reason=str(job.get("reason") or ""),
+        controller_gone=not controller_alive and phase not in JOB_ENDED,
+    )

@@ -1,0 +1,179 @@
+"""The instances table: one row per instance, how rows change between snapshots, sort keys
+(natural order for node names) and the `/` filter language.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from srtr.reconciler.rundir import ready_now
+from srtr.tui.viewmodel.phases import SEVERITY, Doc
+from srtr.tui.viewmodel.text import age_since, last_exit
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("name", "NAME"),
+    ("service", "SERVICE"),
+    ("kind", "KIND"),
+    ("node", "NODE"),
+    ("ip", "IP"),
+    ("phase", "PHASE"),
+    ("ready", "READY"),
+    ("restarts", "RESTARTS"),
+    ("age", "AGE"),
+    ("exit", "LAST EXIT"),
+)
+COLUMN_KEYS: tuple[str, ...] = tuple(key for key, _ in COLUMNS)
+PHASE_COLUMN = COLUMN_KEYS.index("phase")
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRow:
+    """One table row: display cells in COLUMNS order, and raw values to sort by."""
+
+    name: str
+    cells: tuple[str, ...]
+    sort: tuple[Any, ...]
+
+    @property
+    def phase(self) -> str:
+        return self.cells[PHASE_COLUMN]
+
+
+def instance_row(inst: Doc, now: float) -> InstanceRow:
+    started = inst.get("started_at")
+    exit_text = last_exit(inst, short=True)
+    code = inst.get("exit_code")
+    cells = (
+        str(inst["name"]),
+        str(inst.get("service", "")),
+        str(inst.get("kind", "")),
+        str(inst.get("node", "")),
+        str(inst.get("node_ip", "")),
+        str(inst.get("phase", "")),
+        "yes" if ready_now(inst) else "no",
+        str(inst.get("restarts", 0)),
+        age_since(started, now),
+        exit_text,
+    )
+    # Unknown values sort last whatever the direction of the other values.
+    sort = (
+        cells[0],
+        cells[1],
+        cells[2],
+        _natural(cells[3]),
+        _natural(cells[4]),
+        (SEVERITY.get(cells[5], 10), cells[5]),
+        ready_now(inst),
+        int(inst.get("restarts", 0) or 0),
+        (started is None, -(started or 0.0)),  # youngest first, like k9s AGE ascending
+        (code is None, code or 0),
+    )
+    return InstanceRow(name=cells[0], cells=cells, sort=sort)
+
+
+def instance_rows(instances: Iterable[Doc], now: float) -> dict[str, InstanceRow]:
+    """Rows keyed by instance name, in state order (the default order of the table)."""
+    return {str(i["name"]): instance_row(i, now) for i in instances}
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    """node2 < node10: compare digit runs as numbers."""
+    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
+
+
+@dataclass(frozen=True, slots=True)
+class RowDiff:
+    """What to do to a table showing `old` so that it shows `new`, cell by cell."""
+
+    added: list[str]
+    removed: list[str]
+    changed: list[tuple[str, int, str]]  # (row key, column index, new text)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def diff_rows(old: Mapping[str, InstanceRow], new: Mapping[str, InstanceRow]) -> RowDiff:
+    """Incremental update of a table: rows added/removed by name, and only changed cells."""
+    added = [k for k in new if k not in old]
+    removed = [k for k in old if k not in new]
+    changed: list[tuple[str, int, str]] = []
+    for key, row in new.items():
+        before = old.get(key)
+        if before is None or before.cells == row.cells:
+            continue
+        for index, (a, b) in enumerate(zip(before.cells, row.cells, strict=True)):
+            if a != b:
+                changed.append((key, index, b))
+    return RowDiff(added, removed, changed)
+
+
+def sort_changed(diff: RowDiff, column: int | None) -> bool:
+    """Whether the table must be re-sorted after `diff` when sorted by `column`."""
+    if column is None:
+        return False
+    return bool(diff.added) or any(c == column for _, c, _ in diff.changed)
+
+
+def ordered(rows: Mapping[str, InstanceRow], column: int | None, reverse: bool) -> list[str]:
+    if column is None:
+        keys = list(rows)
+        return keys[::-1] if reverse else keys
+    return sorted(rows, key=lambda k: rows[k].sort[column], reverse=reverse)
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """The `/` filter: whitespace-separated terms, all must match, case-insensitive.
+
+    `term` matches a substring of any cell; `column=term` (or `column:term`) one column
+    (`phase=fail`, `node:node1`); a leading `!` negates a term (`!Ready`).
+    """
+
+    terms: tuple[tuple[bool, int | None, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Filter:
+        terms: list[tuple[bool, int | None, str]] = []
+        for raw in text.split():
+            negate = raw.startswith("!")
+            body = raw[1:] if negate else raw
+            column: int | None = None
+            match = re.fullmatch(r"([a-z]+)[=:](.*)", body, flags=re.IGNORECASE)
+            if match and match.group(1).lower() in _FILTER_COLUMNS:
+                column = _FILTER_COLUMNS[match.group(1).lower()]
+                body = match.group(2)
+            if body or column is not None:
+                terms.append((negate, column, body.lower()))
+        return cls(tuple(terms))
+
+    def __bool__(self) -> bool:
+        return bool(self.terms)
+
+    def matches(self, row: InstanceRow) -> bool:
+        for negate, column, needle in self.terms:
+            if column is None:
+                hit = any(needle in cell.lower() for cell in row.cells)
+            else:
+                hit = needle in row.cells[column].lower()
+            if hit == negate:
+                return False
+        return True
+
+
+_FILTER_COLUMNS = {key: i for i, key in enumerate(COLUMN_KEYS)} | {
+    "exit": COLUMN_KEYS.index("exit")
+}
+
+
+def filtered(rows: Mapping[str, InstanceRow], flt: Filter) -> dict[str, InstanceRow]:
+    if not flt:
+        return dict(rows)
+    return {k: r for k, r in rows.items() if flt.matches(r)}
