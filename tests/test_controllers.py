@@ -236,9 +236,11 @@ def test_probe_timeout_of_a_critical_instance_fails_the_job(tmp_path: Path) -> N
         for _ in range(5):
             await h.advance(1)
         assert h.store.job.exit_code == 1
-        assert (
-            "services[db] on node1 was not ready within 5s (tcp/9000); see logs/service_db.out"
-        ) in h.store.job.reason
+        # srtctl's words, its describe() included (reference S-61)
+        assert h.store.job.reason == (
+            "services[db] on node1 was not ready within 5s (tcp/9000, timeout=5s); "
+            "see logs/service_db.out"
+        )
         assert h.backend.launched("service_app") == 0
         assert len(h.prober.calls) >= 5
 
@@ -257,6 +259,206 @@ def test_exit_before_probe_passes_falls_to_restart_policy(tmp_path: Path) -> Non
         await h.advance(2)
         assert h.phase("service_db") == "Starting"
         assert h.backend.launched("service_db") == 2
+
+    run(body())
+
+
+# --- the stage gate fails the job, as srtctl's does (reference S-61) -----------------------------
+
+GATE = """
+name: t
+services:
+  - name: x
+    command: [x]
+    nodes: 3
+    start: before_workers
+    readiness: {port: 9000, timeout_seconds: 5, interval_seconds: 1}
+  - name: app
+    command: [app]
+"""
+X = ("service_x_node1", "service_x_node2", "service_x_node3")
+EXITED_127 = (
+    "services[x] exited with code 127 on node3 before its readiness probe passed "
+    "(tcp/9000, timeout=5s); see logs/service_x_node3.out"
+)
+NOT_READY = (
+    "services[x] on node3 was not ready within 5s (tcp/9000, timeout=5s); "
+    "see logs/service_x_node3.out"
+)
+
+
+def test_an_exit_before_ready_fails_the_job_though_not_critical(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(GATE, tmp_path)
+        await h.settle()
+        assert [h.phase(n) for n in X] == ["Starting"] * 3
+        assert not h.store.specs["service_x_node3"].critical
+        h.prober.ready.add("service_x_node1")
+        await h.advance(1)
+        h.exit("service_x_node3", 127)  # restart: never (an owner's default)
+        await h.settle()
+        assert h.store.job.exit_code == 1
+        assert h.store.job.reason == EXITED_127
+        assert str(h.store.job.phase) == "Failed"
+        # What was started is torn down; the next stage never began.
+        assert not h.backend.live
+        assert [h.phase(n) for n in X] == ["Stopped", "Stopped", "Failed"]
+        assert h.backend.launched("service_app") == 0
+        assert "JobFailed" in h.reasons("job")
+
+    run(body())
+
+
+def test_not_ready_within_the_timeout_fails_the_job_though_not_critical(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(GATE, tmp_path)
+        await h.settle()
+        h.prober.ready.update(X[:2])
+        await h.advance(4.5)
+        assert not h.store.job.teardown_requested
+        assert ("service_x_node3", signal.SIGKILL) not in h.backend.signals
+        await h.advance(0.5)
+        assert h.store.job.exit_code == 1
+        assert h.store.job.reason == NOT_READY
+        failed = [e for e in h.events if e.reason == "ProbeFailed"]
+        assert [(e.object, e.message) for e in failed] == [
+            ("instance/service_x_node3", NOT_READY + "; last probe: connection refused")
+        ]
+        assert not h.backend.live and h.backend.launched("service_app") == 0
+
+    run(body())
+
+
+def test_restarts_during_the_gate_do_not_reset_its_deadline(tmp_path: Path) -> None:
+    recipe = GATE.replace("    nodes: 3\n", "    nodes: 3\n    restart: {policy: on-failure}\n")
+
+    async def body() -> None:
+        h = Harness(recipe, tmp_path)
+        await h.settle()
+        h.prober.ready.update(X[:2])
+        await h.advance(1)
+        h.exit("service_x_node3", 1)
+        await h.settle()
+        assert h.phase("service_x_node3") == "BackOff"  # its policy brings it back
+        await h.advance(1)
+        assert h.phase("service_x_node3") == "Starting"
+        assert not h.store.job.teardown_requested
+        await h.advance(3)  # 5 s after the stage began, 3 s into the second attempt
+        assert h.store.job.reason == NOT_READY
+        assert h.backend.launched("service_x_node3") == 2
+
+    run(body())
+
+
+def test_the_gate_times_out_a_member_still_backing_off(tmp_path: Path) -> None:
+    policy = "    restart: {policy: on-failure, backoff_seconds: 30}\n"
+    recipe = GATE.replace("    nodes: 3\n", "    nodes: 3\n" + policy)
+
+    async def body() -> None:
+        h = Harness(recipe, tmp_path)
+        await h.settle()
+        h.prober.ready.update(X[:2])
+        h.exit("service_x_node3", 1)
+        await h.settle()
+        await h.advance(4.9)
+        assert h.phase("service_x_node3") == "BackOff" and not h.store.job.teardown_requested
+        await h.advance(0.1)  # no probe runs: the job controller's own timer
+        assert h.store.job.reason == NOT_READY
+        assert h.phase("service_x_node3") == "Stopped"
+
+    run(body())
+
+
+def test_a_spent_restart_budget_before_ready_fails_the_gate(tmp_path: Path) -> None:
+    policy = "    restart: {policy: on-failure, backoff_seconds: 0.1, max_restarts: 1}\n"
+    recipe = GATE.replace("    nodes: 3\n", "    nodes: 3\n" + policy)
+
+    async def body() -> None:
+        h = Harness(recipe, tmp_path)
+        await h.settle()
+        h.exit("service_x_node3", 127)
+        await h.settle()
+        await h.advance(0.1)
+        h.exit("service_x_node3", 127)
+        await h.settle()
+        assert "GaveUp" in h.reasons("instance/service_x_node3")
+        assert h.store.job.reason == EXITED_127
+
+    run(body())
+
+
+def test_after_the_gate_a_non_critical_exit_is_only_recorded(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(GATE, tmp_path)
+        await h.settle()
+        h.prober.ready.update(X)
+        await h.advance(1)
+        assert h.backend.launched("service_app") == 1
+        assert str(h.store.job.phase) == "Running"
+        h.exit("service_x_node3", 3)
+        await h.advance(60)
+        assert h.phase("service_x_node3") == "Failed"
+        assert "Exited" in h.reasons("instance/service_x_node3")
+        assert not h.store.job.teardown_requested
+        assert str(h.store.job.phase) == "Running"
+        assert "service_app" in h.backend.live
+
+    run(body())
+
+
+def test_after_the_gate_a_late_restart_not_ready_in_time_falls_to_its_policy(
+    tmp_path: Path,
+) -> None:
+    recipe = GATE.replace("    nodes: 3\n", "    nodes: 3\n    restart: {policy: on-failure}\n")
+
+    async def body() -> None:
+        h = Harness(recipe, tmp_path)
+        await h.settle()
+        h.prober.ready.update(X)
+        await h.advance(1)
+        assert str(h.store.job.phase) == "Running"
+        h.prober.ready.discard("service_x_node3")
+        h.exit("service_x_node3", 1)
+        await h.settle()
+        await h.advance(1)  # its backoff: a new attempt, probed from its own start
+        assert h.phase("service_x_node3") == "Starting"
+        await h.advance(5)
+        assert ("service_x_node3", signal.SIGKILL) in h.backend.signals
+        assert "ProbeFailed" in h.reasons("instance/service_x_node3")
+        assert h.phase("service_x_node3") == "BackOff"
+        assert not h.store.job.teardown_requested
+
+    run(body())
+
+
+def test_a_stage_a_live_edit_adds_has_a_gate_of_its_own(tmp_path: Path) -> None:
+    import textwrap
+
+    from srtr.controllers import edits
+    from srtr.resources.diff import diff
+    from srtr.resources.expand import local_allocation
+    from srtr.resources.planning import plan_text_source
+
+    added = "  - name: late\n    command: [late]\n    readiness: {port: 9100, timeout_seconds: 2}\n"
+
+    async def body() -> None:
+        h = Harness(GATE, tmp_path)
+        await h.settle()
+        h.prober.ready.update(X)
+        await h.advance(1)
+        assert str(h.store.job.phase) == "Running"
+        _, new = plan_text_source(
+            textwrap.dedent(GATE) + added, "recipe.yaml", local_allocation(3), h.store.desired.nodes
+        )
+        edits.apply(h.ctx, new, diff(h.store.desired, new))
+        await h.settle()
+        assert h.phase("service_late") == "Starting"
+        await h.advance(2)
+        assert h.store.job.exit_code == 1
+        assert h.store.job.reason == (
+            "services[late] on node1 was not ready within 2s (tcp/9100, timeout=2s); "
+            "see logs/service_late.out"
+        )
 
     run(body())
 

@@ -12,6 +12,7 @@ from srtr.controllers.decisions import (
     EndJob,
     ExitDecision,
     Finish,
+    Gate,
     GiveUp,
     Restart,
     RestartNow,
@@ -20,16 +21,27 @@ from srtr.controllers.decisions import (
     TeardownStep,
     after_exit,
     critical_failure,
+    exited_unready,
     job_end,
     lowest_tier,
     next_stage,
+    open_stage,
+    readiness_deadline,
     rolled_out,
     stage_done,
+    stage_gate,
     stop_step,
     teardown_step,
 )
 from srtr.reconciler.status import InstanceStatus, Phase, UserAction
-from srtr.resources.objects import InstanceKind, InstanceSpec, RestartSpec, Stage
+from srtr.resources.objects import (
+    InstanceKind,
+    InstanceSpec,
+    ProbeKind,
+    ProbeSpec,
+    RestartSpec,
+    Stage,
+)
 
 POLICY = RestartSpec(
     policy="on-failure",
@@ -246,6 +258,148 @@ def test_a_benchmark_lets_its_stage_pass_once_started() -> None:
     bench = spec("benchmark", kind=InstanceKind.BENCHMARK)
     assert not stage_done(bench, InstanceStatus())
     assert stage_done(bench, InstanceStatus(phase=Phase.FAILED, attempt=0))
+
+
+# --- the stage gate ------------------------------------------------------------------------------
+
+NEVER = replace(POLICY, policy="never")
+TCP = ProbeSpec(kind=ProbeKind.TCP, timeout_seconds=5.0, interval_seconds=1.0, port=9000)
+GATED = Stage("after_frontend/x", "after_frontend", ("service_x_node1", "service_x_node3"))
+GATED_SPECS = {
+    n: spec(n, service="x", node=n.rsplit("_", 1)[1], probe=TCP, restart=NEVER)
+    for n in GATED.instances
+}
+
+
+def member(phase: Phase, *, ready: bool = False, code: int | None = None) -> InstanceStatus:
+    """An activated member on attempt 0 in `phase`, ready or not, with exit `code`."""
+    return InstanceStatus(
+        phase=phase,
+        activated=True,
+        attempt=0,
+        exited_attempt=0 if phase not in (Phase.STARTING, Phase.READY) else -1,
+        ready_attempt=0 if ready else None,
+        exit_code=code,
+        started_at=0.0,
+    )
+
+
+def gate(now: float = 1.0, **phases: InstanceStatus) -> Gate:
+    st = {n: member(Phase.STARTING) for n in GATED.instances}
+    st.update({f"service_x_{k}": v for k, v in phases.items()})
+    return stage_gate(GATED, GATED_SPECS, st, started_at=0.0, now=now)
+
+
+def test_an_exit_before_the_probe_passed_fails_the_gate_critical_or_not() -> None:
+    outcome = gate(node3=member(Phase.FAILED, code=127))
+    assert outcome == Gate(
+        failed="service_x_node3",
+        reason="services[x] exited with code 127 on node3 before its readiness probe passed "
+        "(tcp/9000, timeout=5s); see logs/service_x_node3.out",
+    )
+    assert not GATED_SPECS["service_x_node3"].critical
+
+
+def test_a_clean_exit_before_the_probe_passed_fails_the_gate_too() -> None:
+    # srtctl: the process died before its probe passed; the code does not matter.
+    assert gate(node1=member(Phase.SUCCEEDED, code=0)).failed == "service_x_node1"
+
+
+def test_a_member_not_ready_by_the_deadline_fails_the_gate() -> None:
+    assert gate(now=4.5) == Gate(wake_in=0.5)
+    assert gate(now=5.0, node1=member(Phase.READY, ready=True)) == Gate(
+        failed="service_x_node3",
+        reason="services[x] on node3 was not ready within 5s (tcp/9000, timeout=5s); "
+        "see logs/service_x_node3.out",
+        timed_out=True,
+    )
+
+
+def test_restarts_do_not_reset_the_gates_clock() -> None:
+    # Backing off after a crash, or starting again (a new attempt began at t=4): the
+    # deadline is still 5 s after the stage began.
+    backing_off = member(Phase.BACKOFF, code=1)
+    assert gate(now=3.0, node1=backing_off) == Gate(wake_in=2.0)
+    assert gate(now=5.0, node1=backing_off).failed == "service_x_node1"
+    again = member(Phase.STARTING)
+    again.started_at = 4.0
+    assert gate(now=5.0, node1=again).timed_out
+
+
+def test_an_exit_is_reported_before_a_timeout() -> None:
+    outcome = gate(now=9.0, node3=member(Phase.FAILED, code=2))
+    assert outcome.failed == "service_x_node3" and not outcome.timed_out
+
+
+def test_ready_members_and_members_without_a_probe_hold_no_deadline() -> None:
+    ready = member(Phase.READY, ready=True)
+    assert gate(now=99.0, node1=ready, node3=ready) == Gate()
+    no_probe = {n: replace(s, probe=None) for n, s in GATED_SPECS.items()}
+    st = {n: member(Phase.FAILED, code=1, ready=True) for n in GATED.instances}
+    st["service_x_node3"] = member(Phase.FAILED, code=127)  # launch failed: no probe, no gate
+    assert stage_gate(GATED, no_probe, st, started_at=0.0, now=99.0) == Gate()
+
+
+def test_a_ready_member_that_exits_later_does_not_fail_the_gate() -> None:
+    # Its probe passed; a non-critical exit afterwards is only recorded (S-70).
+    done = member(Phase.FAILED, ready=True, code=1)
+    assert gate(now=1.0, node1=done) == Gate(wake_in=4.0)
+    assert stage_done(GATED_SPECS["service_x_node1"], done)
+
+
+def test_a_member_that_exited_unready_holds_its_stage() -> None:
+    name = "service_x_node1"
+    failed = member(Phase.FAILED, code=1)
+    assert exited_unready(GATED_SPECS[name], failed)
+    assert not stage_done(GATED_SPECS[name], failed)
+    st = {n: member(Phase.READY, ready=True) for n in GATED.instances}
+    st[name] = failed
+    assert next_stage((GATED,), GATED_SPECS, st, set()) == StageStep()
+
+
+def test_what_is_not_an_exit_before_ready() -> None:
+    probed = GATED_SPECS["service_x_node1"]
+    assert not exited_unready(probed, member(Phase.STOPPED, code=143))  # stopped, not exited
+    assert not exited_unready(probed, member(Phase.BACKOFF, code=1))  # coming back
+    skipped = InstanceStatus(phase=Phase.SUCCEEDED, activated=True)  # never launched
+    assert not exited_unready(probed, skipped)
+    bench = replace(probed, kind=InstanceKind.BENCHMARK)
+    assert not exited_unready(bench, member(Phase.FAILED, code=1))
+
+
+def test_the_open_stage_is_the_first_not_passed_once_it_began() -> None:
+    st = statuses(service_db=Phase.READY, worker_0=Phase.STARTING, worker_1=Phase.RUNNING)
+    assert open_stage(STAGES, st, {"before_workers"}) == STAGES[1]
+    assert open_stage(STAGES, st, {"before_workers", "workers"}) is None  # frontend not begun
+    assert open_stage(STAGES, st, {s.name for s in STAGES}) is None
+
+
+def test_worker_and_frontend_members_are_named_like_the_reference() -> None:
+    worker = replace(GATED_SPECS["service_x_node1"], kind=InstanceKind.WORKER, index=2)
+    worker = replace(worker, service="agg", name="worker_agg_2", log="logs/node1_agg_w2.out")
+    http = ProbeSpec(ProbeKind.HTTP, 30.0, 1.0, port=8000, path="/health", status=200)
+    front = replace(worker, kind=InstanceKind.FRONTEND, name="frontend", probe=http)
+    front = replace(front, log="logs/frontend.out")
+    stage = Stage("workers", "workers", ("worker_agg_2", "frontend"))
+    specs = {"worker_agg_2": worker, "frontend": front}
+    st = {"worker_agg_2": member(Phase.FAILED, code=1), "frontend": member(Phase.STARTING)}
+    assert stage_gate(stage, specs, st, started_at=0.0, now=1.0).reason == (
+        "roles.agg worker 2 exited with code 1 on node1 before its readiness probe passed "
+        "(tcp/9000, timeout=5s); see logs/node1_agg_w2.out"
+    )
+    st["worker_agg_2"] = member(Phase.READY, ready=True)
+    assert stage_gate(stage, specs, st, started_at=0.0, now=30.0).reason == (
+        "frontend on node1 was not ready within 30s "
+        "(http://10.0.0.1:8000/health -> 200, timeout=30s); see logs/frontend.out"
+    )
+
+
+def test_the_readiness_deadline_counts_from_the_stage_while_the_gate_is_open() -> None:
+    restarted = member(Phase.STARTING)
+    restarted.started_at = 40.0
+    probed = GATED_SPECS["service_x_node1"]
+    assert readiness_deadline(probed, restarted, gate_started_at=10.0) == 15.0
+    assert readiness_deadline(probed, restarted, gate_started_at=None) == 45.0  # after the gate
 
 
 # --- the end of the job -------------------------------------------------------------------------

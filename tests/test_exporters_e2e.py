@@ -204,6 +204,7 @@ def test_prometheus_follows_the_pool_as_it_grows_and_shrinks(tmp_path: Path) -> 
         found = prometheus.wait_nodes_up([f"node{k}" for k in range(1, 5)], "4 targets up")
         labels = next(t["labels"] for t in found if t["labels"].get("node") == "node1")
         assert labels["instance"] == "service_node-exporter_node1"
+        assert labels["endpoint"] == "node_exporter_node1"  # srtctl's name (S-110)
         assert labels["pool"] == "train" and labels["job"] == "expo"
 
         save(run, RECIPE.format(port=port, nodes=6))
@@ -253,8 +254,10 @@ def test_srtr_serves_its_own_metrics(tmp_path: Path) -> None:
         victim = instance(state, "service_rider_node2")
         os.kill(victim["pid"], signal.SIGKILL)
         run.wait_state(
-            lambda s: instance(s, "service_rider_node2")["restarts"] == 1
-            and instance(s, "service_rider_node2")["phase"] == "Running",
+            lambda s: (
+                instance(s, "service_rider_node2")["restarts"] == 1
+                and instance(s, "service_rider_node2")["phase"] == "Running"
+            ),
             30,
             "rider restarted",
         )

@@ -1,10 +1,11 @@
 """Exporters without processes: T-80..T-88 adapted to srtr, the exporter controller, metrics.
 
 The reference's tachometer targets become srtr's `ExporterSpec`s and a Prometheus file_sd
-file (`prometheus/targets.json`). Where srtr differs on purpose the test says so: endpoint
-names are `<metrics.name or service name>_<node>` (no kind prefixes such as `node_exporter_`),
-URLs carry the node's IP (every simulated node has its own loopback address), and there is
-no power telemetry (T-86 becomes "a declared service replaces the implied one").
+file (`prometheus/targets.json`). Endpoint names are srtctl's (S-110):
+`<metrics.name or kind prefix or service name>_<node>`, so `dcgm_node1` and
+`node_exporter_node1`. Where srtr differs on purpose the test says so: URLs carry the node's
+IP (every simulated node has its own loopback address), and there is no power telemetry
+(T-86 becomes "a declared service replaces the implied one").
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ def test_t81_kind_annotations() -> None:
     # Bound to the node's own IP: simulated nodes share one kernel.
     assert "--web.listen-address={node_ip}:9101" in node.default_command({})
     assert "{node_ip}:9401" in dcgm.default_command({})
+    assert (dcgm.metrics_prefix, node.metrics_prefix) == ("dcgm", "node_exporter")
     generic = get_kind("generic")
-    assert generic is not None and generic.binary is None
+    assert generic is not None and generic.binary is None and generic.metrics_prefix is None
 
 
 # --- T-82..T-85: targets ------------------------------------------------------------------------
@@ -149,13 +151,40 @@ def test_t82_one_target_per_node_per_annotated_service() -> None:
             ("engines_node2", "http://127.0.0.3:9402/metrics", "service_engines_node2"),
         ]
         + [
-            (f"{kind}_node{k}", f"http://127.0.0.{k + 1}:{port}/metrics", f"service_{kind}_node{k}")
-            for kind, port in (("node-exporter", 9101), ("dcgm-exporter", 9401))
+            (
+                f"{prefix}_node{k}",
+                f"http://127.0.0.{k + 1}:{port}/metrics",
+                f"service_{name}_node{k}",
+            )
+            for name, prefix, port in (
+                ("dcgm-exporter", "dcgm", 9401),
+                ("node-exporter", "node_exporter", 9101),
+            )
             for k in (1, 2, 3)  # implied on compute: both pools' nodes
         ]
     )
     # No targets for services without metrics (miles, the quiet rider).
     assert {e.service for e in found} == {"engines", "node-exporter", "dcgm-exporter"}
+
+
+def test_s110_endpoint_names_take_the_kinds_prefix_unless_the_endpoint_is_named() -> None:
+    found = exporters("""\
+        name: t
+        services:
+          - name: gpus                   # any name: the kind's prefix names the endpoint
+            type: dcgm-exporter
+            nodes: 2
+          - name: hosts
+            type: node-exporter
+            placement: {pool: gpus}
+            metrics: {port: 9102, name: host}   # a named endpoint keeps its name
+        """)
+    assert [(e.service, e.name) for e in found] == [
+        ("gpus", "dcgm_node1"),
+        ("gpus", "dcgm_node2"),
+        ("hosts", "host_node1"),
+        ("hosts", "host_node2"),
+    ]
 
 
 def test_s111_implied_exporters_cover_pool_nodes_and_spares_are_left_out() -> None:
@@ -231,8 +260,9 @@ def test_t86_declaring_a_kinds_name_changes_it_and_enabled_false_turns_it_off() 
     node = sorted(e.url for e in found if e.service == "node-exporter")
     assert node == ["http://127.0.0.2:9200/metrics", "http://127.0.0.3:9200/metrics"]
     services = [(s.name, why) for s, why in effective_services(load_text(changed))]
-    # The declared entry takes the implied one's slot and is no longer "implied".
-    assert services[0] == ("node-exporter", None)
+    # The declared entry takes the implied one's slot (dcgm, then node, as srtctl) and is no
+    # longer "implied".
+    assert services[:2] == [("dcgm-exporter", "observability.exporters"), ("node-exporter", None)]
     off = base.replace(
         "services:\n",
         "services:\n  - name: node-exporter\n    type: node-exporter\n    enabled: false\n",
@@ -442,7 +472,7 @@ def test_kinds_without_their_binary_are_skipped_with_a_warning(tmp_path: Path) -
         exporter.start(h.ctx, which)
         await h.settle()
         await h.advance(1)
-        assert looked == ["prometheus-node-exporter", "dcgm-exporter"]  # once per binary
+        assert looked == ["dcgm-exporter", "prometheus-node-exporter"]  # once per binary
         skipped = [e for e in h.events if e.reason == "ExporterSkipped"]
         assert [(e.type, e.message) for e in skipped] == [
             (

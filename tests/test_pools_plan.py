@@ -633,6 +633,25 @@ def test_instance_names_and_logs_follow_the_seed() -> None:
     assert state.instance("service_train_n3").log == "logs/service_train_n3.out"
 
 
+def test_worker_logs_are_named_as_srtctl_names_them() -> None:
+    """`<node>_<role>_w<index>.out` (srtctl's worker stage); the instance keeps its name."""
+    text = textwrap.dedent("""\
+        name: w
+        roles:
+          prefill: {nodes: 1, workers: 1, command: [p]}
+          decode: {nodes: 2, workers: 4, command: [d]}
+        """)
+    state = expand(load_text(text), alloc(3))
+    workers = [(i.name, i.log) for i in state.instances if i.kind == "worker"]
+    assert workers == [
+        ("worker_prefill_0", "logs/n1_prefill_w0.out"),
+        ("worker_decode_0", "logs/n2_decode_w0.out"),
+        ("worker_decode_1", "logs/n2_decode_w1.out"),
+        ("worker_decode_2", "logs/n3_decode_w2.out"),
+        ("worker_decode_3", "logs/n3_decode_w3.out"),
+    ]
+
+
 def test_instance_names_never_collide() -> None:
     """Service `a` on node n2 and a one-instance service `a_n2` would both be
     `service_a_n2` (one step name, one log file): the plan must not hand out that name twice.

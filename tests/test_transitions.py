@@ -123,3 +123,25 @@ def test_restored_instances_are_alive_only_once_adopted(store: Store) -> None:
     assert store.status[PLAIN].ready
     store.gone(PLAIN)
     assert store.status[PLAIN].exited and store.status[PLAIN].exit_code is None
+
+
+def test_a_stage_gate_is_open_from_its_start_until_it_passes(store: Store) -> None:
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    first, _ = store.desired.stages
+    assert store.gate_opened_at(first.name) is None  # not begun
+    clock.advance(3)
+    store.launch_stage(1, first, first.instances)
+    assert store.gate_opened_at(first.name) == clock.now()
+    store.stage_passed(1, first.name)
+    assert store.gate_opened_at(first.name) is None  # passed: the gate is behind it
+
+
+def test_adoption_restarts_the_clock_of_stages_still_open(store: Store) -> None:
+    clock = store.clock
+    assert isinstance(clock, FakeClock)
+    first, second = store.desired.stages
+    clock.advance(60)
+    store.restore_job({"phase": "Launching", "passed_stages": [first.name], "stage": 1})
+    assert store.gate_opened_at(first.name) is None
+    assert store.gate_opened_at(second.name) == clock.now()  # deadlines count from adoption

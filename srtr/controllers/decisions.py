@@ -134,10 +134,15 @@ class StageStep:
 
 def stage_done(spec: InstanceSpec, status: InstanceStatus) -> bool:
     """Whether the instance lets its stage pass: ready, finished well enough, or a benchmark
-    that started (the benchmark is the last stage; the job ends with it)."""
+    that started (the benchmark is the last stage; the job ends with it).
+
+    One that ended for good before passing its probe never does: it fails the stage gate
+    (`stage_gate`)."""
     if spec.kind is InstanceKind.BENCHMARK:
         return status.attempt >= 0
     if status.phase in FINISHED:
+        if exited_unready(spec, status):
+            return False
         return not spec.critical or status.phase is Phase.SUCCEEDED
     return status.alive and status.ready
 
@@ -159,6 +164,117 @@ def next_stage(
             return StageStep(tuple(activate), None, tuple(passing))
         passing.append((number, stage.name))
     return StageStep(tuple(activate), None, tuple(passing), all_up=True)
+
+
+# --- the stage gate (srtctl's readiness gate, reference S-61) -------------------------------------
+
+
+def owner_text(spec: InstanceSpec) -> str:
+    """Who the instance belongs to, as messages name it: `services[x]`, `roles.agg worker 0`."""
+    if spec.kind is InstanceKind.WORKER:
+        return f"roles.{spec.service} worker {spec.index}"
+    return "frontend" if spec.kind is InstanceKind.FRONTEND else f"services[{spec.service}]"
+
+
+def readiness_text(spec: InstanceSpec) -> str:
+    """srtctl's `describe()` of a readiness probe: `tcp/9000, timeout=5s`."""
+    assert spec.probe is not None
+    return f"{spec.probe.describe(spec.node_ip)}, timeout={spec.probe.timeout_seconds:g}s"
+
+
+def exited_before_ready(spec: InstanceSpec, status: InstanceStatus) -> str:
+    """srtctl's message for an instance that exited before its readiness probe passed."""
+    code = "unknown" if status.exit_code is None else status.exit_code
+    return (
+        f"{owner_text(spec)} exited with code {code} on {spec.node} before its readiness "
+        f"probe passed ({readiness_text(spec)}); see {spec.log}"
+    )
+
+
+def not_ready_within(spec: InstanceSpec) -> str:
+    """srtctl's message for an instance that did not pass its probe within its timeout."""
+    assert spec.probe is not None
+    return (
+        f"{owner_text(spec)} on {spec.node} was not ready within "
+        f"{spec.probe.timeout_seconds:g}s ({readiness_text(spec)}); see {spec.log}"
+    )
+
+
+def exited_unready(spec: InstanceSpec, status: InstanceStatus) -> bool:
+    """The instance ended for good before passing its readiness probe: it has a probe, it
+    was launched, its restart policy does not bring it back (Succeeded or Failed, whatever
+    the code, as srtctl), and its last attempt never got ready."""
+    return (
+        spec.probe is not None
+        and spec.kind is not InstanceKind.BENCHMARK
+        and status.attempt >= 0
+        and status.phase in (Phase.SUCCEEDED, Phase.FAILED)
+        and not status.ready
+    )
+
+
+def open_stage(
+    stages: Sequence[Stage], statuses: Statuses, passed: AbstractSet[str]
+) -> Stage | None:
+    """The stage whose gate is open: the first one not passed, once it has begun (every
+    member activated); None when every stage passed or the next one has not begun."""
+    for stage in stages:
+        if stage.name in passed:
+            continue
+        return stage if all(statuses[n].activated for n in stage.instances) else None
+    return None
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The verdict on an open stage gate.
+
+    `failed`: the instance that fails it, and `reason` in srtctl's words; `timed_out` tells
+    a readiness timeout from an exit. Otherwise `wake_in`: seconds until the next member's
+    readiness deadline (None: no deadline to wait for).
+    """
+
+    failed: str | None = None
+    reason: str = ""
+    timed_out: bool = False
+    wake_in: float | None = None
+
+
+def stage_gate(
+    stage: Stage, specs: Specs, statuses: Statuses, *, started_at: float, now: float
+) -> Gate:
+    """srtctl's stage gate, for every probed member of the open `stage` (begun at
+    `started_at`): one that ended for good before passing its probe fails it, and so does
+    one not ready `timeout_seconds` after the stage began (restarts do not reset that
+    clock). Critical or not, either fails the job. Members without a probe are ready once
+    launched; the benchmark is not gated."""
+    members = [(specs[n], statuses[n]) for n in stage.instances]
+    for spec, status in members:
+        if exited_unready(spec, status):
+            return Gate(failed=spec.name, reason=exited_before_ready(spec, status))
+    wake: float | None = None
+    for spec, status in members:
+        if spec.probe is None or spec.kind is InstanceKind.BENCHMARK:
+            continue
+        if status.phase in FINISHED or (status.alive and status.ready):
+            continue
+        left = started_at + spec.probe.timeout_seconds - now
+        if left <= 0:
+            return Gate(failed=spec.name, reason=not_ready_within(spec), timed_out=True)
+        wake = left if wake is None else min(wake, left)
+    return Gate(wake_in=wake)
+
+
+def readiness_deadline(
+    spec: InstanceSpec, status: InstanceStatus, *, gate_started_at: float | None
+) -> float:
+    """When the instance must have passed its probe: `timeout_seconds` after its stage
+    began while that stage's gate is open (`gate_started_at`), else (after the gate, e.g. a
+    restart later on) after its current attempt began."""
+    assert spec.probe is not None
+    start = gate_started_at if gate_started_at is not None else status.started_at
+    assert start is not None
+    return start + spec.probe.timeout_seconds
 
 
 def critical_failure(

@@ -1,11 +1,13 @@
 """Job controller: walk the launch stages, then decide how and when the job ends.
 
 Stages (from `expand`) go in order; every instance of a stage is activated at once and the
-next stage starts when each of them is ready (or, if not critical, finished). After the last
-stage the job ends when the benchmark exits, when every terminal instance has exited (worst
-code), on a critical failure (1), or when stopped by a signal (128+n); otherwise it holds.
-The decisions are `decisions.next_stage`, `critical_failure` and `job_end`; this module
-applies them through the store.
+next stage starts when each of them is ready (or, if not critical, finished). The stage
+gate fails the job (1), as srtctl's does, critical or not, when a member ends for good
+before passing its probe or is not ready `timeout_seconds` after the stage began. After the
+last stage the job ends when the benchmark exits, when every terminal instance has exited
+(worst code), on a critical failure (1), or when stopped by a signal (128+n); otherwise it
+holds. The decisions are `decisions.stage_gate`, `next_stage`, `critical_failure` and
+`job_end`; this module applies them through the store.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ async def reconcile(ctx: Ctx) -> Result | None:
         return None
     if job.phase is JobPhase.PENDING:
         store.job_launching()
+    gate = _gate(ctx)
+    if gate.failed is not None:
+        if gate.timed_out:
+            store.not_ready_in_time(gate.failed, gate.reason)
+        begin_teardown(ctx, exit_code=1, reason=gate.reason)
+        return None
     failure = decisions.critical_failure(
         store.specs, store.status, store.desired_names, spares=bool(store.desired.nodes.spares)
     )
@@ -50,7 +58,9 @@ async def reconcile(ctx: Ctx) -> Result | None:
     for name in step.activate:
         ctx.queue.add(instance_key(name))
     if not step.all_up:
-        return None
+        # Look again at the next readiness deadline of the open gate (a stage that began
+        # just now is looked at again once its members launched).
+        return Result(requeue_after=gate.wake_in) if gate.wake_in is not None else None
     if job.phase is JobPhase.LAUNCHING:
         store.job_running(_ending(ctx))
     if job.observed_generation != job.generation and not store.removing:
@@ -60,6 +70,18 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if end is not None:
         begin_teardown(ctx, exit_code=end.exit_code, reason=end.reason)
     return None
+
+
+def _gate(ctx: Ctx) -> decisions.Gate:
+    """The verdict on the open stage gate, if a stage is waited for."""
+    store = ctx.store
+    stage = decisions.open_stage(store.desired.stages, store.status, store.job.passed_stages)
+    started = store.gate_opened_at(stage.name) if stage is not None else None
+    if stage is None or started is None:
+        return decisions.Gate()
+    return decisions.stage_gate(
+        stage, store.specs, store.status, started_at=started, now=ctx.clock.now()
+    )
 
 
 def _ending(ctx: Ctx) -> str:

@@ -1,25 +1,23 @@
 """Probe controller: run an instance's readiness probe every interval until it passes or times out.
 
-A probe attempt runs as its own task, so a slow probe never holds the work queue. An instance
-that is not ready by `timeout_seconds` fails the job when it is critical; otherwise it is
-killed and falls to its restart policy.
+A probe attempt runs as its own task, so a slow probe never holds the work queue. While the
+instance's stage gate is open, its deadline is `timeout_seconds` after the stage began, and
+missing it is the job controller's to judge: the stage gate fails the job. After the gate
+(a restart later on, an instance a live edit added), the deadline counts from the attempt's
+start: a critical instance not ready by then fails the job; any other is killed and falls
+to its restart policy.
 """
 
 from __future__ import annotations
 
 import signal
 
+from srtr.controllers import decisions
 from srtr.controllers.context import JOB, Ctx, pool_key, probe_key
 from srtr.controllers.job import begin_teardown
 from srtr.reconciler.store import Phase
 from srtr.reconciler.workqueue import Result
-from srtr.resources.objects import InstanceKind, InstanceSpec
-
-
-def describe_owner(spec: InstanceSpec) -> str:
-    if spec.kind is InstanceKind.WORKER:
-        return f"roles.{spec.service} worker {spec.index}"
-    return "frontend" if spec.kind is InstanceKind.FRONTEND else f"services[{spec.service}]"
+from srtr.resources.objects import InstanceSpec
 
 
 async def reconcile(ctx: Ctx, name: str) -> Result | None:
@@ -33,9 +31,13 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
     if store.job.teardown_requested or status.probe_in_flight or status.kill_sent:
         return None
     now = ctx.clock.now()
-    assert status.started_at is not None
-    if now >= status.started_at + spec.probe.timeout_seconds:
-        await _not_ready(ctx, spec)
+    gate_started_at = store.gate_opened_at(spec.stage)
+    deadline = decisions.readiness_deadline(spec, status, gate_started_at=gate_started_at)
+    if now >= deadline:
+        if gate_started_at is not None:
+            ctx.queue.add(JOB)  # the stage gate fails the job
+        else:
+            await _not_ready(ctx, spec)
         return None
     if status.next_probe_at is not None and now < status.next_probe_at:
         return Result(requeue_after=status.next_probe_at - now)
@@ -68,16 +70,9 @@ async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:
 
 
 async def _not_ready(ctx: Ctx, spec: InstanceSpec) -> None:
-    assert spec.probe is not None
-    text = (
-        f"{describe_owner(spec)} on {spec.node} was not ready within "
-        f"{spec.probe.timeout_seconds:g}s ({spec.probe.describe(spec.node_ip)}); "
-        f"see {spec.log}"
-    )
-    status = ctx.store.status[spec.name]
-    if status.probe_message:
-        text += f"; last probe: {status.probe_message}"
-    ctx.store.record(f"instance/{spec.name}", "ProbeFailed", text, warning=True)
+    """After the gate: not ready within `timeout_seconds` of the attempt's start."""
+    text = decisions.not_ready_within(spec)
+    ctx.store.not_ready_in_time(spec.name, text)
     if spec.critical:
         begin_teardown(ctx, exit_code=1, reason=text)
         return

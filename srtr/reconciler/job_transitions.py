@@ -38,7 +38,9 @@ class JobTransitions(StoreBase):
         self.changed()
 
     def launch_stage(self, number: int, stage: Stage, names: tuple[str, ...]) -> None:
-        """Stage `number` begins: activate `names` (its members not yet activated)."""
+        """Stage `number` begins now: activate `names` (its members not yet activated); its
+        gate's readiness deadlines count from now."""
+        self.job.stage_started_at[stage.name] = self.clock.now()
         for name in names:
             self.activate(name)
         self.record(
@@ -47,6 +49,12 @@ class JobTransitions(StoreBase):
             f"stage {number}/{len(self.desired.stages)} {stage.name}: launching "
             f"{len(stage.instances)} instance(s)",
         )
+
+    def gate_opened_at(self, stage: str) -> float | None:
+        """When `stage` began, while its gate is open (begun, not passed); else None."""
+        if stage in self.job.passed_stages:
+            return None
+        return self.job.stage_started_at.get(stage)
 
     def stage_passed(self, number: int, name: str) -> None:
         """Every member of stage `number` is up: the next stage may begin."""
@@ -141,6 +149,12 @@ class JobTransitions(StoreBase):
         status.observed_generation = int(job.get("observed_generation", 0))
         status.passed_stages = set(job.get("passed_stages", []))
         status.stage = int(job.get("stage", 0))
+        # Readiness deadlines of a stage still open count from now, the adoption, as probe
+        # timeouts do (`restored`); a stage that begins later sets its own start.
+        now = self.clock.now()
+        for stage in self.desired.stages:
+            if stage.name not in status.passed_stages:
+                status.stage_started_at[stage.name] = now
         phase = JobPhase(job.get("phase", "Pending"))
         status.phase = JobPhase.LAUNCHING if phase is JobPhase.PENDING else phase
         if phase is JobPhase.TEARING_DOWN:

@@ -131,6 +131,8 @@ class JobStatus:
     phase: JobPhase = JobPhase.PENDING
     stage: int = 0
     passed_stages: set[str] = field(default_factory=set)
+    # When each stage began (monotonic): its gate's readiness deadlines count from there.
+    stage_started_at: dict[str, float] = field(default_factory=dict)
     exit_code: int | None = None
     reason: str = ""
     generation: int = 1

@@ -272,6 +272,13 @@ class InstanceTransitions(StoreBase):
             self.set_condition(status.conditions, "Ready", False, "ProbeFailing", message)
         status.next_probe_at = self.clock.now() + spec.probe.interval_seconds
 
+    def not_ready_in_time(self, name: str, reason: str) -> None:
+        """The instance did not pass its probe within its timeout (`reason`): a ProbeFailed
+        warning that also gives the last probe attempt's message."""
+        status = self.status[name]
+        last = f"; last probe: {status.probe_message}" if status.probe_message else ""
+        self.record(f"instance/{name}", "ProbeFailed", reason + last, warning=True)
+
     # -- stopping -----------------------------------------------------------------------------
     def terminating(self, name: str, *, at: float) -> None:
         """SIGTERM goes out to the instance now (`at`): Terminating; its grace starts."""

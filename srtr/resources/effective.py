@@ -10,7 +10,8 @@ from srtr.resources.recipe import Metrics, Placement, Recipe, RestartPolicy, Rol
 
 ROLE_NAMES = ("prefill", "decode", "agg")
 IMPLIED_REASON = "observability.exporters"
-IMPLIED_EXPORTERS = ("node-exporter", "dcgm-exporter")
+# In srtctl's order (reference S-49 rule 5): dcgm, then node (srtr has no process exporter).
+IMPLIED_EXPORTERS = ("dcgm-exporter", "node-exporter")
 
 
 def kind_of(service: Service) -> Kind:

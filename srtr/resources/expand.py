@@ -26,6 +26,7 @@ from srtr.resources.effective import (
     env_key,
     frontend_type,
     is_rider,
+    kind_of,
     roles,
 )
 from srtr.resources.errors import Path, Problem
@@ -215,7 +216,8 @@ class _Expander:
                         node_ip=values["node_ip"],
                         argv=tuple(placeholders.render(a, values) for a in role.command),
                         env=tuple((k, placeholders.render(v, values)) for k, v in env.items()),
-                        log=f"logs/{name}.out",
+                        # srtctl's worker log name: <node>_<role>_w<index>.out
+                        log=f"logs/{node}_{role_name}_w{index}.out",
                         stage="workers",
                         shutdown_tier=0,
                         stop_grace_seconds=role.stop_grace_seconds,
@@ -357,6 +359,9 @@ class _Expander:
         out = []
         for service in self.by_name.values():
             members = by_service.get(service.name, [])
+            # `<endpoint name or kind prefix or service name>_<node>` (reference S-110):
+            # `dcgm_node1`, `node_exporter_node1`, what users' dashboards select on.
+            stem = kind_of(service).metrics_prefix or service.name
             for metrics in effective_metrics(service):
                 chosen = members[:1] if metrics.nodes == "first" else members
                 for spec in chosen:
@@ -366,7 +371,7 @@ class _Expander:
                             instance=spec.name,
                             node=spec.node,
                             url=f"http://{spec.node_ip}:{metrics.port}{metrics.path}",
-                            name=f"{metrics.name or service.name}_{spec.node}",
+                            name=f"{metrics.name or stem}_{spec.node}",
                         )
                     )
         return out

@@ -23,6 +23,9 @@ class Kind:
     default_placement: str = "head"
     option_keys: tuple[str, ...] = ()
     default_metrics_port: Callable[[Options], int] | None = None
+    # The endpoint name's stem in the targets file, `<prefix>_<node>` (reference S-36
+    # `metrics_endpoint_prefix`, S-110); None: the service name.
+    metrics_prefix: str | None = None
     binary: str | None = None
 
     @property
@@ -61,6 +64,7 @@ register(
         default_placement="workers",
         option_keys=("port",),
         default_metrics_port=lambda o: _port(o, 9101),
+        metrics_prefix="node_exporter",
         binary="prometheus-node-exporter",
     )
 )
@@ -77,6 +81,7 @@ register(
         default_placement="workers",
         option_keys=("port", "collect_interval_ms"),
         default_metrics_port=lambda o: _port(o, 9401),
+        metrics_prefix="dcgm",
         binary="dcgm-exporter",
     )
 )
