@@ -7,10 +7,14 @@ The last test runs the built srun command lines on that cluster (started when it
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,19 +23,30 @@ from srtr.backends.slurm_cmd import (
     NodeRow,
     StepRow,
     node_is_down,
+    parse_end_time,
     parse_hostnames,
+    parse_job_running,
+    parse_pyxis,
     parse_salloc_job_id,
     parse_salloc_pending_job_id,
+    parse_sbatch_job_id,
     parse_scontrol_nodes,
+    parse_squeue_nodes,
     parse_squeue_steps,
     parse_srun_node_failure,
     salloc_argv,
+    sbatch_argv,
     scancel_job_argv,
     scancel_step_argv,
+    scancel_steps_argv,
     scontrol_show_hostnames_argv,
     scontrol_show_node_argv,
+    squeue_end_time_argv,
+    squeue_nodes_argv,
+    squeue_state_argv,
     squeue_steps_argv,
     srun_argv,
+    srun_help_argv,
 )
 
 # --- fixtures captured from SLURM 22.05.8 on this machine ------------------------------------
@@ -78,6 +93,16 @@ STEPID|STATE|NODELIST|NAME
 12.0|RUNNING|node[1-2]|two
 12.1|RUNNING|node3|ünï code
 """
+
+# `squeue -h -j 1 -o %N`, `-o %e` and `-o %T` of a two-node job from `salloc --time=30`
+SQUEUE_JOB_NODES = "node[1-2]\n"
+SQUEUE_JOB_END = "2026-12-01T12:28:23\n"
+SQUEUE_JOB_STATE = "RUNNING\n"
+# `-o %e` of a job without a time limit; `-o %T` (exit 0) of a job just cancelled
+SQUEUE_JOB_END_UNLIMITED = "NONE\n"
+SQUEUE_JOB_STATE_ENDED = ""
+# `sbatch --parsable job.sh` (exit 0); with a federation or cluster it prints `JOB;CLUSTER`
+SBATCH_PARSABLE = "2\n"
 
 # `scontrol --oneliner show node` with node3's slurmd killed ~20 s before and node4 drained
 # by `scontrol update nodename=node4 state=drain reason='srtr test: drained, with spaces
@@ -433,6 +458,26 @@ def test_scancel_job_argv() -> None:
     assert scancel_job_argv("12") == ["scancel", "12"]
 
 
+def test_scancel_steps_argv_signals_several_steps_in_one_call() -> None:
+    assert scancel_steps_argv("12", ["3", "12.4", "extern"], "KILL") == [
+        "scancel",
+        "--ctld",
+        "--signal=KILL",
+        "--full",
+        "12.3",
+        "12.4",
+        "12.extern",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("job", "steps"), [("12", []), ("12", [""]), ("12", ["3\n4"]), ("", ["3"])]
+)
+def test_scancel_steps_argv_rejects_bad_ids(job: str, steps: list[str]) -> None:
+    with pytest.raises(ValueError):
+        scancel_steps_argv(job, steps, "KILL")
+
+
 # --- squeue ------------------------------------------------------------------------------------
 
 
@@ -483,6 +528,67 @@ def test_parse_squeue_steps_named_steps_like_extern() -> None:
 def test_parse_squeue_steps_rejects_other_formats(line: str) -> None:
     with pytest.raises(ValueError):
         parse_squeue_steps(line)
+
+
+def test_squeue_job_field_argvs() -> None:
+    assert squeue_nodes_argv("7") == ["squeue", "-h", "-j", "7", "-o", "%N"]
+    assert squeue_end_time_argv("7") == ["squeue", "-h", "-j", "7", "-o", "%e"]
+    assert squeue_state_argv("7") == ["squeue", "-h", "-j", "7", "-o", "%T"]
+
+
+@pytest.mark.parametrize("build", [squeue_nodes_argv, squeue_end_time_argv, squeue_state_argv])
+@pytest.mark.parametrize("job", ["", "7\n8"])
+def test_squeue_job_field_argvs_reject_bad_job_ids(build: Any, job: str) -> None:
+    with pytest.raises(ValueError):
+        build(job)
+
+
+def test_parse_squeue_nodes() -> None:
+    assert parse_squeue_nodes(SQUEUE_JOB_NODES) == "node[1-2]"
+
+
+def test_parse_end_time() -> None:
+    expected = datetime.datetime(2026, 12, 1, 12, 28, 23).timestamp()  # the controller's zone
+    assert parse_end_time(SQUEUE_JOB_END) == expected
+
+
+@pytest.mark.parametrize("text", [SQUEUE_JOB_END_UNLIMITED, "UNLIMITED\n", "N/A\n", "", "\n"])
+def test_parse_end_time_without_a_limit(text: str) -> None:
+    assert parse_end_time(text) is None
+
+
+def test_parse_job_running() -> None:
+    assert parse_job_running(SQUEUE_JOB_STATE)
+    assert not parse_job_running(SQUEUE_JOB_STATE_ENDED)
+    assert not parse_job_running("PENDING\n")
+    assert not parse_job_running("COMPLETING\n")
+
+
+# --- sbatch ------------------------------------------------------------------------------------
+
+
+def test_sbatch_argv() -> None:
+    assert sbatch_argv(Path("/runs/x/submit.sh")) == ["sbatch", "--parsable", "/runs/x/submit.sh"]
+
+
+@pytest.mark.parametrize("path", ["", "/a\nb.sh"])
+def test_sbatch_argv_rejects_bad_paths(path: str) -> None:
+    with pytest.raises(ValueError):
+        sbatch_argv(path)
+
+
+@pytest.mark.parametrize(("text", "job"), [(SBATCH_PARSABLE, "2"), ("17;cluster1\n", "17")])
+def test_parse_sbatch_job_id(text: str, job: str) -> None:
+    assert parse_sbatch_job_id(text) == job
+
+
+# --- srun --help -------------------------------------------------------------------------------
+
+
+def test_pyxis_is_seen_in_srun_help() -> None:
+    assert srun_help_argv() == ["srun", "--help"]
+    assert parse_pyxis("      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH\n")
+    assert not parse_pyxis("Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]]\n")
 
 
 # --- scontrol ----------------------------------------------------------------------------------
@@ -604,9 +710,7 @@ def test_srun_argv_on_the_cluster(tmp_path: Path, slurm_cluster: dict[str, str])
     assert job is not None, alloc.stderr
     try:
         node = parse_hostnames(
-            subprocess.run(
-                ["squeue", "-h", "-j", job, "-o", "%N"], env=env, capture_output=True, text=True
-            ).stdout
+            subprocess.run(squeue_nodes_argv(job), env=env, capture_output=True, text=True).stdout
         )[0]
         log = tmp_path / "50% of %j.log"  # the % must survive srun's filename patterns
         values = {"NASTY": NASTY, "EMPTY": "", "W": "ALL,NONE"}
@@ -638,6 +742,70 @@ def test_srun_argv_on_the_cluster(tmp_path: Path, slurm_cluster: dict[str, str])
         subprocess.run(scancel_job_argv(job), env=env, timeout=30)
 
 
+def _until(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slurm
+def test_job_queries_scancel_and_sbatch_on_the_cluster(
+    tmp_path: Path, slurm_cluster: dict[str, str]
+) -> None:
+    """squeue of one job, scancel of several steps, sbatch and srun --help, run for real."""
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env=slurm_cluster, capture_output=True, text=True, timeout=60)
+
+    alloc = run(salloc_argv(nodes=2, job_name="srtr-pytest-q", time_limit="5", extra=("-I30",)))
+    job = parse_salloc_job_id(alloc.stderr)
+    assert job is not None, alloc.stderr
+    try:
+        hostlist = parse_squeue_nodes(run(squeue_nodes_argv(job)).stdout)
+        nodes = parse_hostnames(run(scontrol_show_hostnames_argv(hostlist)).stdout)
+        assert len(nodes) == 2, hostlist
+        assert parse_job_running(run(squeue_state_argv(job)).stdout)
+        end = parse_end_time(run(squeue_end_time_argv(job)).stdout)
+        assert end is not None and 0 < end - time.time() <= 5 * 60 + 5
+        clients = [
+            subprocess.Popen(
+                srun_argv(
+                    job_id=job,
+                    node=node,
+                    step_name=f"srtr-pytest-{node}",
+                    log_path=tmp_path / f"{node}.log",
+                    env={},
+                    argv=["sleep", "300"],
+                ),
+                env=slurm_cluster,
+                stdin=subprocess.DEVNULL,
+            )
+            for node in nodes
+        ]
+
+        def ours() -> list[str]:
+            rows = parse_squeue_steps(run(squeue_steps_argv(job)).stdout)
+            return [r.step_id for r in rows if r.name.startswith("srtr-pytest-")]
+
+        _until("both steps to be listed", lambda: len(ours()) == 2)
+        assert run(scancel_steps_argv(job, ours(), "KILL")).returncode == 0
+        for client in clients:
+            client.wait(timeout=60)
+        _until("both steps to be gone", lambda: not ours())
+    finally:
+        run(scancel_job_argv(job))
+    _until("the job to end", lambda: not parse_job_running(run(squeue_state_argv(job)).stdout))
+    out = tmp_path / "batch.out"
+    script = tmp_path / "batch.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --output={out}\necho batch-ran\n")
+    submitted = run(sbatch_argv(script))
+    assert submitted.returncode == 0, submitted.stderr
+    assert parse_sbatch_job_id(submitted.stdout).isdigit()
+    _until("the batch job's output", lambda: out.exists() and "batch-ran" in out.read_text())
+    assert not parse_pyxis(run(srun_help_argv()).stdout)  # the test cluster has no pyxis
+
+
 def test_transient_slurm_errors_are_retried_then_reported(tmp_path: Path) -> None:
     from srtr.backends.slurm import SlurmCommands, SlurmError
 
@@ -661,3 +829,20 @@ def test_transient_slurm_errors_are_retried_then_reported(tmp_path: Path) -> Non
     hard.chmod(0o755)
     with pytest.raises(SlurmError, match="Invalid job id"):
         commands.run([str(hard)])
+
+
+def test_a_command_that_is_not_idempotent_runs_once(tmp_path: Path) -> None:
+    """sbatch after a timeout may have submitted already: `retry=False` never runs it twice."""
+    from srtr.backends.slurm import SlurmCommands, SlurmError
+
+    counter = tmp_path / "count"
+    flaky = tmp_path / "flaky"
+    flaky.write_text(
+        "#!/bin/bash\n"
+        f"echo x >> {counter}\n"
+        "echo 'sbatch: error: Socket timed out on send/recv operation' >&2\nexit 1\n"
+    )
+    flaky.chmod(0o755)
+    with pytest.raises(SlurmError, match=r"flaky failed: sbatch: error: Socket timed out"):
+        SlurmCommands(attempts=5, max_wait=0.01).run([str(flaky)], check=False, retry=False)
+    assert counter.read_text() == "x\n"

@@ -3,6 +3,9 @@
 Controllers import only this module. `local.py` runs instances as process groups on this
 machine, `slurm.py` as srun steps, and `fake.py` scripts exits for controller tests. A backend
 reports what happened through the listener it was given; it never decides anything.
+
+Everything the controllers and the runtime ask of a backend is in `Backend`; what only some
+backends can do is declared in their `Capabilities`, never found out by probing for methods.
 """
 
 from __future__ import annotations
@@ -76,6 +79,26 @@ class Observation:
 
 Listener = Callable[[Observation], None]
 
+# What identifies a live attempt's process across controllers (local: pid and kernel start
+# time); saved in state.json, handed back to `Backend.adopt` by the next controller.
+Identity = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond launching and signalling; callers check these flags.
+
+    Attributes:
+        containers: `LaunchSpec.container` images are run (SLURM with pyxis); otherwise they
+            are ignored and the instance runs on the host.
+        simulated_nodes: nodes are simulated, so `lose_node` can fail one on request.
+        walltime: the allocation has a time limit that `end_time` may report.
+    """
+
+    containers: bool = False
+    simulated_nodes: bool = False
+    walltime: bool = False
+
 
 class LaunchError(Exception):
     """The backend could not start the instance at all (missing binary, bad cwd, ...).
@@ -88,6 +111,19 @@ class Backend(Protocol):
     """What controllers may ask of a backend. All methods are called on the event loop."""
 
     name: str
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend can do; fixed for its lifetime."""
+        ...
+
+    @property
+    def owns_allocation(self) -> bool:
+        """True when the backend asked for its allocation and releases it in `close`.
+
+        Saved in state.json, so the job's guard knows to release it after a crash.
+        """
+        ...
 
     def nodes(self) -> list[NodeInfo]:
         """The allocation's nodes in allocation order."""
@@ -111,6 +147,32 @@ class Backend(Protocol):
 
     def running(self) -> set[str]:
         """Names of instances that have a live attempt right now."""
+        ...
+
+    def identity(self, name: str) -> Identity | None:
+        """What `adopt` needs to find the live attempt of `name` again after a controller
+        crash, or None when it cannot be adopted (no live attempt, or not adoptable)."""
+        ...
+
+    async def adopt(self, name: str, attempt: int, identity: Identity) -> bool:
+        """Watch attempt `attempt` of `name`, started by an earlier controller, if `identity`
+        still names a live process; False when it is gone (or adoption is unsupported)."""
+        ...
+
+    async def end_time(self) -> float | None:
+        """When the allocation's time limit ends (epoch seconds), or None when it has none.
+
+        Only backends with `capabilities.walltime` ever return a time.
+        """
+        ...
+
+    def lose_node(self, node: str) -> list[str]:
+        """Fail `node` now: kill its attempts, report them LOST, launch nothing there again.
+        Returns the names of the instances it took.
+
+        Raises:
+            ValueError: no such node, or the backend has no `capabilities.simulated_nodes`.
+        """
         ...
 
     async def close(self) -> None:

@@ -2,7 +2,8 @@
 
 Behaviour, not imitation: a launch records the spec and returns a pid; `exit(name, code)`
 reports an exit; SIGTERM ends an attempt with 143 unless the instance is told to ignore it;
-SIGKILL always ends it with 137.
+SIGKILL always ends it with 137. It declares no capabilities: nothing is adoptable, there is
+no time limit, and its nodes cannot be lost on request (`lose(name)` reports one loss instead).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import signal as signals
 
 from srtr.backends.base import (
+    Capabilities,
+    Identity,
     LaunchError,
     LaunchSpec,
     Listener,
@@ -21,6 +24,8 @@ from srtr.backends.base import (
 
 class FakeBackend:
     name = "fake"
+    capabilities = Capabilities()
+    owns_allocation = False
 
     def __init__(self, node_count: int = 4) -> None:
         self._nodes = [NodeInfo(f"node{k}", f"127.0.0.{k + 1}") for k in range(1, node_count + 1)]
@@ -84,6 +89,18 @@ class FakeBackend:
 
     def running(self) -> set[str]:
         return set(self.live)
+
+    def identity(self, name: str) -> Identity | None:
+        return None
+
+    async def adopt(self, name: str, attempt: int, identity: Identity) -> bool:
+        return False
+
+    async def end_time(self) -> float | None:
+        return None
+
+    def lose_node(self, node: str) -> list[str]:
+        raise ValueError(f"the {self.name} backend has no simulated nodes to lose")
 
     async def close(self) -> None:
         for name in list(self.live):

@@ -1,10 +1,10 @@
 """The SLURM backend: every instance attempt is one srun step inside the job's allocation.
 
 The srun client of each step is a local child process, so starting, reaping and log handling
-are the local backend's (this class extends it); what differs is the command line (srun, see
-`slurm_cmd.srun_argv`), how a step is signalled (`scancel --signal --full JOB.STEP`, so the
-signal reaches the task and not the srun client, which would abort the step), and how lost
-steps and DOWN nodes are noticed: one poller runs `squeue --steps -j JOB` and
+are a `procgroup.ProcessGroups`'s, as in the local backend; what differs is the command line
+(srun, see `slurm_cmd.srun_argv`), how a step is signalled (`scancel --signal --full JOB.STEP`,
+so the signal reaches the task and not the srun client, which would abort the step), and how
+lost steps and DOWN nodes are noticed: one poller runs `squeue --steps -j JOB` and
 `scontrol show node` for the whole job once per period, never one call per instance.
 
 Allocation handling lives here too: discovery inside an allocation (`SLURM_JOB_ID`,
@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -34,8 +33,17 @@ from pathlib import Path
 import tenacity
 
 from srtr.backends import slurm_cmd
-from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo, Observation, ObservationKind
-from srtr.backends.local import LocalBackend, _Attempt
+from srtr.backends.base import (
+    Capabilities,
+    Identity,
+    LaunchError,
+    LaunchSpec,
+    Listener,
+    NodeInfo,
+    Observation,
+    ObservationKind,
+)
+from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, exited, kill_group
 
 log = logging.getLogger("srtr")
 
@@ -75,10 +83,16 @@ class SlurmCommands:
         self.max_wait = max_wait
         self.timeout = timeout
 
-    def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run `argv`; retry transient failures; raise SlurmError on a final failure."""
+    def run(
+        self, argv: Sequence[str], *, check: bool = True, retry: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `argv`; retry transient failures; raise SlurmError on a final failure.
+
+        `retry=False` is for a command that is not idempotent (sbatch): after a timeout it
+        may have taken effect, so it runs once and a transient failure is final.
+        """
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts),
+            stop=tenacity.stop_after_attempt(self.attempts if retry else 1),
             wait=tenacity.wait_exponential(multiplier=0.25, max=self.max_wait),
             retry=tenacity.retry_if_exception_type(_Transient),
             before_sleep=lambda state: log.warning(
@@ -92,6 +106,8 @@ class SlurmCommands:
         try:
             return retrying(self._once, list(argv), check)
         except _Transient as exc:
+            if not retry:
+                raise SlurmError(f"{argv[0]} failed: {exc}") from None
             raise SlurmError(f"{argv[0]} kept failing: {exc}") from None
 
     def _once(self, argv: list[str], check: bool) -> subprocess.CompletedProcess[str]:
@@ -184,8 +200,8 @@ def allocate(
     if proc.returncode != 0 or job_id is None:
         raise SlurmError(f"salloc failed ({proc.returncode}): {stderr.strip()}")
     try:
-        done = commands.run(["squeue", "-h", "-j", job_id, "-o", "%N"])
-        hostlist = done.stdout.strip()
+        done = commands.run(slurm_cmd.squeue_nodes_argv(job_id))
+        hostlist = slurm_cmd.parse_squeue_nodes(done.stdout)
         names = slurm_cmd.parse_hostnames(
             commands.run(slurm_cmd.scontrol_show_hostnames_argv(hostlist)).stdout
         )
@@ -202,16 +218,16 @@ def release(commands: SlurmCommands, job_id: str) -> None:
 
 def pyxis_available(commands: SlurmCommands) -> bool:
     try:
-        done = commands.run(["srun", "--help"], check=False)
+        done = commands.run(slurm_cmd.srun_help_argv(), check=False)
     except SlurmError:
         return False
-    return "--container-image" in done.stdout
+    return slurm_cmd.parse_pyxis(done.stdout)
 
 
 # --- the backend -----------------------------------------------------------------------------
 
 
-class SlurmBackend(LocalBackend):
+class SlurmBackend:
     """Runs each instance attempt as an srun step in allocation `job_id`."""
 
     name = "slurm"
@@ -224,11 +240,15 @@ class SlurmBackend(LocalBackend):
         pyxis: bool = False,
         poll_period: float = POLL_PERIOD,
     ) -> None:
-        super().__init__(len(allocation.nodes), allocation.nodes)
+        self._nodes = list(allocation.nodes)
+        self._listener: Listener | None = None
+        self._groups = ProcessGroups(
+            self._exited, command=self._command, environment=self._environment, owner=self.name
+        )
         self.allocation = allocation
         self.job_id = allocation.job_id
         self.commands = commands or SlurmCommands()
-        self.supports_containers = pyxis
+        self.capabilities = Capabilities(containers=pyxis, walltime=True)
         self.poll_period = poll_period
         self._steps: dict[str, str] = {}  # instance name → step id of its live attempt
         self._seen: set[str] = set()  # names whose step squeue has shown
@@ -238,6 +258,27 @@ class SlurmBackend(LocalBackend):
         self._node: dict[str, str] = {}  # instance name → node of its live attempt
         self._log: dict[str, tuple[Path, int]] = {}  # name → (log, size when it started)
         self._poller: asyncio.Task[None] | None = None
+
+    @property
+    def owns_allocation(self) -> bool:
+        return self.allocation.owned
+
+    def nodes(self) -> list[NodeInfo]:
+        return list(self._nodes)
+
+    def set_listener(self, listener: Listener) -> None:
+        self._listener = listener
+
+    def running(self) -> set[str]:
+        return self._groups.names()
+
+    def identity(self, name: str) -> Identity | None:
+        """pid and kernel start time of the step's srun client: what adoption checks later."""
+        return self._groups.identity(name)
+
+    def lose_node(self, node: str) -> list[str]:
+        """SLURM nodes are real: they fail by themselves, never on request."""
+        raise ValueError(f"the {self.name} backend has no simulated nodes to lose")
 
     # -- launching ------------------------------------------------------------------------
 
@@ -259,7 +300,7 @@ class SlurmBackend(LocalBackend):
                 preamble=spec.preamble,
                 shell=spec.shell,
                 container=spec.container,
-                pyxis=self.supports_containers,
+                pyxis=self.capabilities.containers,
                 cpus_per_task=spec.cpus_per_task,
                 cpu_bind=spec.cpu_bind,
                 srun_options=dict(spec.srun_options),
@@ -286,7 +327,7 @@ class SlurmBackend(LocalBackend):
             start = spec.log_path.stat().st_size
         except OSError:
             start = 0
-        pid = await super().launch(spec)
+        pid = self._groups.start(spec).pid
         self._node[spec.name] = spec.node
         self._log[spec.name] = (spec.log_path, start)
         self._steps.pop(spec.name, None)
@@ -296,10 +337,10 @@ class SlurmBackend(LocalBackend):
             self._poller = asyncio.create_task(self._poll_forever())
         return pid
 
-    async def adopt(self, name: str, attempt: int, identity: dict[str, int]) -> bool:
+    async def adopt(self, name: str, attempt: int, identity: Identity) -> bool:
         """Adopt a step a crashed controller started: its srun client by pid and start time,
         the step itself by its name in `squeue --steps` (which also gives its node)."""
-        if not await super().adopt(name, attempt, identity):
+        if not self._groups.adopt(name, attempt, identity):
             return False
         await self._poll_once()
         if name not in self._steps:
@@ -311,30 +352,30 @@ class SlurmBackend(LocalBackend):
     # -- signalling -----------------------------------------------------------------------
 
     async def signal(self, name: str, signum: int) -> None:
-        if name not in self._live:
+        if name not in self._groups:
             return
         step = self._steps.get(name)
         for _ in range(10):  # a step shows in squeue some ms after its srun starts
-            if step is not None or name not in self._live:
+            if step is not None or name not in self._groups:
                 break
             step = await self._find_step(name)
             if step is None:
                 await asyncio.sleep(0.1)
-        if name not in self._live:
+        if name not in self._groups:
             return
         if step is None:
             # Never registered with slurmctld: the srun client is all there is to stop. Any
             # signal to it ends the task at once with SIGKILL (measured: docs/slurm-facts.md),
             # so this stop is not graceful.
             log.warning("slurm: %s has no step id; stopping its srun client", name)
-            await super().signal(name, signum)
+            self._groups.signal(name, signum)
             return
         argv = slurm_cmd.scancel_step_argv(self.job_id, step, signum)
         try:
             await self.commands.arun(argv, check=False)
         except SlurmError as exc:
             log.warning("slurm: cannot signal %s (step %s): %s", name, step, exc)
-            await super().signal(name, signum)
+            self._groups.signal(name, signum)
 
     async def _find_step(self, name: str) -> str | None:
         await self._poll_once()
@@ -342,9 +383,19 @@ class SlurmBackend(LocalBackend):
 
     # -- observing ------------------------------------------------------------------------
 
-    def _exit_observation(
-        self, attempt: _Attempt, exit_code: int, signum: int | None, message: str
-    ) -> Observation:
+    def _exited(self, attempt: Attempt, status: ExitStatus | None) -> None:
+        if self._listener is None:
+            return
+        if status is None:
+            # An adopted srun client is not our child, so its status is unknown. Its step and
+            # a loss noted by _lose are not looked up (they never were): an adopted step whose
+            # node died reads as an exit of unknown status, not as LOST.
+            self._listener(exited(attempt, None))
+            return
+        self._listener(self._exit_observation(attempt, status))
+
+    def _exit_observation(self, attempt: Attempt, status: ExitStatus) -> Observation:
+        """What a reaped srun client means: LOST with its node, else the step's exit."""
         step = self._steps.pop(attempt.name, None)
         if (attempt.name, attempt.attempt) in self._lost:
             self._lost.discard((attempt.name, attempt.attempt))
@@ -366,12 +417,10 @@ class SlurmBackend(LocalBackend):
                 step=step,
                 message=f"node failure on {failed_node}",
             )
-        return dataclasses.replace(
-            super()._exit_observation(attempt, exit_code, signum, message), step=step
-        )
+        return dataclasses.replace(exited(attempt, status), step=step)
 
     async def _poll_forever(self) -> None:
-        while not self._closed:
+        while not self._groups.closed:
             try:
                 await self._poll_once()
             except Exception:  # the poller must outlive any one bad answer
@@ -394,9 +443,9 @@ class SlurmBackend(LocalBackend):
     def _note_steps(self, rows: list[slurm_cmd.StepRow] | None) -> None:
         if rows is None:
             return
-        listed = {r.name: r.step_id for r in rows if r.name in self._live}
+        listed = {r.name: r.step_id for r in rows if r.name in self._groups}
         for row in rows:
-            if row.name in self._live and row.name not in self._node and "[" not in row.nodes:
+            if row.name in self._groups and row.name not in self._node and "[" not in row.nodes:
                 self._node[row.name] = row.nodes  # adopted steps learn their node here
         for name, step in listed.items():
             if self._steps.get(name) != step:
@@ -406,7 +455,7 @@ class SlurmBackend(LocalBackend):
             self._missing.pop(name, None)
         # A step squeue showed before and no longer shows while its srun client still
         # runs is lost (slurmctld dropped it); two polls in a row rule out a race with exit.
-        for name in [n for n in self._live if n in self._seen and n not in listed]:
+        for name in [n for n in self._groups.names() if n in self._seen and n not in listed]:
             self._missing[name] = self._missing.get(name, 0) + 1
             if self._missing[name] >= 2:
                 self._lose(name, "its step vanished from squeue")
@@ -416,28 +465,27 @@ class SlurmBackend(LocalBackend):
             if row.down and node not in self._down:
                 self._down[node] = row.state
                 log.warning("slurm: node %s is %s (%s)", node, row.state, row.reason)
-                for attempt in [a for a in self._live.values() if self._node_of(a) == node]:
+                for attempt in [a for a in self._groups.attempts() if self._node_of(a) == node]:
                     self._lose(attempt.name, f"node {node} is {row.state}")
             elif not row.down and node in self._down:
                 del self._down[node]
                 log.info("slurm: node %s is back (%s)", node, row.state)
 
-    def _node_of(self, attempt: _Attempt) -> str | None:
+    def _node_of(self, attempt: Attempt) -> str | None:
         return self._node.get(attempt.name)
 
     def _lose(self, name: str, why: str) -> None:
-        attempt = self._live.get(name)
+        attempt = self._groups.get(name)
         if attempt is None or (name, attempt.attempt) in self._lost:
             return
         log.warning("slurm: %s lost: %s", name, why)
         self._lost.add((name, attempt.attempt))
         # The srun client may hang on a dead node for minutes; its exit, reported as LOST by
         # _exit_observation, is what frees the instance.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(attempt.pgid, signal.SIGKILL)
+        kill_group(attempt.pgid)
 
     def _report(self, kind: ObservationKind, name: str, *, step: str | None = None) -> None:
-        attempt = self._live.get(name)
+        attempt = self._groups.get(name)
         if self._listener is not None and attempt is not None:
             self._listener(
                 Observation(
@@ -449,11 +497,11 @@ class SlurmBackend(LocalBackend):
         """When the allocation's time limit ends (epoch seconds), or None when unlimited."""
         try:
             done = await self.commands.arun(
-                ["squeue", "-h", "-j", self.job_id, "-o", "%e"], check=False
+                slurm_cmd.squeue_end_time_argv(self.job_id), check=False
             )
         except SlurmError:
             return None
-        return parse_end_time(done.stdout)
+        return slurm_cmd.parse_end_time(done.stdout)
 
     # -- closing --------------------------------------------------------------------------
 
@@ -464,21 +512,20 @@ class SlurmBackend(LocalBackend):
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
-        steps = [s for n, s in self._steps.items() if n in self._live]
+        steps = [s for n, s in self._steps.items() if n in self._groups]
         if steps:
-            argv = [
-                "scancel",
-                "--signal=KILL",
-                "--full",
-                "--ctld",
-                *(f"{self.job_id}.{s}" for s in steps),
-            ]
+            argv = slurm_cmd.scancel_steps_argv(self.job_id, steps, "KILL")
             with contextlib.suppress(SlurmError):
                 await self.commands.arun(argv, check=False)
-        await super().close()
+        await self._groups.close()
         await self._wait_steps_gone()
+        await asyncio.to_thread(self.release_allocation)
+
+    def release_allocation(self) -> None:
+        """Give back the allocation if srtr asked for it: `close` does, and so does the CLI
+        for a job that ends before it ever ran."""
         if self.allocation.owned:
-            await asyncio.to_thread(release, self.commands, self.job_id)
+            release(self.commands, self.job_id)
 
     async def _wait_steps_gone(self) -> None:
         deadline = time.monotonic() + STEP_GONE_TIMEOUT
@@ -513,15 +560,3 @@ def _node_failure_in_log(path: Path | None, start: int) -> str | None:
     except OSError:
         return None
     return slurm_cmd.parse_srun_node_failure(tail)
-
-
-def parse_end_time(text: str) -> float | None:
-    """`squeue -o %e` → epoch seconds; None for UNLIMITED, N/A or anything unparsable."""
-    import datetime
-
-    value = text.strip().splitlines()[0].strip() if text.strip() else ""
-    try:
-        # squeue prints the controller's local time without a zone.
-        return datetime.datetime.fromisoformat(value).timestamp()
-    except ValueError:
-        return None

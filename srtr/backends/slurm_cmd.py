@@ -23,6 +23,7 @@ lines look the way they do. The points that shaped this module:
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,19 +34,30 @@ __all__ = [
     "NodeRow",
     "StepRow",
     "node_is_down",
+    "parse_end_time",
     "parse_hostnames",
+    "parse_job_running",
+    "parse_pyxis",
     "parse_salloc_job_id",
     "parse_salloc_pending_job_id",
+    "parse_sbatch_job_id",
     "parse_scontrol_nodes",
+    "parse_squeue_nodes",
     "parse_squeue_steps",
     "parse_srun_node_failure",
     "salloc_argv",
+    "sbatch_argv",
     "scancel_job_argv",
     "scancel_step_argv",
+    "scancel_steps_argv",
     "scontrol_show_hostnames_argv",
     "scontrol_show_node_argv",
+    "squeue_end_time_argv",
+    "squeue_nodes_argv",
+    "squeue_state_argv",
     "squeue_steps_argv",
     "srun_argv",
+    "srun_help_argv",
 ]
 
 # `squeue --steps --Format`: a field with ":" but no size is printed unpadded, followed by the
@@ -199,6 +211,23 @@ def parse_salloc_pending_job_id(stderr: str) -> str | None:
     return found[-1] if found else None
 
 
+# --- sbatch ------------------------------------------------------------------------------------
+
+
+def sbatch_argv(script: PurePath | str) -> list[str]:
+    """`sbatch --parsable <script>`: submit; the job id is on stdout (parse_sbatch_job_id).
+
+    Not idempotent: a retry after a timeout may submit the job twice.
+    """
+    _check_text("script path", str(script))
+    return ["sbatch", "--parsable", str(script)]
+
+
+def parse_sbatch_job_id(stdout: str) -> str:
+    """The job id from `sbatch --parsable`, which prints `JOB` or `JOB;CLUSTER`."""
+    return stdout.strip().split(";")[0]
+
+
 # --- srun --------------------------------------------------------------------------------------
 
 
@@ -273,6 +302,16 @@ def srun_argv(
     out.extend(_env_prefix(env))
     out.extend(command)
     return out
+
+
+def srun_help_argv() -> list[str]:
+    """`srun --help`: what this srun accepts; see parse_pyxis."""
+    return ["srun", "--help"]
+
+
+def parse_pyxis(help_text: str) -> bool:
+    """True when `srun --help` lists `--container-image`, i.e. the pyxis plugin is there."""
+    return "--container-image" in help_text
 
 
 def parse_srun_node_failure(stderr: str) -> str | None:
@@ -368,10 +407,22 @@ def scancel_step_argv(job_id: str, step_id: str, signal: str | int) -> list[str]
     ignore the signal; only KILL (or a plain `scancel J.S`, which also SIGKILLs at once) ends
     it for sure. `--ctld` makes the exit status mean something (see the module docstring).
     """
+    return scancel_steps_argv(job_id, [step_id], signal)
+
+
+def scancel_steps_argv(job_id: str, step_ids: Sequence[str], signal: str | int) -> list[str]:
+    """`scancel --ctld --signal=<SIG> --full <job>.<step> ...`: signal several steps at once.
+
+    Step ids are "3" or "12.3" (already qualified with this job), as in scancel_step_argv.
+    """
     _check_text("job id", job_id)
-    _check_text("step id", step_id)
-    step = step_id if step_id.startswith(f"{job_id}.") else f"{job_id}.{step_id}"
-    return ["scancel", "--ctld", f"--signal={_signal_name(signal)}", "--full", step]
+    if not step_ids:
+        raise ValueError("no step to signal")
+    steps = []
+    for step_id in step_ids:
+        _check_text("step id", step_id)
+        steps.append(step_id if step_id.startswith(f"{job_id}.") else f"{job_id}.{step_id}")
+    return ["scancel", "--ctld", f"--signal={_signal_name(signal)}", "--full", *steps]
 
 
 def scancel_job_argv(job_id: str) -> list[str]:
@@ -399,6 +450,46 @@ def squeue_steps_argv(job_id: str) -> list[str]:
     """`squeue --steps --noheader -j <job> --Format=...`; parse with parse_squeue_steps."""
     _check_text("job id", job_id)
     return ["squeue", "--steps", "--noheader", "-j", job_id, f"--Format={SQUEUE_STEP_FORMAT}"]
+
+
+def squeue_nodes_argv(job_id: str) -> list[str]:
+    """`squeue -h -j <job> -o %N`: the job's nodes as one hostlist (parse_squeue_nodes)."""
+    return _squeue_job(job_id, "%N")
+
+
+def parse_squeue_nodes(text: str) -> str:
+    """The hostlist expression (e.g. `node[1-3]`) squeue_nodes_argv printed."""
+    return text.strip()
+
+
+def squeue_end_time_argv(job_id: str) -> list[str]:
+    """`squeue -h -j <job> -o %e`: when the job's time limit ends (parse_end_time)."""
+    return _squeue_job(job_id, "%e")
+
+
+def parse_end_time(text: str) -> float | None:
+    """`squeue -o %e` → epoch seconds; None for UNLIMITED, N/A or anything unparsable."""
+    value = text.strip().splitlines()[0].strip() if text.strip() else ""
+    try:
+        # squeue prints the controller's local time without a zone.
+        return datetime.datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def squeue_state_argv(job_id: str) -> list[str]:
+    """`squeue -h -j <job> -o %T`: the job's state, e.g. RUNNING (parse_job_running)."""
+    return _squeue_job(job_id, "%T")
+
+
+def parse_job_running(text: str) -> bool:
+    """True when squeue_state_argv printed RUNNING (a job squeue no longer lists is not)."""
+    return "RUNNING" in text.split()
+
+
+def _squeue_job(job_id: str, field: str) -> list[str]:
+    _check_text("job id", job_id)
+    return ["squeue", "-h", "-j", job_id, "-o", field]
 
 
 def parse_squeue_steps(text: str) -> list[StepRow]:

@@ -20,6 +20,8 @@ from srtr.cli.status import read_run
 from srtr.reconciler.rundir import STATE_FILE, RunState
 
 if TYPE_CHECKING:
+    from srtr.backends.base import Backend
+    from srtr.backends.slurm import SlurmBackend
     from srtr.resources.recipe import Recipe
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -175,7 +177,7 @@ def _backend_kind(args: argparse.Namespace) -> str:
     return "slurm" if in_allocation() else "local"
 
 
-def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> Any:
+def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> SlurmBackend:
     """Discover the allocation we run in, or get one with salloc (released at the end)."""
     from srtr.backends import slurm
 
@@ -223,10 +225,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise _bad("--nodes", "must be at least 1")
     count = args.nodes or allocation_size(recipe)
     kind = _backend_kind(args)
+    backend: Backend
+    slurm_backend: SlurmBackend | None = None
     if kind == "slurm":
-        backend = _slurm_backend(args, recipe, count)
+        backend = slurm_backend = _slurm_backend(args, recipe, count)
         allocation = [(n.name, n.ip) for n in backend.nodes()]
-        slurm_job_id = backend.job_id
+        slurm_job_id = slurm_backend.job_id
     else:
         from srtr.backends.local import LocalBackend
 
@@ -237,7 +241,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         _, desired = plan_text_source(text, args.recipe, allocation)
         run_dir = _make_run_dir(args, recipe.name)
     except BaseException:
-        _release(backend)
+        if slurm_backend is not None:  # an allocation srtr made is released even so
+            slurm_backend.release_allocation()
         raise
     tui = not args.headless and sys.stdout.isatty()
     if tui:
@@ -280,10 +285,30 @@ def _submit_plan(args: argparse.Namespace) -> tuple[Recipe, int, Path]:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     """Write a batch script that runs `srtr up --headless` and submit it with sbatch."""
-    import shlex
-    import subprocess
+    from srtr.backends import slurm, slurm_cmd
 
     recipe, count, run_dir = _submit_plan(args)
+    path = run_dir / "submit.sh"
+    path.write_text(_batch_script(args, recipe, count, run_dir), encoding="utf-8")
+    try:
+        # Once: sbatch is not idempotent, a retry after a timeout could submit twice.
+        done = slurm.SlurmCommands(timeout=60.0).run(
+            slurm_cmd.sbatch_argv(path), check=False, retry=False
+        )
+    except slurm.SlurmError as exc:  # not found, or timed out
+        raise _bad("slurm", str(exc)) from None
+    if done.returncode != 0:
+        raise _bad("sbatch", done.stderr.strip() or f"exit {done.returncode}")
+    job_id = slurm_cmd.parse_sbatch_job_id(done.stdout)
+    print(f"submitted job {job_id}; run dir {run_dir}")
+    print(f"follow it with `srtr status {run_dir}` or `srtr tui {run_dir}`")
+    return 0
+
+
+def _batch_script(args: argparse.Namespace, recipe: Any, count: int, run_dir: Path) -> str:
+    """The sbatch script: whole nodes, one of them running `srtr up --headless` in `run_dir`."""
+    import shlex
+
     res = recipe.resources
     options = [
         f"--job-name=srtr-{recipe.name}",
@@ -312,25 +337,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         str(run_dir),
     ]
     script = "#!/bin/bash\n" + "".join(f"#SBATCH {o}\n" for o in options)
-    script += f"exec {shlex.join(command)}\n"
-    path = run_dir / "submit.sh"
-    path.write_text(script, encoding="utf-8")
-    try:
-        done = subprocess.run(
-            ["sbatch", "--parsable", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise _bad("sbatch", "not found: is SLURM installed?") from None
-    if done.returncode != 0:
-        raise _bad("sbatch", done.stderr.strip() or f"exit {done.returncode}")
-    job_id = done.stdout.strip().split(";")[0]
-    print(f"submitted job {job_id}; run dir {run_dir}")
-    print(f"follow it with `srtr status {run_dir}` or `srtr tui {run_dir}`")
-    return 0
+    return script + f"exec {shlex.join(command)}\n"
 
 
 def _crashed_job(args: argparse.Namespace) -> RunState | None:
@@ -378,9 +385,11 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         "is gone)",
         file=sys.stderr,
     )
-    backend: Any
+    backend: Backend
+    slurm_job_id = None
     if job["backend"] == "slurm":
         backend = _adopt_allocation(job, state.doc)
+        slurm_job_id = backend.job_id
     else:
         backend = LocalBackend(len(allocation))
     options = JobOptions(
@@ -392,25 +401,28 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         metrics_listen=args.metrics_port,
         adopt_from=dict(state.doc),
         adopt_window=args.adopt_window,
-        slurm_job_id=backend.job_id if job["backend"] == "slurm" else None,
+        slurm_job_id=slurm_job_id,
     )
     import asyncio
 
     return asyncio.run(run_job(desired, run_dir, backend, options))
 
 
-def _adopt_allocation(job: Mapping[str, Any], state: Mapping[str, Any]) -> Any:
+def _adopt_allocation(job: Mapping[str, Any], state: Mapping[str, Any]) -> SlurmBackend:
     """The SLURM allocation of a crashed controller's job, if it still exists."""
-    from srtr.backends import slurm
+    from srtr.backends import slurm, slurm_cmd
     from srtr.backends.base import NodeInfo
 
     job_id = str(job.get("slurm_job_id") or "")
     commands = slurm.SlurmCommands()
-    try:
-        alive = commands.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
-    except slurm.SlurmError as exc:
-        raise _bad("slurm", str(exc)) from None
-    if not job_id or alive.returncode != 0 or "RUNNING" not in alive.stdout:
+    alive = False
+    if job_id:
+        try:
+            done = commands.run(slurm_cmd.squeue_state_argv(job_id), check=False)
+        except slurm.SlurmError as exc:
+            raise _bad("slurm", str(exc)) from None
+        alive = done.returncode == 0 and slurm_cmd.parse_job_running(done.stdout)
+    if not alive:
         raise _bad("slurm", f"allocation {job_id or '?'} of the job is gone; nothing to adopt")
     allocation = slurm.Allocation(
         job_id=job_id,
@@ -418,12 +430,3 @@ def _adopt_allocation(job: Mapping[str, Any], state: Mapping[str, Any]) -> Any:
         owned=bool(job.get("owns_allocation")),
     )
     return slurm.SlurmBackend(allocation, commands=commands, pyxis=slurm.pyxis_available(commands))
-
-
-def _release(backend: Any) -> None:
-    """An allocation srtr made is released even when the job never started."""
-    allocation = getattr(backend, "allocation", None)
-    if allocation is not None and allocation.owned:
-        from srtr.backends.slurm import release
-
-        release(backend.commands, allocation.job_id)

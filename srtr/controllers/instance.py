@@ -153,10 +153,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         ctx.queue.add(instance_key(spec.name))
         ctx.queue.add(JOB)
         return
-    identity = getattr(ctx.backend, "identity", None)
-    store.launched(
-        spec.name, pid=pid, identity=identity(spec.name) if identity is not None else None
-    )
+    store.launched(spec.name, pid=pid, identity=ctx.backend.identity(spec.name))
     if spec.probe is None:
         ctx.queue.add("exporters")  # ready at launch: its metrics become a scrape target
     if not store.status[spec.name].alive:

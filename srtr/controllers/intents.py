@@ -88,11 +88,10 @@ def lose_node(ctx: Ctx, node: str | None) -> str:
     would on SLURM (replace_lost, critical failure).
     """
     _running(ctx)
-    lose = getattr(ctx.backend, "lose_node", None)
-    if ctx.backend.name != "local" or lose is None:
+    if not ctx.backend.capabilities.simulated_nodes:
         raise IntentError(f"the {ctx.backend.name} backend has no simulated nodes to lose")
     try:
-        taken = lose(node or "")
+        taken = ctx.backend.lose_node(node or "")
     except ValueError as exc:
         raise IntentError(str(exc)) from None
     message = f"node {node} lost (simulated): {len(taken)} instance(s) killed"

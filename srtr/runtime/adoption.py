@@ -36,11 +36,10 @@ async def adopt(ctx: Ctx, doc: Mapping[str, Any]) -> tuple[int, int]:
     store = ctx.store
     to_adopt = restore(ctx, RunState.from_doc(doc))
     adopted = gone = 0
-    adopt_one = getattr(ctx.backend, "adopt", None)
     for name, record in to_adopt:
         identity = record.get("identity")
         attempt = store.status[name].attempt
-        if adopt_one and identity and await adopt_one(name, attempt, identity):
+        if identity and await ctx.backend.adopt(name, attempt, identity):
             adopted += 1
             if store.adopted(name, identity):
                 ctx.queue.add(probe_key(name))

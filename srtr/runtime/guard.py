@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from srtr.backends.local import process_start_time
+from srtr.backends.procgroup import process_start_time
+from srtr.backends.slurm_cmd import scancel_job_argv
 from srtr.reconciler.rundir import RunState, StateFileError, pid_alive, read_state
 
 ADOPT_WINDOW = 60.0
@@ -60,8 +61,9 @@ def reap_orphans(state: RunState) -> int:
                 pass
     job = state.job
     if job.get("backend") == "slurm" and job.get("slurm_job_id") and job.get("owns_allocation"):
+        # One try, no retries: the guard is a tiny process that must not linger.
         subprocess.run(
-            ["scancel", str(job["slurm_job_id"])], check=False, capture_output=True, timeout=60
+            scancel_job_argv(str(job["slurm_job_id"])), check=False, capture_output=True, timeout=60
         )
     return killed
 

@@ -189,7 +189,7 @@ class FirstWrite:
 def _announce(store: Store, desired: DesiredState, backend: Backend, run_dir: Path) -> None:
     for warning in desired.warnings:
         store.record("job", "PlanWarning", warning, warning=True)
-    if not getattr(backend, "supports_containers", False):
+    if not backend.capabilities.containers:
         for image in sorted({s.container for s in desired.instances if s.container}):
             users = sorted({s.service for s in desired.instances if s.container == image})
             store.record(

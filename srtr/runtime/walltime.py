@@ -65,5 +65,5 @@ class Walltime:
 
 
 async def _end_time(ctx: Ctx) -> float | None:
-    end_time = getattr(ctx.backend, "end_time", None)
-    return await end_time() if end_time is not None else None
+    backend = ctx.backend
+    return await backend.end_time() if backend.capabilities.walltime else None

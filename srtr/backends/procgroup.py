@@ -1,0 +1,433 @@
+"""Process groups on this machine: start, watch, signal and reap them; no policy.
+
+Both backends compose a `ProcessGroups`: the local backend's attempts are the instances
+themselves, the SLURM backend's are the srun clients of its steps. The backend says which argv
+and environment start an attempt, and what a reaped attempt means (EXITED, LOST): every exit
+goes to the `on_exit` handler it was given, after the attempt has left the live set.
+
+`start` runs one attempt in a new session, so the attempt's process group id is its pid and a
+signal reaches the whole group. Exits are seen through one pidfd per live leader registered
+with the event loop, so there is no thread per child: asyncio's default child watcher on
+Python 3.11 starts one per child, which does not scale to thousands of instances (see "Facts
+measured on this machine" in the design notes). Costs worth knowing: one pidfd per live
+attempt (the controller's open-file limit bounds the job).
+
+An attempt an earlier controller started can be taken over (`adopt`) by pid and kernel start
+time; it is not our child, so its exit status is unknown (`on_exit` gets None).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from srtr.backends.base import Identity, LaunchError, LaunchSpec, Observation, ObservationKind
+from srtr.reconciler.rundir import restart_marker
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT = 5.0
+# Below this many lingering groups, pruning is not worth a syscall per group.
+_PRUNE_MIN = 64
+
+
+def process_start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One started attempt whose leader has not been reaped yet."""
+
+    name: str
+    attempt: int
+    node: str  # "" when unknown (an adopted attempt without SRTR_NODE)
+    pid: int
+    # Equal to pid (the child calls setsid), kept apart to make the killpg calls read right.
+    pgid: int
+    pidfd: int
+    # Kept so that we can set its returncode after reaping: an unreaped-looking Popen that is
+    # garbage collected goes to subprocess._active, whose waitpid(pid) could later reap an
+    # unrelated child that reused the pid.
+    popen: subprocess.Popen[bytes] | None  # None: adopted from an earlier controller
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a reaped leader ended: `code` in the shell convention (128+n for signal n)."""
+
+    code: int
+    signal: int | None
+    message: str
+
+
+# Told about every reaped attempt; the status is None for an adopted one (not our child).
+ExitHandler = Callable[[Attempt, ExitStatus | None], None]
+CommandBuilder = Callable[[LaunchSpec], list[str]]
+EnvironmentBuilder = Callable[[LaunchSpec], dict[str, str]]
+
+
+def exited(attempt: Attempt, status: ExitStatus | None) -> Observation:
+    """The EXITED observation of a reaped attempt (exit code None when it was adopted)."""
+    if status is None:
+        return Observation(
+            kind=ObservationKind.EXITED,
+            name=attempt.name,
+            attempt=attempt.attempt,
+            pid=attempt.pid,
+            exit_code=None,
+            message="exit status unknown: adopted from an earlier controller",
+        )
+    return Observation(
+        kind=ObservationKind.EXITED,
+        name=attempt.name,
+        attempt=attempt.attempt,
+        pid=attempt.pid,
+        exit_code=status.code,
+        signal=status.signal,
+        message=status.message,
+    )
+
+
+class ProcessGroups:
+    """At most one live attempt per instance name, each a process group of its own."""
+
+    def __init__(
+        self,
+        on_exit: ExitHandler,
+        *,
+        command: CommandBuilder,
+        environment: EnvironmentBuilder,
+        owner: str,
+    ) -> None:
+        """
+        Args:
+            on_exit: told about every reaped attempt (see ExitHandler).
+            command: the argv that starts an attempt; may raise LaunchError.
+            environment: the environment of the started process.
+            owner: the backend's name, for messages.
+        """
+        self._on_exit = on_exit
+        self._command = command
+        self._environment = environment
+        self._owner = owner
+        self._live: dict[str, Attempt] = {}
+        # Groups whose leader was reaped while other members (grandchildren) remained. Only
+        # close() kills them; signal() targets the live attempt alone.
+        self._lingering: set[int] = set()
+        self._prune_at = _PRUNE_MIN
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._live
+
+    def get(self, name: str) -> Attempt | None:
+        return self._live.get(name)
+
+    def names(self) -> set[str]:
+        return set(self._live)
+
+    def attempts(self) -> list[Attempt]:
+        return list(self._live.values())
+
+    def start(self, spec: LaunchSpec) -> Attempt:
+        """Start one attempt as a new session with its output appended to `spec.log_path`.
+
+        Must be called on the event loop, which then watches the attempt's exit.
+
+        Raises:
+            LaunchError: closed, the instance still has a live attempt, the log cannot be
+                opened, or the process cannot be started (the message is also appended to
+                the log when the log could be opened).
+        """
+        if self._closed:
+            raise LaunchError(f"cannot start {spec.name!r}: the {self._owner} backend is closed")
+        previous = self._live.get(spec.name)
+        if previous is not None:
+            raise LaunchError(
+                f"cannot start {spec.name!r} attempt {spec.attempt}: attempt {previous.attempt}"
+                f" (pid {previous.pid}) has not exited yet"
+            )
+        loop = asyncio.get_running_loop()
+        fd = _open_log(spec.log_path)
+        try:
+            if spec.attempt > 0:
+                marker = restart_marker(
+                    instance=spec.name, attempt=spec.attempt, node=spec.node, at=datetime.now(UTC)
+                )
+                _append(fd, marker)
+            try:
+                popen = _start(spec, fd, self._command(spec), self._environment(spec))
+                attempt = _watch(spec, popen, loop)
+            except LaunchError as exc:
+                _append(fd, f"==== srtr: {exc} ====\n")
+                raise
+        finally:
+            os.close(fd)
+        self._register(attempt)
+        return attempt
+
+    def signal(self, name: str, signum: int) -> None:
+        """Send `signum` to the group of the live attempt of `name`; no-op if there is none."""
+        attempt = self._live.get(name)
+        if attempt is None:
+            return
+        # The leader is not reaped yet, so its pid (the group id) cannot have been reused.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(attempt.pgid, signum)
+
+    def identity(self, name: str) -> Identity | None:
+        """pid and kernel start time of the live attempt: what adoption checks later."""
+        attempt = self._live.get(name)
+        if attempt is None:
+            return None
+        start = process_start_time(attempt.pid)
+        return {"pid": attempt.pid, "start": start} if start is not None else None
+
+    def adopt(self, name: str, attempt: int, identity: Identity) -> bool:
+        """Watch an attempt an earlier controller started, if it is still that process.
+
+        The pid alone could have been reused; the kernel start time makes the match exact.
+        Must be called on the event loop.
+        """
+        pid, start = identity.get("pid"), identity.get("start")
+        if not pid or start is None or process_start_time(pid) != start:
+            return False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return False
+        self._register(
+            Attempt(
+                name=name,
+                attempt=attempt,
+                node=_environ(pid).get("SRTR_NODE", ""),
+                pid=pid,
+                pgid=os.getpgid(pid),
+                pidfd=pidfd,
+                popen=None,
+                loop=asyncio.get_running_loop(),
+            )
+        )
+        return True
+
+    async def close(self) -> None:
+        """SIGKILL every group we started, lingering ones too, and wait for the leaders' exits.
+
+        Exits seen meanwhile are still reported to `on_exit`. Leaders that are not reaped
+        within a few seconds (stuck in the kernel) are abandoned with a warning.
+        """
+        self._closed = True
+        for attempt in self._live.values():
+            kill_group(attempt.pgid)
+        for pgid in self._lingering:
+            kill_group(pgid)
+        self._lingering.clear()
+        if not self._live:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self._idle.wait()
+        except TimeoutError:
+            self._abandon()
+
+    def _register(self, attempt: Attempt) -> None:
+        self._live[attempt.name] = attempt
+        self._idle.clear()
+        attempt.loop.add_reader(attempt.pidfd, self._on_readable, attempt)
+
+    def _on_readable(self, attempt: Attempt) -> None:
+        """Reader callback: the pidfd became readable, so the leader is a zombie; reap it."""
+        attempt.loop.remove_reader(attempt.pidfd)
+        os.close(attempt.pidfd)
+        if attempt.popen is None:
+            # Not our child: init reaps it and keeps the status; the group may be gone.
+            kill_group(attempt.pgid)
+            self._forget(attempt)
+            self._on_exit(attempt, None)
+            return
+        # An instance ends with its main process, as a container does: leftovers of the
+        # group (a backgrounded child holding a port) would break the next attempt. The
+        # unreaped leader keeps the group id from being reused, so this cannot hit a stranger.
+        kill_group(attempt.pgid)
+        status = _reap(attempt.pid)
+        attempt.popen.returncode = -status.signal if status.signal is not None else status.code
+        if self._live.get(attempt.name) is attempt:
+            del self._live[attempt.name]
+        self._note_lingering(attempt.pgid)
+        if not self._live:
+            self._idle.set()
+        self._on_exit(attempt, status)
+
+    def _forget(self, attempt: Attempt) -> None:
+        if self._live.get(attempt.name) is attempt:
+            del self._live[attempt.name]
+        if not self._live:
+            self._idle.set()
+
+    def _note_lingering(self, pgid: int) -> None:
+        # Once a group is empty its number is a free pid that an unrelated process may reuse as
+        # its own group id, so forget empty groups as soon as we notice them. The check right
+        # after reaping is exact; the amortised prune keeps each exit O(1) on average. After
+        # close() every group has been SIGKILLed already.
+        if self._closed or not _group_exists(pgid):
+            return
+        self._lingering.add(pgid)
+        if len(self._lingering) >= self._prune_at:
+            self._lingering = {g for g in self._lingering if _group_exists(g)}
+            self._prune_at = max(_PRUNE_MIN, 2 * len(self._lingering))
+
+    def _abandon(self) -> None:
+        stuck = list(self._live.values())
+        log.warning(
+            "%s backend: %d process(es) not reaped %.0fs after SIGKILL, abandoning: %s",
+            self._owner,
+            len(stuck),
+            CLOSE_TIMEOUT,
+            ", ".join(f"{a.name} (pid {a.pid})" for a in stuck),
+        )
+        for attempt in stuck:
+            attempt.loop.remove_reader(attempt.pidfd)
+            os.close(attempt.pidfd)
+        # Their Popen objects keep returncode None on purpose: subprocess then reaps them later.
+        self._live.clear()
+        self._idle.set()
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL process group `pgid`; a group that is gone or out of reach is no error."""
+    # EPERM means no member could be signalled (all became set-uid); nothing more we can do,
+    # and close() must go on with the other groups.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _open_log(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # O_APPEND and never O_TRUNC: one log spans every attempt, and writes by the child and
+        # by us interleave without overwriting each other.
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise LaunchError(f"cannot open log {path}: {exc.strerror}") from exc
+
+
+def _append(fd: int, text: str) -> None:
+    # Best effort: a full disk must not turn into a second, more confusing error.
+    with contextlib.suppress(OSError):
+        os.write(fd, text.encode())
+
+
+def _start(
+    spec: LaunchSpec, log_fd: int, argv: list[str], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            # The log fd itself, not a pipe: nothing of ours sits between the child and the
+            # file, so no line is lost when the controller stops or falls behind.
+            stdout=log_fd,
+            stderr=log_fd,
+            cwd=spec.cwd,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        where = ""
+        if spec.cwd is not None and exc.filename is not None:
+            if os.fsdecode(exc.filename) == os.fsdecode(spec.cwd):
+                where = f" in {os.fsdecode(spec.cwd)!r}"
+        raise LaunchError(
+            f"cannot start {argv[0]!r}{where}: [Errno {exc.errno}] {exc.strerror}"
+        ) from exc
+    except (subprocess.SubprocessError, ValueError) as exc:
+        # ValueError: a NUL byte in argv, env or cwd. SubprocessError: the preexec hook failed.
+        raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
+
+
+def _watch(
+    spec: LaunchSpec, popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop
+) -> Attempt:
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except OSError as exc:
+        # An attempt whose exit we could never observe must not be left running.
+        kill_group(popen.pid)
+        popen.wait()
+        raise LaunchError(f"cannot watch {spec.name!r} (pid {popen.pid}): {exc}") from exc
+    return Attempt(
+        name=spec.name,
+        attempt=spec.attempt,
+        node=spec.node,
+        pid=popen.pid,
+        pgid=popen.pid,
+        pidfd=pidfd,
+        popen=popen,
+        loop=loop,
+    )
+
+
+def _reap(pid: int) -> ExitStatus:
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        # Someone else in this process reaped it (a stray waitpid(-1)); the status is lost.
+        return ExitStatus(255, None, "exit status lost: reaped elsewhere")
+    return _describe(status)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _describe(status: int) -> ExitStatus:
+    """A wait status → the exit code in the shell convention, the signal number, a message."""
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        try:
+            signame = signal.Signals(signum).name
+        except ValueError:
+            signame = f"signal {signum}"
+        return ExitStatus(128 + signum, signum, f"killed by {signame}")
+    code = os.WEXITSTATUS(status)
+    return ExitStatus(code, None, f"exited with code {code}")
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
