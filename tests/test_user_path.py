@@ -237,3 +237,34 @@ def test_closing_the_terminal_of_srtr_tui_leaves_the_job_running(
             job.kill()
             job.wait(10)
     nothing_left(run_dir)
+
+
+def test_a_headless_job_whose_stdout_goes_away_tears_down_with_129(tmp_path: Path) -> None:
+    """`srtr up --headless | head -3`, or an ssh session gone under a headless run: stdout
+    can no longer be written, which is a hang-up (issue 12)."""
+    recipe = tmp_path / "pools.yaml"
+    recipe.write_text(HOLDING_POOLS)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srtr", "up", str(recipe), "--headless", "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        wait_for(lambda: (s := read_state(run_dir)) and s["job"]["phase"] == "Running", 30)
+        proc.stdout.readline()
+        proc.stdout.close()  # the reader leaves: the next progress line meets EPIPE
+        # Something must be printed for the loss to show: ask for a restart (an event).
+        from srtr.runtime.control import send
+
+        send(run_dir, "restart", "service_napper")
+        assert proc.wait(10) == 129
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    nothing_left(run_dir)
+    state = read_state(run_dir)
+    assert state is not None and state["job"]["exit_code"] == 129
