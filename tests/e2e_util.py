@@ -72,8 +72,12 @@ class Run:
         *extra: str,
         prefix: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        run_dir: Path | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
-        self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
+        # run_dir: where the run dir goes (a test's tmpfs); preexec: runs in the child
+        # before exec (resource limits).
+        self.run_dir = run_dir or tmp_path / f"run-{uuid.uuid4().hex[:8]}"
         # Every instance gets SRTR_RUN_DIR, so its absolute path tags this run's processes.
         self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}"
         self.recipe = tmp_path / "recipe.yaml"
@@ -101,6 +105,7 @@ class Run:
             stdout=self._out_file,
             stderr=self._err_file,
             text=True,
+            preexec_fn=preexec,
         )
         self.out = ""
         self.err = ""
@@ -118,6 +123,12 @@ class Run:
             return state if state is not None and predicate(state) else None
 
         return wait_for(check, timeout, what)
+
+    def stdout_so_far(self) -> str:
+        return self._out_path.read_text(errors="replace")
+
+    def stderr_so_far(self) -> str:
+        return self._err_path.read_text(errors="replace")
 
     def signal(self, signum: int = signal.SIGINT) -> None:
         self.proc.send_signal(signum)

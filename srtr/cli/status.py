@@ -95,6 +95,12 @@ def _print_job(console: Console, state: RunState) -> None:
     if end_time and alive:
         left = max(0, int(end_time - time.time()))
         console.print(f"time left in the allocation: {left // 60}m{left % 60:02d}s")
+    for fault in state.write_faults:  # as of this state.json; the job goes on regardless
+        since = time.strftime("%H:%M:%S", time.localtime(fault["since"]))
+        console.print(
+            f"[yellow]cannot write {fault['file']}[/yellow]: {fault['error']} "
+            f"(since {since}, {fault['failures']} failed write(s))"
+        )
 
 
 def _print_pools(console: Console, state: RunState) -> None:

@@ -49,6 +49,7 @@ STARTUP_RETRY = 0.5
 # Bursts of Ready instances (a 4,096-node pool coming up) would otherwise rewrite and fsync a
 # megabyte-sized file once per instance; at most one write per period is plenty for file_sd.
 WRITE_PERIOD = 0.2
+WRITE_RETRY = 1.0  # while the targets file cannot be written (a full disk)
 # Scrapes of many targets fall due together after a large stage; a bound keeps the number of
 # open sockets (and the loop's work per tick) small.
 MAX_CONCURRENT_SCRAPES = 64
@@ -218,13 +219,20 @@ def targets_document(store: Store, listed: tuple[ExporterSpec, ...]) -> list[dic
     return out
 
 
-def _write(ctx: Ctx, state: ExporterState, text: str) -> None:
+def _write(ctx: Ctx, state: ExporterState, text: str) -> bool:
+    """Write the targets file; False (a write fault, reported) when it cannot be written."""
     path = ctx.run_dir / TARGETS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, text)
+
+    def write() -> None:
+        path.parent.mkdir(exist_ok=True)  # a vanished run dir is recreated by the faults
+        write_atomic(path, text)
+
+    if not ctx.store.write_faults.attempt(TARGETS_FILE, write):
+        return False
     state.written = text
     state.writes += 1
     state.last_write = ctx.clock.now()
+    return True
 
 
 def finish(ctx: Ctx) -> None:
@@ -233,6 +241,14 @@ def finish(ctx: Ctx) -> None:
     text = _text(ctx.store, _listed(ctx.store))
     if state.written is not None and text != state.written:
         _write(ctx, state, text)
+
+
+def rewrite(ctx: Ctx) -> None:
+    """The run dir was recreated: write the targets file again (if the job has one)."""
+    state = state_of(ctx.store)
+    if state.written is not None:
+        state.written = None
+        ctx.queue.add(KEY)
 
 
 def _text(store: Store, listed: tuple[ExporterSpec, ...]) -> str:
@@ -252,7 +268,8 @@ async def reconcile(ctx: Ctx) -> Result | None:
             due = (state.last_write or -WRITE_PERIOD) + WRITE_PERIOD
             if now < due:
                 return Result(requeue_after=due - now)
-            _write(ctx, state, text)
+            if not _write(ctx, state, text):
+                return Result(requeue_after=WRITE_RETRY)  # the file lists what it listed
         state.listed, state.listed_set = listed, frozenset(listed)
         _forget_unlisted(ctx, state, listed)
     if store.job.teardown_requested:

@@ -12,6 +12,7 @@ from srtr.controllers import decisions, teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
 from srtr.reconciler.store import Phase, UserAction
 from srtr.reconciler.workqueue import Result
+from srtr.reconciler.write_faults import log_or_null
 from srtr.resources.objects import InstanceSpec
 
 
@@ -137,7 +138,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         node_ip=spec.node_ip,
         argv=spec.argv,
         env={**dict(spec.env), "SRTR_RUN_DIR": str(ctx.run_dir.resolve())},
-        log_path=log_path,
+        log_path=log_or_null(store.write_faults, log_path),  # a log never stops a launch
         attempt=attempt,
         preamble=spec.preamble,
         shell=spec.shell,

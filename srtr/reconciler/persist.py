@@ -5,25 +5,34 @@ documents from the store (`snapshot`, one function per section) and writes them.
 (`srtr.runtime.lifecycle`) calls `snapshot` and `write_atomic` on every change, coalesced.
 
 state.json is rewritten whole through a temp file and `os.replace`, so a reader never sees a
-half-written file. events.jsonl is append-only, one JSON object per line, flushed per event so
-`srtr tui`/`tail -f` see each event at once.
+half-written file. events.jsonl is append-only, one JSON object per line, written per event
+so `srtr tui`/`tail -f` see each event at once.
+
+Neither ever loses the job: a write that fails (full disk, read-only or vanished run dir)
+leaves the file as it was, and the caller reports it (`write_faults`). events.jsonl keeps
+the events it could not write in memory, in order, and appends them once it can.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, cast
 
 from srtr.reconciler.rundir import ConditionDoc, EventDoc, InstanceDoc, JobDoc, StateDoc
 from srtr.reconciler.store import Condition, Event, InstanceStatus, Store
+from srtr.reconciler.write_faults import WriteFaults
 from srtr.resources.objects import InstanceSpec
 from srtr.resources.render import mask
 
 Wall = Callable[[float | None], float | None]  # a store (monotonic) time → wall seconds
+# Events kept in memory while events.jsonl cannot be written; beyond, they are counted.
+MAX_PENDING_EVENTS = 10_000
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -36,7 +45,8 @@ def write_atomic(path: Path, text: str) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
@@ -120,6 +130,7 @@ def job_doc(
         "ended_at": wall(job.ended_at),
         "stages": [s.name for s in store.desired.stages],
         "conditions": [condition_doc(c) for c in job.conditions.values()],
+        "write_faults": store.write_faults.to_json(),
     }
 
 
@@ -186,15 +197,121 @@ def event_doc(event: Event) -> EventDoc:
     }
 
 
-class EventLog:
-    """Appends events to events.jsonl; never truncates."""
+class AppendFile:
+    """An append-only file written whole records at a time, or not at all.
 
-    def __init__(self, path: Path) -> None:
-        self._handle: TextIO = path.open("a", encoding="utf-8")
+    A write that fails half-way (a full disk takes part of it, RLIMIT_FSIZE stops it at the
+    limit) is cut back to where the file ended, so a reader never sees a torn line. A file
+    that was deleted or replaced under us is reopened at its path, so nothing goes on being
+    written into a file nobody can see; `restore` recreates a vanished directory first.
+    """
 
-    def __call__(self, event: Event) -> None:
-        self._handle.write(json.dumps(event_doc(event)) + "\n")
-        self._handle.flush()
+    def __init__(self, path: Path, restore: Callable[[], bool] = lambda: False) -> None:
+        self.path = path
+        self._restore = restore
+        self._fd: int | None = None
+        self._id: tuple[int, int] | None = None
+
+    def write(self, data: bytes) -> None:
+        """Append `data`. Raises OSError, with the file as it was before."""
+        fd = self._current()
+        size = os.fstat(fd).st_size
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(0, "short write")
+                view = view[written:]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+
+    def _current(self) -> int:
+        try:
+            st = os.stat(self.path)
+            found: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            found = None
+        if self._fd is not None and found is not None and found == self._id:
+            return self._fd
+        self.close()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except FileNotFoundError:
+            if not self._restore():
+                raise
+            fd = os.open(self.path, flags, 0o644)
+        st = os.fstat(fd)
+        self._fd, self._id = fd, (st.st_dev, st.st_ino)
+        return fd
 
     def close(self) -> None:
-        self._handle.close()
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = self._id = None
+
+
+class EventLog:
+    """Appends events to events.jsonl in order; never truncates what was written.
+
+    Events that cannot be written wait in memory (at most `limit`; beyond, they are counted
+    and the count becomes an `EventsDropped` event) and go out, in order, with the next event
+    or the next `flush()` (the runtime retries on a timer while any wait).
+    """
+
+    TARGET = "events.jsonl"
+
+    def __init__(self, path: Path, faults: WriteFaults, limit: int = MAX_PENDING_EVENTS) -> None:
+        self.file = AppendFile(path, faults.restore_run_dir)
+        self.faults = faults
+        self.limit = limit
+        self.pending: deque[Event] = deque()
+        self.dropped = 0
+        self._dropped_since = 0.0
+        self._flushing = False
+
+    def __call__(self, event: Event) -> None:
+        if len(self.pending) < self.limit:
+            self.pending.append(event)
+        else:
+            if not self.dropped:
+                self._dropped_since = event.ts
+            self.dropped += 1
+        self.flush()
+
+    def flush(self) -> bool:
+        """Write what waits; True when nothing waits any more."""
+        if self._flushing:
+            return False  # an event recorded while writing: the loop below takes it
+        self._flushing = True
+        try:
+            while True:
+                while self.pending:
+                    line = json.dumps(event_doc(self.pending[0])) + "\n"
+                    try:
+                        self.file.write(line.encode("utf-8"))
+                    except OSError as exc:
+                        self.faults.failed(self.TARGET, exc, _KEPT)
+                        return False
+                    self.pending.popleft()
+                self._report_dropped()
+                self.faults.ok(self.TARGET)  # may record (and so queue) one more event
+                if not self.pending:
+                    return True
+        finally:
+            self._flushing = False
+
+    def _report_dropped(self) -> None:
+        if self.dropped:
+            count, self.dropped = self.dropped, 0
+            self.faults.dropped_events(count, self._dropped_since, self.limit)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+_KEPT = "events are kept in memory and appended in order once it can be written"

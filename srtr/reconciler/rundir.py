@@ -79,11 +79,22 @@ class JobDoc(TypedDict):
     ended_at: float | None
     stages: list[str]
     conditions: list[ConditionDoc]
+    write_faults: list[WriteFaultDoc]  # files srtr cannot write now (absent before issue 16)
     # Added by the runner (`srtr.runtime.lifecycle`) on top of the store's snapshot:
     control: NotRequired[str]  # the control socket's path
     recipe_path: NotRequired[str | None]  # the recipe file being watched for live edits
     owns_allocation: NotRequired[bool]  # srtr made the SLURM allocation (and releases it)
     metrics_url: NotRequired[str | None]
+
+
+class WriteFaultDoc(TypedDict):
+    """A file of the run dir (or stdout) that srtr cannot write now (`write_faults.py`)."""
+
+    file: str  # relative to the run dir: state.json, events.jsonl, logs/srtr.log, ...; stdout
+    errno: str  # ENOSPC, EROFS, EFBIG, ENOENT, ...
+    error: str  # "ENOSPC: No space left on device"
+    since: float  # wall seconds of the first failed write
+    failures: int  # failed writes since
 
 
 class NodeDoc(TypedDict):
@@ -248,6 +259,10 @@ class RunState:
     @property
     def exporters(self) -> list[ExporterDoc]:
         return self.doc.get("exporters") or []
+
+    @property
+    def write_faults(self) -> list[WriteFaultDoc]:
+        return self.job.get("write_faults") or []
 
 
 def read_state(run_dir: Path) -> RunState:

@@ -10,6 +10,7 @@ together. Controllers never call these writes except `record`, for events about 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from srtr.reconciler.status import (
     JobStatus,
     Phase,
 )
+from srtr.reconciler.write_faults import WriteFaults
 from srtr.resources.diff import Plan
 from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec
 
@@ -55,8 +57,12 @@ class StoreBase:
         # `status_views` produce extra top-level sections of state.json.
         self.extensions: dict[str, Any] = {}
         self.status_views: dict[str, Callable[[], Any]] = {}
+        # Files of the run dir that cannot be written now (state.json `job.write_faults`).
+        self.write_faults = WriteFaults(self)
         self._event_listeners: list[EventListener] = []
         self._change_listeners: list[Callable[[], None]] = []
+        self._outbox: deque[Event] = deque()
+        self._delivering = False
 
     # -- reading ------------------------------------------------------------------------
     def spec(self, name: str) -> InstanceSpec:
@@ -88,10 +94,27 @@ class StoreBase:
             message=message,
             generation=self.job.generation,
         )
-        for listener in self._event_listeners:
-            listener(event)
+        self._outbox.append(event)
+        self._deliver()
         self.changed()
         return event
+
+    def _deliver(self) -> None:
+        """Every listener sees every event, in the order recorded.
+
+        An event recorded by a listener (a writer reporting that it cannot write) waits
+        until the current event has reached every listener, instead of overtaking it.
+        """
+        if self._delivering:
+            return
+        self._delivering = True
+        try:
+            while self._outbox:
+                event = self._outbox.popleft()
+                for listener in self._event_listeners:
+                    listener(event)
+        finally:
+            self._delivering = False
 
     def set_condition(
         self,

@@ -61,6 +61,14 @@ class ControlServer:
             os.umask(old)
         os.chmod(self.path, 0o600)
 
+    async def reopen(self) -> None:
+        """Listen again at the same path, if its file is gone (the run dir was removed)."""
+        if self.path.exists():
+            return
+        if self._server is not None:
+            self._server.close()
+        await self.start()
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()

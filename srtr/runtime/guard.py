@@ -14,6 +14,7 @@ the controller lives). When the controller exits:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -82,7 +83,8 @@ def guard(run_dir: Path, controller: int, window: float) -> int:
             break
         time.sleep(0.5)  # only inside the adoption window, after the controller is gone
     killed = reap_orphans(state)
-    with open(run_dir / "logs" / "srtr.log", "a", encoding="utf-8") as log:
+    log_path = run_dir / "logs" / "srtr.log"
+    with contextlib.suppress(OSError), open(log_path, "a", encoding="utf-8") as log:
         log.write(
             f"guard: controller {controller} died and nobody adopted the job within "
             f"{window:g}s; killed {killed} instance group(s)\n"

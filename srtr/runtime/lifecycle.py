@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
-from srtr.controllers import manager
+from srtr.controllers import exporter, manager
 from srtr.controllers.context import Ctx
 from srtr.reconciler.clock import MonotonicClock
 from srtr.reconciler.store import Store
@@ -29,13 +29,12 @@ from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import DesiredState
 from srtr.runtime import guard
 from srtr.runtime.progress import detach_terminal
+from srtr.runtime.run_files import EventFile, LogFile, RunDir, stderr_note
 from srtr.runtime.side_tasks import (
     Adoption,
     ControlSocket,
-    EventFile,
     Exporters,
     Guard,
-    LogFile,
     OwnMetrics,
     Progress,
     RecipeWatch,
@@ -120,11 +119,14 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
         detach_terminal()
         manager.request_stop(ctx, signal.SIGHUP)
 
-    state = StateFile(ctx, options)
-    tasks: list[SideTask] = [EventFile(ctx), LogFile(ctx)]
+    run_dir, state = RunDir(ctx), StateFile(ctx, options)
+    # A recreated run dir gets its files again (the control socket reopens on its own).
+    run_dir.on_recreated += [state.rewrite_all, lambda: exporter.rewrite(ctx)]
+    note = stderr_note if options.progress else _silent  # the TUI owns the terminal
+    tasks: list[SideTask] = [run_dir, EventFile(ctx, note), LogFile(ctx)]
     if options.progress:
         tasks.append(Progress(ctx, on_lost=hangup))
-    tasks += [state, ControlSocket(ctx, state)]
+    tasks += [state, ControlSocket(ctx, state, run_dir)]
     if options.metrics_listen is not None:
         tasks.append(OwnMetrics(ctx, options.metrics_listen, state))
     tasks += [Announcement(ctx), Exporters(ctx), StopSignals(ctx)]
@@ -134,6 +136,10 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
     if options.recipe is not None:
         tasks.append(RecipeWatch(ctx, options))
     return tasks
+
+
+def _silent(_text: str) -> None:
+    return None
 
 
 async def run_job(

@@ -9,8 +9,8 @@ before its final write.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import logging
 import os
 import shutil
 import signal
@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from srtr.controllers import exporter, instance, intents, manager
 from srtr.controllers.context import Ctx
-from srtr.reconciler.persist import EventLog, snapshot, write_atomic
+from srtr.reconciler.persist import snapshot, write_atomic
+from srtr.reconciler.rundir import StateDoc
 from srtr.runtime import adoption, guard
 from srtr.runtime.control import ControlServer
-from srtr.runtime.progress import ProgressPrinter
+from srtr.runtime.progress import ProgressPrinter, RawOut
 from srtr.runtime.recipe_watch import RecipeWatcher
+from srtr.runtime.run_files import RETRY_PERIOD, RunDir
 
 if TYPE_CHECKING:
     from srtr.runtime.lifecycle import JobOptions
@@ -37,49 +39,15 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PERSIST_PERIOD = 0.2
 
 
-class LogFile:
-    """logs/srtr.log: every event, and what the controllers log."""
-
-    name = "srtr.log"
-
-    def __init__(self, ctx: Ctx) -> None:
-        self.ctx = ctx
-        self.logger = logging.getLogger("srtr")
-        self.handler = logging.FileHandler(ctx.run_dir / "logs" / "srtr.log")
-
-    async def start(self) -> None:
-        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        self.logger.addHandler(self.handler)
-        self.logger.setLevel(logging.INFO)
-        self.ctx.store.subscribe_events(
-            lambda e: self.logger.info("%s %s %s: %s", e.type, e.reason, e.object, e.message)
-        )
-
-    async def stop(self) -> None:
-        self.logger.removeHandler(self.handler)
-        self.handler.close()
-
-
-class EventFile:
-    """events.jsonl, appended as events happen."""
-
-    name = "events.jsonl"
-
-    def __init__(self, ctx: Ctx) -> None:
-        self.ctx = ctx
-        self.log = EventLog(ctx.run_dir / "events.jsonl")
-
-    async def start(self) -> None:
-        self.ctx.store.subscribe_events(self.log)
-
-    async def stop(self) -> None:
-        self.log.close()
-
-
 class Progress:
-    """Headless `srtr up`: one line per event on stdout. A dead stdout is a hang-up."""
+    """Headless `srtr up`: one line per event on stdout. A dead stdout is a hang-up.
+
+    A stdout that is a file which cannot be written (a full disk) only drops lines: that is
+    a write fault, reported once (and on stderr, when it is another file).
+    """
 
     name = "progress lines"
+    TARGET = "stdout"
 
     def __init__(self, ctx: Ctx, on_lost: Callable[[], None]) -> None:
         self.ctx = ctx
@@ -87,15 +55,22 @@ class Progress:
         self.printer: ProgressPrinter | None = None
 
     async def start(self) -> None:
-        from rich.console import Console
-
         loop = asyncio.get_running_loop()
+        faults = self.ctx.store.write_faults
 
-        def stdout_lost() -> None:  # from the printer's thread
-            loop.call_soon_threadsafe(self.on_lost)
+        def soon(callback: Callable[..., None], *args: Any) -> None:  # from the printer's thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(callback, *args)
 
         count = len(self.ctx.store.desired.instances)
-        self.printer = ProgressPrinter(Console(highlight=False), count, on_lost=stdout_lost)
+        dropped = "progress lines are dropped while it fails; events.jsonl keeps every event"
+        self.printer = ProgressPrinter(
+            RawOut(1).console(),
+            count,
+            on_lost=lambda: soon(self.on_lost),
+            on_fault=lambda exc: soon(faults.failed, self.TARGET, exc, dropped),
+            on_recovered=lambda: soon(faults.ok, self.TARGET),
+        )
         self.ctx.store.subscribe_events(self.printer)
 
     async def stop(self) -> None:
@@ -106,9 +81,15 @@ class Progress:
 
 
 class StateFile:
-    """state.json (atomic), rewritten after changes; recipes/gen-N.yaml per generation."""
+    """state.json (atomic), rewritten after changes; recipes/gen-N.yaml per generation.
+
+    A write that fails leaves the previous state.json in place and is tried again every
+    `RETRY_PERIOD` until it works; the fault is reported once (`write_faults`).
+    """
 
     name = "state.json"
+    TARGET = "state.json"
+    RECIPE_TARGET = "recipe.yaml"
 
     def __init__(self, ctx: Ctx, options: JobOptions) -> None:
         self.ctx = ctx
@@ -118,6 +99,7 @@ class StateFile:
         self._pending: asyncio.TimerHandle | None = None
         self._saved_generation = 0
         self._last_write = 0.0
+        self._stopped = False
 
     async def start(self) -> None:
         self.ctx.store.subscribe_changes(self._on_change)
@@ -125,21 +107,49 @@ class StateFile:
     async def stop(self) -> None:
         if self._pending is not None:
             self._pending.cancel()
+        self._stopped = True
         self.write()
 
+    def rewrite_all(self) -> None:
+        """The run dir was recreated: the recipe copies and state.json are written again."""
+        self._saved_generation = 0
+        self._on_change()
+
     def _on_change(self) -> None:
-        if self._pending is None:
+        self._schedule(PERSIST_PERIOD)
+
+    def _schedule(self, period: float) -> None:
+        if self._pending is None and not self._stopped:
+            if self.TARGET in self.ctx.store.write_faults.failing:
+                period = max(period, RETRY_PERIOD)
             # A write blocks the loop; space writes out as they get slower (big jobs).
-            delay = max(PERSIST_PERIOD, 4 * self._last_write)
+            delay = max(period, 4 * self._last_write)
             self._pending = asyncio.get_running_loop().call_later(delay, self.write)
 
     def write(self) -> None:
         self._pending = None
-        store, options = self.ctx.store, self.options
-        if store.job.generation != self._saved_generation and store.recipe_text:
-            _save_recipe(self.ctx.run_dir, store.recipe_text, store.job.generation)
-            self._saved_generation = store.job.generation
-        backend = self.ctx.backend
+        store, faults, run_dir = self.ctx.store, self.ctx.store.write_faults, self.ctx.run_dir
+        generation = store.job.generation
+        if generation != self._saved_generation and store.recipe_text:
+            text = store.recipe_text
+            if faults.attempt(self.RECIPE_TARGET, lambda: _save_recipe(run_dir, text, generation)):
+                self._saved_generation = generation
+        was_failing = self.TARGET in faults.failing  # and so says the document
+        doc = self._document()
+        started = time.monotonic()
+        # Compact: at 4,096 instances indenting cost 130 ms of a 160 ms write (benchmarks/).
+        text = json.dumps(doc, separators=(",", ":")) + "\n"
+        written = faults.attempt(self.TARGET, lambda: write_atomic(run_dir / "state.json", text))
+        self._last_write = time.monotonic() - started
+        if written and was_failing and self._stopped:
+            self.write()  # the last word must not be a fault that has just ended
+            return
+        recipe_due = bool(store.recipe_text) and generation != self._saved_generation
+        if not written or recipe_due:
+            self._schedule(RETRY_PERIOD)
+
+    def _document(self) -> StateDoc:
+        store, options, backend = self.ctx.store, self.options, self.ctx.backend
         doc = snapshot(
             store,
             backend=backend.name,
@@ -152,11 +162,7 @@ class StateFile:
         job["recipe_path"] = str(options.recipe.resolve()) if options.recipe else None
         job["owns_allocation"] = backend.owns_allocation
         job["metrics_url"] = self.metrics.url if self.metrics else None
-        started = time.monotonic()
-        # Compact: at 4,096 instances indenting cost 130 ms of a 160 ms write (benchmarks/).
-        text = json.dumps(doc, separators=(",", ":")) + "\n"
-        write_atomic(self.ctx.run_dir / "state.json", text)
-        self._last_write = time.monotonic() - started
+        return doc
 
 
 def _save_recipe(run_dir: Path, text: str, generation: int) -> None:
@@ -168,23 +174,44 @@ def _save_recipe(run_dir: Path, text: str, generation: int) -> None:
 
 
 class ControlSocket:
-    """The 0600 control socket: intents from `srtr down`, `srtr tui` and this TUI."""
+    """The 0600 control socket: intents from `srtr down`, `srtr tui` and this TUI.
+
+    When the run dir is recreated (it vanished with the socket in it), it listens again at
+    the same path, so `srtr down` and the TUI's keys keep working.
+    """
 
     name = "control socket"
 
-    def __init__(self, ctx: Ctx, state: StateFile) -> None:
+    def __init__(self, ctx: Ctx, state: StateFile, run_dir: RunDir) -> None:
+        self.ctx = ctx
         self.server = ControlServer(
             ctx.run_dir,
             lambda op, name, node: intents.handle(ctx, op, name, node),
             intents.IntentError,
         )
         self.state = state
+        self.reopening: asyncio.Task[None] | None = None
+        run_dir.on_recreated.append(self._reopen)
 
     async def start(self) -> None:
         await self.server.start()
         self.state.control_path = self.server.path
 
+    def _reopen(self) -> None:
+        if self.reopening is None or self.reopening.done():
+            self.reopening = asyncio.ensure_future(self._listen_again())
+
+    async def _listen_again(self) -> None:
+        try:
+            await self.server.reopen()
+        except OSError as exc:
+            self.ctx.store.write_faults.failed(
+                "control.sock", exc, "`srtr down` falls back to SIGTERM; the TUI's keys fail"
+            )
+
     async def stop(self) -> None:
+        if self.reopening is not None:
+            self.reopening.cancel()
         await self.server.close()
 
 
