@@ -23,7 +23,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -78,7 +77,9 @@ def wait_restarts(
 
 ROOT = Path(__file__).resolve().parents[1]
 FSIZE_LIMIT = 24 * 1024  # events.jsonl reaches it in a few seconds; state.json stays under it
-TEARDOWN_BOUND = 10.0  # both instances stop at SIGTERM at once: seconds, not graces
+# Both instances stop at SIGTERM at once: seconds, not graces. A bound on the wait for the
+# exit, not a timed assertion: speed is measured in benchmarks/.
+TEARDOWN_BOUND = 10.0
 CHATTY_CYCLE = ("Exited", "BackOff", "Restarting", "Launched")
 
 
@@ -285,15 +286,12 @@ def first(log: list[dict[str, Any]], reason: str, text: str) -> int:
     return next(i for i, e in enumerate(log) if e["reason"] == reason and text in e["message"])
 
 
-def stop_by_sigterm(run: Run) -> float:
-    started = time.monotonic()
+def stop_by_sigterm(run: Run) -> None:
     run.signal(signal.SIGTERM)
-    assert run.finish(timeout=TEARDOWN_BOUND + 20) == 143
-    return time.monotonic() - started
+    assert run.finish(timeout=TEARDOWN_BOUND) == 143
 
 
-def assert_clean_end(run: Run, took: float) -> None:
-    assert took < TEARDOWN_BOUND, took
+def assert_clean_end(run: Run) -> None:
     assert "Traceback" not in run.err, run.err
     assert not run.leftovers()
 
@@ -333,14 +331,14 @@ def test_a_write_fault_never_costs_srtr_its_job(tmp_path: Path, kind: str) -> No
         back = first(log, "WriteRecovered", f"{fault.file} is written again")
         assert failing < restart < back
         assert log[restart]["object"] == "instance/service_owner"
-        took = stop_by_sigterm(run)
+        stop_by_sigterm(run)
         final = run.state()  # before the tmpfs goes
     finally:
         if run is not None:
             run.close()
             kill_leftovers(run)
         fault.cleanup()
-    assert_clean_end(run, took)
+    assert_clean_end(run)
     assert final is not None and final["job"]["exit_code"] == 143
     assert final["job"]["phase"] == "Failed" and final["job"]["write_faults"] == []
 
@@ -383,11 +381,11 @@ def test_a_vanished_run_dir_is_recreated_and_the_job_stays_in_control(tmp_path: 
         wait_for(lambda: pids_running(run, "sleep 1000") - {owner}, 20, "a new owner")
         log = check_events_complete_after(run.run_dir)
         assert first(log, "RunDirRecreated", "") < first(log, "RestartRequested", "")
-        took = stop_by_sigterm(run)
+        stop_by_sigterm(run)
     finally:
         run.close()
         kill_leftovers(run)
-    assert_clean_end(run, took)
+    assert_clean_end(run)
     final = run.state()
     assert final is not None and final["job"]["exit_code"] == 143
     assert "RunDirRecreated" in run.err  # the warning is on stderr as well
@@ -414,18 +412,16 @@ def test_two_sigints_kill_at_once_on_a_full_disk(tmp_path: Path) -> None:
         run.wait_state(lambda s: s["job"]["phase"] == "Running", 30, "running")
         fault.start(run)
         wait_for(lambda: failing_line(run, fault.file), 30, f"{fault.file} reported failing")
-        started = time.monotonic()
         run.signal(signal.SIGINT)
         wait_for(term.exists, 10, "the owner got its SIGTERM")  # the teardown began
         run.signal(signal.SIGINT)
-        assert run.finish(timeout=30) == 130
-        took = time.monotonic() - started
+        assert run.finish(timeout=TEARDOWN_BOUND) == 130
     finally:
         if run is not None:
             run.close()
             kill_leftovers(run)
         fault.cleanup()
-    assert_clean_end(run, took)
+    assert_clean_end(run)
 
 
 @pytest.mark.parametrize(("how", "code"), [("down", 143), ("SIGHUP", 129)])
@@ -437,7 +433,6 @@ def test_srtr_down_and_sighup_work_on_a_full_disk(tmp_path: Path, how: str, code
         run.wait_state(lambda s: s["job"]["phase"] == "Running", 30, "running")
         fault.start(run)
         wait_for(lambda: failing_line(run, fault.file), 30, f"{fault.file} reported failing")
-        started = time.monotonic()
         if how == "SIGHUP":
             run.signal(signal.SIGHUP)
         else:  # reads the stale state.json, asks through the control socket
@@ -449,14 +444,13 @@ def test_srtr_down_and_sighup_work_on_a_full_disk(tmp_path: Path, how: str, code
             )
             assert down.returncode == 0, down.stderr
             assert "tearing down" in down.stdout
-        assert run.finish(timeout=30) == code
-        took = time.monotonic() - started
+        assert run.finish(timeout=TEARDOWN_BOUND) == code
     finally:
         if run is not None:
             run.close()
             kill_leftovers(run)
         fault.cleanup()
-    assert_clean_end(run, took)
+    assert_clean_end(run)
 
 
 def test_the_tuis_keys_work_on_a_full_disk(tmp_path: Path) -> None:
@@ -501,3 +495,65 @@ def test_the_tuis_keys_work_on_a_full_disk(tmp_path: Path) -> None:
         if fault is not None:
             fault.cleanup()
     assert "Traceback" not in program.raw.decode(errors="replace")
+
+
+SLURM_RECIPE = """
+name: sfull
+services:
+  - name: owner
+    nodes: 2
+    command: ["sleep", "1000"]
+  - name: rider
+    placement: {pool: owner}
+    command: ["sleep", "1000"]
+    shutdown_tier: 1
+"""
+
+
+@pytest.mark.slurm
+def test_a_full_disk_under_a_slurm_job_tears_down_with_143(
+    tmp_path: Path, slurm_cluster: dict[str, str]
+) -> None:
+    """The run dir (and so every step's log) on a full tmpfs that the controller and the
+    test cluster's nodes share: SIGTERM still tears the steps down tier by tier, `srtr up`
+    exits 143 and the allocation it made is released."""
+    import slurm_util
+
+    # The SLURM test cluster runs as root (slurmd must), and root may mount a tmpfs here.
+    assert can_mount(tmp_path), "the SLURM tests run as root, which may mount a tmpfs"
+    fault = DiskFull(tmp_path)
+    run: Run | None = None
+    try:
+        run = Run(
+            tmp_path,
+            SLURM_RECIPE,
+            "--backend",
+            "slurm",
+            env=slurm_util.outside_env(),
+            **fault.run_args(),
+        )
+        state = run.wait_state(
+            lambda s: (
+                s["job"]["phase"] == "Running"
+                and all(i["step"] is not None for i in s["instances"])
+            ),
+            60,
+            "every step registered",
+        )
+        job_id = state["job"]["slurm_job_id"]
+        fault.start(run)
+        # An idle job writes nothing: a restart (an intent, then steps) makes it write.
+        rider = next(i["name"] for i in state["instances"] if i["service"] == "rider")
+        send(run.run_dir, "restart", rider)
+        # A few events may still fit in events.jsonl's last page; state.json's rewrite never.
+        failing = "state.json"
+        wait_for(lambda: failing_line(run, failing), 30, f"{failing} reported failing")
+        assert slurm_util.squeue("-j", job_id), "the allocation went away with the disk"
+        stop_by_sigterm(run)
+    finally:
+        if run is not None:
+            run.close()
+            kill_leftovers(run)
+        fault.cleanup()
+    assert_clean_end(run)
+    wait_for(lambda: slurm_util.squeue("-n", "srtr-sfull") == "", 30, "the allocation released")
