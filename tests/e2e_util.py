@@ -62,6 +62,23 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def cmdlines_with(text: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose argv contains `text`: what `ps`
+    shows any user of this machine."""
+    found = []
+    needle = text.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append((int(entry.name), cmdline.replace(b"\0", b" ").decode(errors="replace")))
+    return found
+
+
 class Run:
     """One `srtr up` process on a recipe written to tmp_path, tagged so leftovers are findable."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from srtr.backends.slurm_cmd import (
     SQUEUE_STEP_FORMAT,
     NodeRow,
     StepRow,
+    agents_srun_argv,
     node_is_down,
     parse_end_time,
     parse_hostnames,
@@ -46,7 +48,9 @@ from srtr.backends.slurm_cmd import (
     squeue_state_argv,
     squeue_steps_argv,
     srun_argv,
+    srun_client_env,
     srun_help_argv,
+    steers_srun,
 )
 
 # --- fixtures captured from SLURM 22.05.8 on this machine ------------------------------------
@@ -252,13 +256,11 @@ def _command_part(argv: list[str]) -> list[str]:
     return argv[i:]
 
 
-def test_srun_argv_plain() -> None:
-    assert _srun(env={"A": "1", "B": "x y"}) == [
+def test_srun_argv_plain_keeps_the_environment_off_the_command_line() -> None:
+    assert _srun(env={"A": "1", "HF_TOKEN": "hf_secret"}) == [
         *BASE,
         "env",
         "--",
-        "A=1",
-        "B=x y",
         "server",
         "--port",
         "80",
@@ -270,13 +272,57 @@ def test_srun_argv_empty_env_still_goes_through_env() -> None:
     assert _srun()[len(BASE) :] == ["env", "--", "server", "--port", "80"]
 
 
-def test_srun_argv_passes_nasty_values_as_single_argv_elements() -> None:
-    argv = _srun(env={"NASTY": NASTY, "EMPTY": "", "W": "ALL,NONE"})
-    assert "NASTY=" + NASTY in argv
-    assert "EMPTY=" in argv
-    assert "W=ALL,NONE" in argv
-    assert "--export=ALL" in argv
-    assert not any(a.startswith("--export=ALL,") for a in argv)
+def test_only_variables_that_steer_srun_go_on_the_command_line() -> None:
+    env = {"LD_LIBRARY_PATH": "/cuda", "PATH": "/opt/bin", "SLURM_X": "1", "TOKEN": "s3cret"}
+    assert _command_part(_srun(env=env)) == [
+        "env",
+        "--",
+        "LD_LIBRARY_PATH=/cuda",
+        "PATH=/opt/bin",
+        "SLURM_X=1",
+        "server",
+        "--port",
+        "80",
+    ]
+    assert not any("s3cret" in a for a in _srun(env=env))
+
+
+@pytest.mark.parametrize(
+    ("name", "steers"),
+    [
+        ("PATH", True),
+        ("LD_PRELOAD", True),
+        ("SLURM_CPUS_PER_TASK", True),
+        ("SLURMD_DEBUG", True),
+        ("SRUN_CPUS_PER_TASK", True),
+        ("PMI_FANOUT", True),
+        ("GLIBC_TUNABLES", True),
+        ("HF_TOKEN", False),
+        ("PYTHONPATH", False),
+        ("CUDA_VISIBLE_DEVICES", False),
+        ("MYPATH", False),
+    ],
+)
+def test_steers_srun(name: str, steers: bool) -> None:
+    assert steers_srun(name) is steers
+
+
+def test_srun_client_env_carries_the_instance_env_and_drops_an_enclosing_step() -> None:
+    base = {"PATH": "/usr/bin", "SLURM_CONF": "/c", "SLURM_JOB_ID": "7", "SRUN_X": "1", "H": "h"}
+    env = {"NASTY": NASTY, "EMPTY": "", "PATH": "/opt/bin", "H": "mine"}
+    assert srun_client_env(base, env) == {
+        "PATH": "/usr/bin",  # srun is found with the controller's PATH; the task's is in argv
+        "SLURM_CONF": "/c",
+        "H": "mine",
+        "NASTY": NASTY,
+        "EMPTY": "",
+    }
+
+
+@pytest.mark.parametrize("env", [{"A=B": "1"}, {"": "1"}, {"A": "nul\0"}])
+def test_srun_client_env_rejects_what_cannot_be_passed(env: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        srun_client_env({}, env)
 
 
 def test_srun_argv_preamble() -> None:
@@ -284,7 +330,6 @@ def test_srun_argv_preamble() -> None:
     assert cmd == [
         "env",
         "--",
-        "A=1",
         "bash",
         "-c",
         'source /etc/profile\nulimit -n 4096\nexec "$@"',
@@ -402,13 +447,15 @@ def test_srun_argv_rejects_what_cannot_be_passed(kwargs: dict[str, object]) -> N
 
 
 def test_the_node_part_delivers_the_environment_intact(tmp_path: Path) -> None:
-    """Run what slurmstepd would run (the `env ...` part) here: every value arrives as is."""
-    env = {"NASTY": NASTY, "EMPTY": "", "W": "ALL,NONE", "ÜNI": "ü"}
+    """Run what slurmstepd would run (the `env ...` part) in the client's environment, as
+    `--export=ALL` hands it to the task: every value arrives as is."""
+    env = {"NASTY": NASTY, "EMPTY": "", "W": "ALL,NONE", "ÜNI": "ü", "LD_X": "a b"}
     dump = [sys.executable, "-c", _DUMP_ENV, *env]
     for extra in ({}, {"preamble": 'export PRE="$W"'}):
         cmd = _command_part(_srun(env=env, argv=dump, **extra))
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        assert json.loads(out) == env
+        client = srun_client_env(os.environ, env)
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=client)
+        assert json.loads(out.stdout) == env
 
 
 def test_the_node_part_reports_a_missing_command_as_127() -> None:
@@ -615,10 +662,14 @@ def test_scontrol_show_node_argv_rejects_bad_lists(nodes: list[str]) -> None:
 def test_parse_scontrol_nodes() -> None:
     rows = parse_scontrol_nodes(SCONTROL_NODES)
     assert list(rows) == ["node1", "node2", "node3", "node4"]
-    assert rows["node1"] == NodeRow("node1", "127.0.0.2", "ALLOCATED", "")
+    assert rows["node1"] == NodeRow("node1", "127.0.0.2", "ALLOCATED", "", cpus=2)
     assert rows["node2"].addr == "127.0.0.3"
     assert rows["node3"] == NodeRow(
-        "node3", "127.0.0.4", "DOWN+NOT_RESPONDING", "Not responding [root@2026-11-30T03:12:29]"
+        "node3",
+        "127.0.0.4",
+        "DOWN+NOT_RESPONDING",
+        "Not responding [root@2026-11-30T03:12:29]",
+        cpus=2,
     )
     # The free-text reason mentions State=FAKE; the real State= comes first and wins.
     assert rows["node4"].state == "IDLE+DRAIN"
@@ -638,6 +689,59 @@ def test_parse_scontrol_nodes_transient_states() -> None:
         "maint [root@2026-11-30T03:12:42]",
         True,
     )
+
+
+def test_agents_srun_argv_is_one_step_over_every_node() -> None:
+    argv = agents_srun_argv(
+        job_id="12",
+        nodes=["node1", "node2", "node3"],
+        step_name="srtr-agents",
+        log_path="/run/logs/agents.out",
+        command=["python3", "-m", "srtr.backends.agent.node", "--node-env", "SLURMD_NODENAME"],
+        cpus_per_task=8,
+    )
+    assert argv == [
+        "srun",
+        "--jobid",
+        "12",
+        "--overlap",
+        "--no-kill",
+        "--kill-on-bad-exit=0",
+        "-N",
+        "3",
+        "-n",
+        "3",
+        "--ntasks-per-node=1",
+        "-w",
+        "node1,node2,node3",
+        "--job-name=srtr-agents",
+        "--output=/run/logs/agents.out",
+        "--open-mode=append",
+        "--input=none",
+        "--export=ALL",
+        "--cpus-per-task=8",
+        "--mem=0",
+        "python3",
+        "-m",
+        "srtr.backends.agent.node",
+        "--node-env",
+        "SLURMD_NODENAME",
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"nodes": []}, {"nodes": ["a,b"]}, {"command": []}, {"command": ["a\0"]}]
+)
+def test_agents_srun_argv_rejects_what_cannot_be_passed(kwargs: dict[str, object]) -> None:
+    args: dict[str, object] = {
+        "job_id": "12",
+        "nodes": ["node1"],
+        "step_name": "srtr-agents",
+        "log_path": "/run/logs/agents.out",
+        "command": ["agent"],
+    }
+    with pytest.raises(ValueError):
+        agents_srun_argv(**{**args, **kwargs})  # type: ignore[arg-type]
 
 
 def test_parse_scontrol_nodes_skips_messages() -> None:
@@ -727,7 +831,8 @@ def test_srun_argv_on_the_cluster(tmp_path: Path, slurm_cluster: dict[str, str])
             }
             args.update(kwargs)
             argv = srun_argv(**args)  # type: ignore[arg-type]
-            return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+            client = srun_client_env(env, args["env"])  # type: ignore[arg-type]
+            return subprocess.run(argv, env=client, capture_output=True, text=True, timeout=60)
 
         assert run().returncode == 0
         assert run(preamble="echo from-preamble").returncode == 0

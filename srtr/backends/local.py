@@ -33,11 +33,17 @@ from srtr.backends.base import (
     Observation,
     ObservationKind,
 )
-from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, exited, kill_group
+from srtr.backends.procgroup import (
+    INHERITED_ENV,
+    Attempt,
+    ExitStatus,
+    ProcessGroups,
+    exited,
+    instance_command,
+    instance_environment,
+    kill_group,
+)
 
-# Only these are taken from the controller's environment: anything else (tokens, SLURM_*,
-# the user's experiments) must come from the recipe so that a run is reproducible.
-_INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR", "PYTHONPATH")
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _FIRST_IP = ipaddress.ip_address("127.0.0.1")
 
@@ -61,7 +67,7 @@ class LocalBackend:
         ]
         self._listener: Listener | None = None
         self._groups = ProcessGroups(
-            self._exited, command=_command, environment=_environment, owner=self.name
+            self._exited, command=instance_command, environment=_environment, owner=self.name
         )
         self._lost_nodes: set[str] = set()
         self._lost_attempts: set[tuple[str, int]] = set()  # (name, attempt) killed with a node
@@ -157,27 +163,6 @@ class LocalBackend:
         )
 
 
-def _command(spec: LaunchSpec) -> list[str]:
-    if spec.shell:
-        if len(spec.argv) != 1:
-            raise LaunchError(
-                f"cannot start {spec.name!r}: a shell launch takes exactly one command line,"
-                f" got {len(spec.argv)} arguments"
-            )
-        script = spec.argv[0] if spec.preamble is None else f"{spec.preamble}\n{spec.argv[0]}"
-        return ["bash", "-c", script]
-    if not spec.argv:
-        raise LaunchError(f"cannot start {spec.name!r}: empty argv")
-    if spec.preamble is not None:
-        # The argv travels as "$@", so it is never split or expanded by the shell.
-        return ["bash", "-c", spec.preamble + '\nexec "$@"', "srtr-" + spec.name, *spec.argv]
-    return list(spec.argv)
-
-
 def _environment(spec: LaunchSpec) -> dict[str, str]:
-    env = {key: os.environ[key] for key in _INHERITED_ENV if key in os.environ}
-    env.update(spec.env)
-    env["SRTR_NODE"] = spec.node
-    env["SRTR_NODE_IP"] = spec.node_ip
-    env["SRTR_INSTANCE"] = spec.name
-    return env
+    inherited = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+    return instance_environment(spec, inherited)

@@ -4,6 +4,9 @@ Called by the probe controller through the `Prober` protocol. tcp/http go to the
 node IP; log probes read the instance's log incrementally from where this attempt began;
 file probes resolve relative paths against the run's logs/ directory. The exporter controller
 checks scrape health through it too (`scrape`), so controllers never import `probes`.
+
+`ProbeRunner` is the part that needs no instance spec: the node agent runs probes on its node
+with it (`backends/agent/node.py`), and `Prober` runs them here with it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from srtr.backends.probes import LogProbe, probe_file, probe_http, probe_tcp
-from srtr.resources.objects import ExporterSpec, InstanceSpec, ProbeKind
+from srtr.resources.objects import ExporterSpec, InstanceSpec, ProbeKind, ProbeSpec
 
 
 class _Status(Protocol):
@@ -22,7 +25,7 @@ class _Status(Protocol):
     log_offset: int
 
 
-class Prober:
+class ProbeRunner:
     """One LogProbe per instance attempt, so each restart only scans its own output."""
 
     def __init__(self) -> None:
@@ -31,16 +34,25 @@ class Prober:
     def forget(self, name: str) -> None:
         self._logs.pop(name, None)
 
-    async def check(self, spec: InstanceSpec, status: _Status, run_dir: Path) -> tuple[bool, str]:
-        probe = spec.probe
-        assert probe is not None
+    async def check(
+        self,
+        name: str,
+        probe: ProbeSpec,
+        *,
+        node_ip: str,
+        attempt: int,
+        log_path: Path,
+        log_offset: int,
+        files_dir: Path,
+    ) -> tuple[bool, str]:
+        """One attempt of `probe` for attempt `attempt` of instance `name`."""
         if probe.kind is ProbeKind.TCP:
             assert probe.port is not None
-            result = await probe_tcp(spec.node_ip, probe.port, min(1.0, probe.interval_seconds))
+            result = await probe_tcp(node_ip, probe.port, min(1.0, probe.interval_seconds))
         elif probe.kind is ProbeKind.HTTP:
             assert probe.port is not None and probe.path is not None
             result = await probe_http(
-                spec.node_ip,
+                node_ip,
                 probe.port,
                 probe.path,
                 probe.status or 200,
@@ -48,19 +60,39 @@ class Prober:
             )
         elif probe.kind is ProbeKind.LOG:
             assert probe.pattern is not None
-            held = self._logs.get(spec.name)
-            if held is None or held[0] != status.attempt:
-                log_probe = LogProbe(
-                    run_dir / spec.log, re.compile(probe.pattern), offset=status.log_offset
-                )
-                held = (status.attempt, log_probe)
-                self._logs[spec.name] = held
+            held = self._logs.get(name)
+            if held is None or held[0] != attempt:
+                log_probe = LogProbe(log_path, re.compile(probe.pattern), offset=log_offset)
+                held = (attempt, log_probe)
+                self._logs[name] = held
             result = held[1].check()
         else:
             assert probe.path is not None
             path = Path(probe.path)
-            result = probe_file(path if path.is_absolute() else run_dir / "logs" / path)
+            result = probe_file(path if path.is_absolute() else files_dir / path)
         return result.ok, result.message
+
+
+class Prober:
+    """Runs the probes of instances here, on the controller's machine."""
+
+    def __init__(self) -> None:
+        self._runner = ProbeRunner()
+
+    def forget(self, name: str) -> None:
+        self._runner.forget(name)
+
+    async def check(self, spec: InstanceSpec, status: _Status, run_dir: Path) -> tuple[bool, str]:
+        assert spec.probe is not None
+        return await self._runner.check(
+            spec.name,
+            spec.probe,
+            node_ip=spec.node_ip,
+            attempt=status.attempt,
+            log_path=run_dir / spec.log,
+            log_offset=status.log_offset,
+            files_dir=run_dir / "logs",
+        )
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await http_scrape(exporter, timeout)

@@ -14,17 +14,21 @@ attempt (the controller's open-file limit bounds the job).
 
 An attempt an earlier controller started can be taken over (`adopt`) by pid and kernel start
 time; it is not our child, so its exit status is unknown (`on_exit` gets None).
+
+`instance_command` and `instance_environment` say how an instance runs as a process of this
+machine: the local backend and the node agent (`backends/agent/node.py`) start them alike.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +39,10 @@ from srtr.reconciler.rundir import restart_marker
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 5.0
+# Only these are taken from the starting process's environment by default: anything else
+# (tokens, SLURM_*, the user's experiments) must come from the recipe so a run is reproducible.
+INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR", "PYTHONPATH")
+_PR_SET_PDEATHSIG = 1
 # Below this many lingering groups, pruning is not worth a syscall per group.
 _PRUNE_MIN = 64
 
@@ -116,6 +124,7 @@ class ProcessGroups:
         command: CommandBuilder,
         environment: EnvironmentBuilder,
         owner: str,
+        die_with_parent: bool = False,
     ) -> None:
         """
         Args:
@@ -123,11 +132,15 @@ class ProcessGroups:
             command: the argv that starts an attempt; may raise LaunchError.
             environment: the environment of the started process.
             owner: the backend's name, for messages.
+            die_with_parent: each leader gets SIGKILL when this process dies (Linux's
+                parent-death signal), so a node agent killed by `kill -9` takes its
+                instances' leaders with it. Members a leader forked are not covered.
         """
         self._on_exit = on_exit
         self._command = command
         self._environment = environment
         self._owner = owner
+        self._preexec = _parent_death_hook() if die_with_parent else None
         self._live: dict[str, Attempt] = {}
         # Groups whose leader was reaped while other members (grandchildren) remained. Only
         # close() kills them; signal() targets the live attempt alone.
@@ -180,7 +193,8 @@ class ProcessGroups:
                 )
                 _append(fd, marker)
             try:
-                popen = _start(spec, fd, self._command(spec), self._environment(spec))
+                argv, env = self._command(spec), self._environment(spec)
+                popen = _start(spec, fd, argv, env, self._preexec)
                 attempt = _watch(spec, popen, loop)
             except LaunchError as exc:
                 _append(fd, f"==== srtr: {exc} ====\n")
@@ -232,6 +246,15 @@ class ProcessGroups:
                 loop=asyncio.get_running_loop(),
             )
         )
+        return True
+
+    async def wait_idle(self, within: float) -> bool:
+        """Wait up to `within` seconds for every live attempt to exit; True when none is left."""
+        try:
+            async with asyncio.timeout(within):
+                await self._idle.wait()
+        except TimeoutError:
+            return False
         return True
 
     async def close(self) -> None:
@@ -317,6 +340,56 @@ class ProcessGroups:
         self._idle.set()
 
 
+def instance_command(spec: LaunchSpec) -> list[str]:
+    """The argv that runs an instance attempt as a process here (see LaunchSpec).
+
+    Raises:
+        LaunchError: an empty argv, or a shell launch that is not one command line.
+    """
+    if spec.shell:
+        if len(spec.argv) != 1:
+            raise LaunchError(
+                f"cannot start {spec.name!r}: a shell launch takes exactly one command line,"
+                f" got {len(spec.argv)} arguments"
+            )
+        script = spec.argv[0] if spec.preamble is None else f"{spec.preamble}\n{spec.argv[0]}"
+        return ["bash", "-c", script]
+    if not spec.argv:
+        raise LaunchError(f"cannot start {spec.name!r}: empty argv")
+    if spec.preamble is not None:
+        # The argv travels as "$@", so it is never split or expanded by the shell.
+        return ["bash", "-c", spec.preamble + '\nexec "$@"', "srtr-" + spec.name, *spec.argv]
+    return list(spec.argv)
+
+
+def instance_environment(spec: LaunchSpec, inherited: Mapping[str, str]) -> dict[str, str]:
+    """An instance attempt's environment: `inherited`, the spec's env, then srtr's own
+    SRTR_NODE, SRTR_NODE_IP and SRTR_INSTANCE."""
+    env = dict(inherited)
+    env.update(spec.env)
+    env["SRTR_NODE"] = spec.node
+    env["SRTR_NODE_IP"] = spec.node_ip
+    env["SRTR_INSTANCE"] = spec.name
+    return env
+
+
+def _parent_death_hook() -> Callable[[], None]:
+    """A preexec hook that asks for SIGKILL when the starting process dies.
+
+    libc's prctl is looked up here, before any fork; the child only calls it. A child whose
+    parent died before the call (no signal would ever come) exits at once.
+    """
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return hook
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL process group `pgid`; a group that is gone or out of reach is no error."""
     # EPERM means no member could be signalled (all became set-uid); nothing more we can do,
@@ -342,7 +415,11 @@ def _append(fd: int, text: str) -> None:
 
 
 def _start(
-    spec: LaunchSpec, log_fd: int, argv: list[str], env: dict[str, str]
+    spec: LaunchSpec,
+    log_fd: int,
+    argv: list[str],
+    env: dict[str, str],
+    preexec: Callable[[], None] | None,
 ) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
@@ -355,6 +432,7 @@ def _start(
             cwd=spec.cwd,
             env=env,
             start_new_session=True,
+            preexec_fn=preexec,
         )
     except OSError as exc:
         where = ""

@@ -283,19 +283,13 @@ class SlurmBackend:
     # -- launching ------------------------------------------------------------------------
 
     def _command(self, spec: LaunchSpec) -> list[str]:
-        env = {
-            **spec.env,
-            "SRTR_NODE": spec.node,
-            "SRTR_NODE_IP": spec.node_ip,
-            "SRTR_INSTANCE": spec.name,
-        }
         try:
             return slurm_cmd.srun_argv(
                 job_id=self.job_id,
                 node=spec.node,
                 step_name=spec.name,
                 log_path=spec.log_path,
-                env=env,
+                env=_instance_env(spec),
                 argv=spec.argv,
                 preamble=spec.preamble,
                 shell=spec.shell,
@@ -310,13 +304,9 @@ class SlurmBackend:
             raise LaunchError(f"cannot start {spec.name!r} as an srun step: {exc}") from None
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
-        # srun needs the client environment (SLURM_CONF, PATH); the variables of an
-        # enclosing step would override our explicit -N/-n/-w, so they stay behind.
-        return {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "SBATCH_", "SRUN_")) or k == "SLURM_CONF"
-        }
+        # The instance's environment rides in the srun client's own (only its owner can read
+        # it, unlike argv); srun needs SLURM_CONF and PATH from ours. _command validated it.
+        return slurm_cmd.srun_client_env(os.environ, _instance_env(spec))
 
     async def launch(self, spec: LaunchSpec) -> int:
         if spec.node in self._down:
@@ -545,6 +535,15 @@ class SlurmBackend:
                 return
             await asyncio.sleep(0.2)
         log.warning("slurm: steps still listed %gs after close", STEP_GONE_TIMEOUT)
+
+
+def _instance_env(spec: LaunchSpec) -> dict[str, str]:
+    return {
+        **spec.env,
+        "SRTR_NODE": spec.node,
+        "SRTR_NODE_IP": spec.node_ip,
+        "SRTR_INSTANCE": spec.name,
+    }
 
 
 def _node_failure_in_log(path: Path | None, start: int) -> str | None:

@@ -8,31 +8,38 @@ lines look the way they do. The points that shaped this module:
 - `salloc --no-shell` prints nothing on stdout; it reports `salloc: Granted job allocation N`
   on stderr and returns once the allocation exists (it blocks while the job is pending).
   Without `--no-kill`, the loss of one node ends the whole allocation and every step in it.
-- `srun --export=ALL,K=V` splits values at commas, so the environment travels as argv instead:
-  `--export=ALL` plus `env -- K=V ... CMD`. `env` also turns a missing command into exit code
-  127 (126: not executable); a bare srun reports 2 (ENOENT) or 13 (EACCES) there.
-- `srun --output` expands `%` patterns (`%%` is a literal `%`) and drops backslashes; stderr goes
-  to the same file when `--error` is not given.
+- srun's command lines (an instance's step, the agents' step) are built in `slurm_srun`
+  and re-exported here; its docstring says what shaped them.
 - `scancel --signal=S J.S` without `--ctld` asks every node of the job and fails (exit 225,
   "Invalid job id specified") on the nodes that do not run the step even though the signal was
   delivered, yet it exits 0 for a step that does not exist. With `--ctld` the exit status is
   right both ways.
-- When a node dies, the srun client of a step on it prints `srun: error: Node failure on NODE`
-  and exits 0, so only `parse_srun_node_failure` tells that exit apart from a clean one.
 """
 
 from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+
+from srtr.backends.slurm_srun import (
+    agents_srun_argv,
+    check_text,
+    parse_pyxis,
+    parse_srun_node_failure,
+    srun_argv,
+    srun_client_env,
+    srun_help_argv,
+    steers_srun,
+)
 
 __all__ = [
     "SQUEUE_STEP_FORMAT",
     "NodeRow",
     "StepRow",
+    "agents_srun_argv",
     "node_is_down",
     "parse_end_time",
     "parse_hostnames",
@@ -57,44 +64,20 @@ __all__ = [
     "squeue_state_argv",
     "squeue_steps_argv",
     "srun_argv",
+    "srun_client_env",
     "srun_help_argv",
+    "steers_srun",
 ]
 
 # `squeue --steps --Format`: a field with ":" but no size is printed unpadded, followed by the
 # suffix (here "|"). The step name goes last so that a "|" inside a name cannot shift fields.
 SQUEUE_STEP_FORMAT = "StepId:|,StepState:|,Nodes:|,StepName:"
 
-# Options srun_argv sets itself; srun_options may not override them (the backend relies on them).
-_RESERVED_SRUN_OPTIONS = frozenset(
-    {
-        "jobid",
-        "overlap",
-        "nodes",
-        "N",
-        "ntasks",
-        "n",
-        "nodelist",
-        "w",
-        "job-name",
-        "J",
-        "output",
-        "o",
-        "error",
-        "e",
-        "open-mode",
-        "input",
-        "i",
-        "export",
-    }
-)
-
 _SIGNAL_RE = re.compile(r"[A-Z0-9]+")
-_OPTION_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _GRANTED_RE = re.compile(r"Granted job allocation (\d+)")
 _PENDING_RE = re.compile(r"Pending job allocation (\d+)")
-_NODE_FAILURE_RE = re.compile(r"srun: error: Node failure on (\S+)")
 _NODE_FIELD_RES = {
-    key: re.compile(rf"(?:^|\s){key}=(\S*)") for key in ("NodeName", "NodeAddr", "State")
+    key: re.compile(rf"(?:^|\s){key}=(\S*)") for key in ("NodeName", "NodeAddr", "State", "CPUTot")
 }
 _REASON_RE = re.compile(r"(?:^|\s)Reason=(.*)$")
 
@@ -140,12 +123,14 @@ class StepRow:
 
 @dataclass(frozen=True)
 class NodeRow:
-    """One node of `scontrol --oneliner show node`. `state` is e.g. IDLE, IDLE+DRAIN."""
+    """One node of `scontrol --oneliner show node`. `state` is e.g. IDLE, IDLE+DRAIN; `cpus`
+    is CPUTot (None when not printed)."""
 
     name: str
     addr: str
     state: str
     reason: str = ""
+    cpus: int | None = None
 
     @property
     def down(self) -> bool:
@@ -176,20 +161,20 @@ def salloc_argv(
     """
     if nodes < 1:
         raise ValueError(f"nodes must be at least 1, got {nodes}")
-    _check_text("job name", job_name)
+    check_text("job name", job_name)
     argv = ["salloc", "--no-shell", "-N", str(nodes), "-J", job_name]
     if no_kill:
         argv.append("--no-kill")
     if exclusive:
         argv.append("--exclusive")
     if partition:
-        _check_text("partition", partition)
+        check_text("partition", partition)
         argv.append(f"--partition={partition}")
     if account:
-        _check_text("account", account)
+        check_text("account", account)
         argv.append(f"--account={account}")
     if time_limit:
-        _check_text("time limit", time_limit)
+        check_text("time limit", time_limit)
         argv.append(f"--time={time_limit}")
     argv.extend(extra)
     return argv
@@ -219,182 +204,13 @@ def sbatch_argv(script: PurePath | str) -> list[str]:
 
     Not idempotent: a retry after a timeout may submit the job twice.
     """
-    _check_text("script path", str(script))
+    check_text("script path", str(script))
     return ["sbatch", "--parsable", str(script)]
 
 
 def parse_sbatch_job_id(stdout: str) -> str:
     """The job id from `sbatch --parsable`, which prints `JOB` or `JOB;CLUSTER`."""
     return stdout.strip().split(";")[0]
-
-
-# --- srun --------------------------------------------------------------------------------------
-
-
-def srun_argv(
-    *,
-    job_id: str,
-    node: str,
-    step_name: str,
-    log_path: PurePath | str,
-    env: Mapping[str, str],
-    argv: Sequence[str],
-    preamble: str | None = None,
-    shell: bool = False,
-    container: str | None = None,
-    pyxis: bool = False,
-    cpus_per_task: int | None = None,
-    cpu_bind: str | None = None,
-    srun_options: Mapping[str, str] | None = None,
-    cwd: PurePath | str | None = None,
-) -> list[str]:
-    """One single-task step on `node` of allocation `job_id`, output appended to `log_path`.
-
-    The command is `env -- K=V ... CMD`, so values of any content (commas, quotes, `$`,
-    newlines) arrive intact and a missing command exits 127 (not executable: 126). CMD is:
-
-    - `argv` as is;
-    - with `preamble`: `bash -c '<preamble>\\nexec "$@"' srtr-<name> argv...` (argv stays an
-      argv, the preamble sees the environment);
-    - with `shell`: `bash -c <argv[0]>` (argv must have exactly one element), or
-      `bash -c '<preamble>\\n<argv[0]>'` with a preamble too, like the local backend.
-
-    `container` becomes `--container-image=<image>` only when `pyxis` is true (the caller warns
-    otherwise). `srun_options` entries become `--key=value` (`--key` when the value is ""); they
-    may not replace the options this function sets. `cwd` becomes `--chdir`: note that
-    slurmstepd falls back to /tmp when that directory does not exist, so check it first.
-    Raises ValueError for input that cannot be passed faithfully.
-    """
-    _check_text("job id", job_id)
-    _check_text("node", node)
-    _check_text("step name", step_name)
-    command = _command(step_name, argv, preamble, shell)
-    out = [
-        "srun",
-        "--jobid",
-        job_id,
-        "--overlap",
-        "-N1",
-        "-n1",
-        "-w",
-        node,
-        f"--job-name={step_name}",
-        f"--output={_output_pattern(log_path)}",
-        "--open-mode=append",
-        "--input=none",
-        "--export=ALL",
-    ]
-    if cwd is not None:
-        _check_text("cwd", str(cwd))
-        out.append(f"--chdir={cwd}")
-    if container and pyxis:
-        _check_text("container image", container)
-        out.append(f"--container-image={container}")
-    if cpus_per_task is not None:
-        if cpus_per_task < 1:
-            raise ValueError(f"cpus_per_task must be positive, got {cpus_per_task}")
-        out.append(f"--cpus-per-task={cpus_per_task}")
-    if cpu_bind:
-        _check_text("cpu_bind", cpu_bind)
-        out.append(f"--cpu-bind={cpu_bind}")
-    for key, value in (srun_options or {}).items():
-        out.append(_srun_option(key, value))
-    out.extend(_env_prefix(env))
-    out.extend(command)
-    return out
-
-
-def srun_help_argv() -> list[str]:
-    """`srun --help`: what this srun accepts; see parse_pyxis."""
-    return ["srun", "--help"]
-
-
-def parse_pyxis(help_text: str) -> bool:
-    """True when `srun --help` lists `--container-image`, i.e. the pyxis plugin is there."""
-    return "--container-image" in help_text
-
-
-def parse_srun_node_failure(stderr: str) -> str | None:
-    """The node named by `srun: error: Node failure on node3`, else None.
-
-    srun exits 0 when the node of its step fails, so this is how a lost step is told apart
-    from one that exited cleanly.
-    """
-    found = _NODE_FAILURE_RE.search(stderr)
-    return found.group(1) if found else None
-
-
-def _command(step_name: str, argv: Sequence[str], preamble: str | None, shell: bool) -> list[str]:
-    if shell:
-        if len(argv) != 1:
-            raise ValueError(
-                f"a shell launch takes exactly one command line, got {len(argv)} arguments"
-            )
-        script = argv[0] if preamble is None else f"{preamble}\n{argv[0]}"
-        _check_arg(script)
-        return ["bash", "-c", script]
-    if not argv:
-        raise ValueError("empty argv")
-    for arg in argv:
-        _check_arg(arg)
-    if preamble is not None:
-        _check_arg(preamble)
-        # The argv travels as "$@", so it is never split or expanded by the shell.
-        return ["bash", "-c", preamble + '\nexec "$@"', "srtr-" + step_name, *argv]
-    if "=" in argv[0]:
-        # `env` would take it for one more NAME=VALUE; let bash exec it instead.
-        return ["bash", "-c", 'exec "$@"', "srtr-" + step_name, *argv]
-    return list(argv)
-
-
-def _env_prefix(env: Mapping[str, str]) -> list[str]:
-    out = ["env", "--"]
-    for key, value in env.items():
-        if not key or "=" in key or "\0" in key:
-            raise ValueError(f"invalid environment variable name {key!r}")
-        if "\0" in value:
-            raise ValueError(f"environment variable {key} contains a NUL byte")
-        out.append(f"{key}={value}")
-    return out
-
-
-def _output_pattern(log_path: PurePath | str) -> str:
-    path = str(log_path)
-    if not PurePath(path).is_absolute():
-        # A relative name is resolved by slurmstepd, and a bare number means "task N only".
-        raise ValueError(f"log path must be absolute, got {path!r}")
-    if "\\" in path:
-        # srun drops backslashes from --output (and then stops expanding %), so such a path
-        # cannot be spelled.
-        raise ValueError(f"log path cannot contain a backslash: {path!r}")
-    _check_text("log path", path)
-    return path.replace("%", "%%")
-
-
-def _srun_option(key: str, value: str) -> str:
-    name = key.lstrip("-")
-    if not _OPTION_NAME_RE.fullmatch(name):
-        raise ValueError(f"invalid srun option name {key!r}")
-    # srun, like getopt_long, also takes an unambiguous prefix of a long option ("--out").
-    if name in _RESERVED_SRUN_OPTIONS or (
-        len(name) > 1 and any(r.startswith(name) for r in _RESERVED_SRUN_OPTIONS if len(r) > 1)
-    ):
-        raise ValueError(f"srun option --{name} is set by srtr and cannot be overridden")
-    _check_arg(value)
-    if len(name) == 1:
-        return f"-{name}{value}" if value else f"-{name}"
-    return f"--{name}={value}" if value else f"--{name}"
-
-
-def _check_text(what: str, value: str) -> None:
-    """One-line values: SLURM prints them back on lines we parse."""
-    if not value or any(c in value for c in "\0\n\r"):
-        raise ValueError(f"invalid {what}: {value!r}")
-
-
-def _check_arg(value: str) -> None:
-    if "\0" in value:
-        raise ValueError(f"argument contains a NUL byte: {value!r}")
 
 
 # --- scancel -----------------------------------------------------------------------------------
@@ -415,19 +231,19 @@ def scancel_steps_argv(job_id: str, step_ids: Sequence[str], signal: str | int) 
 
     Step ids are "3" or "12.3" (already qualified with this job), as in scancel_step_argv.
     """
-    _check_text("job id", job_id)
+    check_text("job id", job_id)
     if not step_ids:
         raise ValueError("no step to signal")
     steps = []
     for step_id in step_ids:
-        _check_text("step id", step_id)
+        check_text("step id", step_id)
         steps.append(step_id if step_id.startswith(f"{job_id}.") else f"{job_id}.{step_id}")
     return ["scancel", "--ctld", f"--signal={_signal_name(signal)}", "--full", *steps]
 
 
 def scancel_job_argv(job_id: str) -> list[str]:
     """`scancel <job>`: end the allocation (tasks get SIGCONT+SIGTERM, SIGKILL KillWait later)."""
-    _check_text("job id", job_id)
+    check_text("job id", job_id)
     return ["scancel", job_id]
 
 
@@ -448,7 +264,7 @@ def _signal_name(signal: str | int) -> str:
 
 def squeue_steps_argv(job_id: str) -> list[str]:
     """`squeue --steps --noheader -j <job> --Format=...`; parse with parse_squeue_steps."""
-    _check_text("job id", job_id)
+    check_text("job id", job_id)
     return ["squeue", "--steps", "--noheader", "-j", job_id, f"--Format={SQUEUE_STEP_FORMAT}"]
 
 
@@ -488,7 +304,7 @@ def parse_job_running(text: str) -> bool:
 
 
 def _squeue_job(job_id: str, field: str) -> list[str]:
-    _check_text("job id", job_id)
+    check_text("job id", job_id)
     return ["squeue", "-h", "-j", job_id, "-o", field]
 
 
@@ -527,7 +343,7 @@ def scontrol_show_node_argv(nodes: Sequence[str] | None = None) -> list[str]:
     for name in nodes:
         if not name or "," in name:
             raise ValueError(f"invalid node name {name!r}")
-        _check_text("node", name)
+        check_text("node", name)
     return [*argv, ",".join(nodes)]
 
 
@@ -547,11 +363,13 @@ def parse_scontrol_nodes(text: str) -> dict[str, NodeRow]:
         addr = fields["NodeAddr"]
         state = fields["State"]
         reason = _REASON_RE.search(line)
+        cpus = fields["CPUTot"]
         rows[name.group(1)] = NodeRow(
             name=name.group(1),
             addr=addr.group(1) if addr else "",
             state=state.group(1) if state else "",
             reason=reason.group(1).strip() if reason else "",
+            cpus=int(cpus.group(1)) if cpus and cpus.group(1).isdigit() else None,
         )
     return rows
 
@@ -570,7 +388,7 @@ def node_is_down(state: str) -> bool:
 
 def scontrol_show_hostnames_argv(hostlist: str) -> list[str]:
     """`scontrol show hostnames <hostlist>`: expand e.g. node[1-3,7] to one name per line."""
-    _check_text("hostlist", hostlist)
+    check_text("hostlist", hostlist)
     return ["scontrol", "show", "hostnames", hostlist]
 
 

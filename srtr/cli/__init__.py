@@ -45,13 +45,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.against:
         return _plan_against(args)
+    from srtr.resources.launchers import Launcher
+
     recipe, state = plan_file(args.recipe, _allocation(args))
     for warning in state.warnings:
         print(f"{args.recipe}: warning: {warning}", file=sys.stderr)
+    launcher = Launcher(args.launcher) if args.launcher else None
     if args.output == "json":
-        print(json.dumps(plan_json(recipe, state), indent=2))
+        print(json.dumps(plan_json(recipe, state, launcher), indent=2))
     else:
-        sys.stdout.write(plan_text(recipe, state))
+        sys.stdout.write(plan_text(recipe, state, launcher))
     return 0
 
 
@@ -128,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--nodelist", metavar="LIST", help="plan on a SLURM node list, e.g. 'gpu[01-04]'"
         )
         plan.add_argument("-o", "--output", choices=("text", "json"), default="text")
+        plan.add_argument(
+            "--launcher",
+            choices=("process", "step", "agent"),
+            help="show which launcher starts each instance with `srtr up --launcher` this "
+            "(agent: instances SLURM must set up keep their own step)",
+        )
         plan.add_argument(
             "--against",
             metavar="RUN_DIR",

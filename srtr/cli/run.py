@@ -20,6 +20,7 @@ from srtr.cli.status import read_run
 from srtr.reconciler.rundir import STATE_FILE, RunState
 
 if TYPE_CHECKING:
+    from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.base import Backend
     from srtr.backends.slurm import SlurmBackend
     from srtr.resources.recipe import Recipe
@@ -72,6 +73,13 @@ def _add_up(up: argparse.ArgumentParser) -> None:
         choices=("auto", "local", "slurm"),
         default="auto",
         help="where instances run; auto: slurm inside an allocation, local otherwise",
+    )
+    up.add_argument(
+        "--launcher",
+        choices=("auto", "process", "step", "agent"),
+        default="auto",
+        help="how instances start: process (local), step (an srun step each, SLURM), or "
+        "agent (a node agent per node starts them); auto: process locally, step on SLURM",
     )
     _add_slurm_flags(up, "SLURM {what} when srtr allocates (default: resources.*)")
     up.add_argument(
@@ -177,6 +185,44 @@ def _backend_kind(args: argparse.Namespace) -> str:
     return "slurm" if in_allocation() else "local"
 
 
+def _launcher(args: argparse.Namespace, kind: str) -> str:
+    """The launcher `up` runs with; refuses one the backend does not have."""
+    native = "step" if kind == "slurm" else "process"
+    launcher = native if args.launcher == "auto" else str(args.launcher)
+    if launcher not in (native, "agent"):
+        raise _bad("--launcher", f"the {kind} backend has no {launcher!r} launcher")
+    return launcher
+
+
+def _agent_backend(
+    kind: str, backend: Backend, run_dir: Path, window: float, *, adopt: bool = False
+) -> AgentBackend:
+    """Wrap the chosen backend: its nodes get node agents (SLURM: one srun step of them),
+    and SLURM keeps a step for the instances that need one. `adopt`: the agents of the
+    crashed controller of `run_dir` rejoin instead (the token is the run dir's)."""
+    from srtr.backends.agent.backend import AgentBackend, read_token, route_source
+    from srtr.backends.agent.starters import LocalAgents, SlurmAgents, Starter
+    from srtr.backends.slurm import SlurmBackend
+
+    token = None
+    if adopt:
+        try:
+            token = read_token(run_dir)
+        except OSError as exc:
+            raise _bad(str(run_dir), f"no agent token to rejoin the agents with: {exc}") from None
+    nodes = backend.nodes()
+    starter: Starter
+    if kind == "slurm":
+        assert isinstance(backend, SlurmBackend)
+        starter = SlurmAgents(backend.job_id, nodes, run_dir, backend.commands, adopt_window=window)
+        host, steps = route_source(nodes[0].ip), backend
+    else:
+        starter, host, steps = LocalAgents(nodes, run_dir, adopt_window=window), "127.0.0.1", None
+    return AgentBackend(
+        nodes, starter, steps=steps, host=host, token=token, run_dir=run_dir, adopt=adopt
+    )
+
+
 def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> SlurmBackend:
     """Discover the allocation we run in, or get one with salloc (released at the end)."""
     from srtr.backends import slurm
@@ -206,9 +252,21 @@ def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> SlurmBa
     return slurm.SlurmBackend(allocation, commands=commands, pyxis=slurm.pyxis_available(commands))
 
 
+def _base_backend(
+    args: argparse.Namespace, kind: str, recipe: Any, count: int
+) -> tuple[Backend, SlurmBackend | None]:
+    """The local backend on `count` simulated nodes, or the SLURM backend (also returned
+    second: it may own an allocation to release)."""
+    if kind == "slurm":
+        slurm_backend = _slurm_backend(args, recipe, count)
+        return slurm_backend, slurm_backend
+    from srtr.backends.local import LocalBackend
+
+    return LocalBackend(count), None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.effective import allocation_size
-    from srtr.resources.expand import local_allocation
     from srtr.resources.loading import load_text, read_text
     from srtr.resources.planning import plan_text_source
     from srtr.runtime.lifecycle import JobOptions, run_job
@@ -225,18 +283,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise _bad("--nodes", "must be at least 1")
     count = args.nodes or allocation_size(recipe)
     kind = _backend_kind(args)
-    backend: Backend
-    slurm_backend: SlurmBackend | None = None
-    if kind == "slurm":
-        backend = slurm_backend = _slurm_backend(args, recipe, count)
-        allocation = [(n.name, n.ip) for n in backend.nodes()]
-        slurm_job_id = slurm_backend.job_id
-    else:
-        from srtr.backends.local import LocalBackend
-
-        backend = LocalBackend(count)
-        allocation = local_allocation(count)
-        slurm_job_id = None
+    launcher = _launcher(args, kind)
+    backend, slurm_backend = _base_backend(args, kind, recipe, count)
+    allocation = [(n.name, n.ip) for n in backend.nodes()]
     try:
         _, desired = plan_text_source(text, args.recipe, allocation)
         run_dir = _make_run_dir(args, recipe.name)
@@ -244,6 +293,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         if slurm_backend is not None:  # an allocation srtr made is released even so
             slurm_backend.release_allocation()
         raise
+    prober = None
+    if launcher == "agent":
+        from srtr.backends.agent.backend import AgentProber
+
+        backend = agent_backend = _agent_backend(kind, backend, run_dir, args.adopt_window)
+        prober = AgentProber(agent_backend)
     tui = not args.headless and sys.stdout.isatty()
     if tui:
         try:
@@ -259,14 +314,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         apply_auto=(args.apply or ("confirm" if tui else "auto")) == "auto",
         watch_poll=True if args.watch_poll else None,
         metrics_listen=args.metrics_port,
-        slurm_job_id=slurm_job_id,
+        slurm_job_id=slurm_backend.job_id if slurm_backend is not None else None,
         adopt_window=args.adopt_window,
+        launcher=launcher,
     )
     if tui:
-        return run_with_tui(run_dir, run_job(desired, run_dir, backend, options))
+        return run_with_tui(run_dir, run_job(desired, run_dir, backend, options, prober))
     import asyncio
 
-    return asyncio.run(run_job(desired, run_dir, backend, options))
+    return asyncio.run(run_job(desired, run_dir, backend, options, prober))
 
 
 def _submit_plan(args: argparse.Namespace) -> tuple[Recipe, int, Path]:
@@ -392,6 +448,15 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         slurm_job_id = backend.job_id
     else:
         backend = LocalBackend(len(allocation))
+    launcher = str(job.get("launcher") or "")
+    prober = None
+    if launcher == "agent":
+        from srtr.backends.agent.backend import AgentProber
+
+        backend = agents = _agent_backend(
+            job["backend"], backend, run_dir, args.adopt_window, adopt=True
+        )
+        prober = AgentProber(agents)
     options = JobOptions(
         recipe=None if args.no_watch or not recipe_path else Path(recipe_path),
         recipe_text=text,
@@ -402,10 +467,11 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         adopt_from=dict(state.doc),
         adopt_window=args.adopt_window,
         slurm_job_id=slurm_job_id,
+        launcher=launcher,
     )
     import asyncio
 
-    return asyncio.run(run_job(desired, run_dir, backend, options))
+    return asyncio.run(run_job(desired, run_dir, backend, options, prober))
 
 
 def _adopt_allocation(job: Mapping[str, Any], state: Mapping[str, Any]) -> SlurmBackend:

@@ -85,6 +85,7 @@ class JobDoc(TypedDict):
     recipe_path: NotRequired[str | None]  # the recipe file being watched for live edits
     owns_allocation: NotRequired[bool]  # srtr made the SLURM allocation (and releases it)
     metrics_url: NotRequired[str | None]
+    launcher: NotRequired[str]  # process | step | agent: how instances are started
 
 
 class WriteFaultDoc(TypedDict):

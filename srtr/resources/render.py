@@ -15,7 +15,8 @@ from srtr.resources.effective import (
     effective_start,
     effective_tier,
 )
-from srtr.resources.objects import DesiredState
+from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
+from srtr.resources.objects import DesiredState, InstanceSpec
 from srtr.resources.recipe import Recipe
 
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
@@ -98,7 +99,18 @@ def command_text(argv: tuple[str, ...], shell: bool) -> str:
     return argv[0] if shell else shlex.join(argv)
 
 
-def plan_text(recipe: Recipe, state: DesiredState) -> str:
+def launcher_of(spec: InstanceSpec, launcher: Launcher) -> Launcher:
+    """The launcher of `spec` in a job whose launcher is `launcher` (`srtr plan --launcher`)."""
+    reasons = own_step_reasons(
+        container=spec.container,
+        cpus_per_task=spec.cpus_per_task,
+        cpu_bind=spec.cpu_bind,
+        srun_options=dict(spec.srun_options),
+    )
+    return instance_launcher(launcher, reasons)
+
+
+def plan_text(recipe: Recipe, state: DesiredState, launcher: Launcher | None = None) -> str:
     lines = [*service_lines(recipe), *node_map_lines(state)]
     nodes = state.nodes
     lines.append(
@@ -111,7 +123,8 @@ def plan_text(recipe: Recipe, state: DesiredState) -> str:
     lines.append(f"  Worker nodes: {', '.join(workers) if workers else '(none: no engine roles)'}")
     if state.instances:
         lines.append(f"Instances ({len(state.instances)}):")
-        rows = [["NAME", "SERVICE", "KIND", "NODE", "IP", "TIER", "COMMAND"]]
+        head = ["NAME", "SERVICE", "KIND", "NODE", "IP", "TIER"]
+        rows = [[*head, *(["LAUNCHER"] if launcher else []), "COMMAND"]]
         for spec in state.instances:
             rows.append(
                 [
@@ -121,6 +134,7 @@ def plan_text(recipe: Recipe, state: DesiredState) -> str:
                     spec.node,
                     spec.node_ip,
                     str(spec.shutdown_tier),
+                    *([str(launcher_of(spec, launcher))] if launcher else []),
                     command_text(spec.argv, spec.shell),
                 ]
             )
@@ -144,7 +158,17 @@ def plan_text(recipe: Recipe, state: DesiredState) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plan_json(recipe: Recipe, state: DesiredState) -> dict[str, Any]:
+def plan_json(
+    recipe: Recipe, state: DesiredState, launcher: Launcher | None = None
+) -> dict[str, Any]:
+    doc = _plan_doc(recipe, state)
+    if launcher is not None:
+        for spec, record in zip(state.instances, doc["instances"], strict=True):
+            record["launcher"] = str(launcher_of(spec, launcher))
+    return doc
+
+
+def _plan_doc(recipe: Recipe, state: DesiredState) -> dict[str, Any]:
     nodes = state.nodes
     return {
         "name": recipe.name,

@@ -9,7 +9,9 @@ the controller lives). When the controller exits:
   controller has its own guard, this one leaves;
 - otherwise: SIGKILL every recorded instance process group whose pid still has the recorded
   kernel start time, and release a SLURM allocation srtr made. So instances outlive a
-  crashed controller by at most WINDOW seconds, which is the adoption window.
+  crashed controller by at most WINDOW seconds, which is the adoption window. Instances
+  under node agents (identity marked `agent`) are their agents' to stop: an agent waits
+  the same window.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def reap_orphans(state: RunState) -> int:
     killed = 0
     for record in state.instances:
         identity = record.get("identity") or {}
+        if identity.get("agent"):
+            continue  # on its node, its agent's: the agent stops it when the window ends
         pid, start = identity.get("pid"), identity.get("start")
         if pid and start is not None and process_start_time(pid) == start:
             try:

@@ -23,6 +23,7 @@ from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
 from srtr.controllers import exporter, manager
 from srtr.controllers.context import Ctx
+from srtr.controllers.context import Prober as CtxProber
 from srtr.reconciler.clock import MonotonicClock
 from srtr.reconciler.store import Store
 from srtr.reconciler.workqueue import WorkQueue
@@ -56,6 +57,7 @@ class JobOptions:
     apply_auto: apply live edits at once, or hold them for a yes (TUI).
     adopt_from: the state.json of a crashed controller's job, to take it over.
     metrics_listen: (host, port) to serve srtr's own metrics on.
+    launcher: how the backend starts instances (process, step, agent), for state.json.
     """
 
     progress: bool = True
@@ -68,6 +70,7 @@ class JobOptions:
     adopt_from: dict[str, Any] | None = None
     adopt_window: float = guard.ADOPT_WINDOW
     metrics_listen: tuple[str, int] | None = None
+    launcher: str = ""
 
 
 class SideTask(Protocol):
@@ -97,7 +100,13 @@ class Lifecycle:
                 log.exception("stopping the %s failed", task.name)
 
 
-def new_ctx(desired: DesiredState, run_dir: Path, backend: Backend, recipe_text: str) -> Ctx:
+def new_ctx(
+    desired: DesiredState,
+    run_dir: Path,
+    backend: Backend,
+    recipe_text: str,
+    prober: CtxProber | None = None,
+) -> Ctx:
     clock = MonotonicClock()
     store = Store(desired, clock)
     store.recipe_text = recipe_text
@@ -106,7 +115,7 @@ def new_ctx(desired: DesiredState, run_dir: Path, backend: Backend, recipe_text:
         backend=backend,
         clock=clock,
         queue=WorkQueue(clock),
-        prober=Prober(),
+        prober=prober or Prober(),
         run_dir=run_dir,
     )
 
@@ -143,15 +152,22 @@ def _silent(_text: str) -> None:
 
 
 async def run_job(
-    desired: DesiredState, run_dir: Path, backend: Backend, options: JobOptions
+    desired: DesiredState,
+    run_dir: Path,
+    backend: Backend,
+    options: JobOptions,
+    prober: CtxProber | None = None,
 ) -> int:
     """Run `desired` on `backend` until the job ends; return the job's exit code.
+
+    `prober` runs readiness probes (default: here, `backends.prober.Prober`; the agent
+    backend's runs them on the nodes).
 
     Writes state.json, events.jsonl and logs/srtr.log in `run_dir`, serves the control
     socket, and turns SIGINT/SIGTERM/SIGHUP into a graceful teardown (a second SIGINT or
     SIGTERM kills).
     """
-    ctx = new_ctx(desired, run_dir, backend, options.recipe_text)
+    ctx = new_ctx(desired, run_dir, backend, options.recipe_text, prober)
     lifecycle = Lifecycle()
     try:
         for task in side_tasks(ctx, options):

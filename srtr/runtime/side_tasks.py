@@ -162,6 +162,8 @@ class StateFile:
         job["recipe_path"] = str(options.recipe.resolve()) if options.recipe else None
         job["owns_allocation"] = backend.owns_allocation
         job["metrics_url"] = self.metrics.url if self.metrics else None
+        if options.launcher:
+            job["launcher"] = options.launcher
         return doc
 
 

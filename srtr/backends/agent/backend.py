@@ -1,0 +1,538 @@
+"""The agent backend: instances run under a node agent on each node (`srtr up --launcher agent`).
+
+`AgentBackend` is a `Backend` like the others. On the first launch it opens the agents'
+channel (`channel.AgentServer`) and has its `Starter` start one agent per node (local: a
+process each; SLURM: one srun step for the allocation). A launch is one `Launch` message to
+the node's agent and its `Launched` answer (the pid); a signal is one `Signal` message; exits
+come back as `Exited`. Instances that SLURM itself must set up (a container, `srun_options`,
+`cpus_per_task`, `cpu_bind`: `resources.launchers`) keep their own srun step through the
+SLURM backend it composes (`steps`).
+
+Node loss: an agent whose connection ends, or that is silent for `channel.SILENCE` seconds,
+or whose node SLURM reports down, takes its node with it: every instance there is reported
+LOST, an agent still connected is told to kill them, and nothing launches there again.
+
+Adoption (`adopt=True`, `srtr up --adopt`): the listener's address goes into the run dir's
+rendezvous file, where the agents of the crashed controller look for it; they rejoin with
+the job's token (the run dir's token file) and list what they kept, and `adopt` matches
+that against each instance's recorded identity (pid and start time, marked `agent`).
+
+`AgentProber` runs readiness probes on the instance's node, by its agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from srtr.backends.agent import protocol as p
+from srtr.backends.agent.channel import AgentServer, Connection
+from srtr.backends.agent.starters import RENDEZVOUS, TOKEN_FILE, Starter
+from srtr.backends.base import (
+    Backend,
+    Capabilities,
+    Identity,
+    LaunchError,
+    LaunchSpec,
+    Listener,
+    NodeInfo,
+    Observation,
+    ObservationKind,
+)
+from srtr.backends.prober import Prober
+from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
+from srtr.resources.objects import ExporterSpec, InstanceSpec
+
+log = logging.getLogger("srtr")
+
+CONNECT_TIMEOUT = 60.0  # for the agents to dial in after they were started
+ANSWER_TIMEOUT = 30.0  # for an agent to answer a launch
+CLOSE_TIMEOUT = 10.0  # for the agents to report their last exits after a Shutdown
+REJOIN_WAIT = 15.0  # adoption: for a crashed controller's agents to rejoin
+UNCLAIMED_AFTER = 5.0  # adoption: then what no record claimed is killed
+
+
+@dataclass
+class _Node:
+    info: NodeInfo
+    conn: Connection | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # connected, lost or failed
+    lost: str | None = None  # why the node is lost: nothing launches there again
+    failed: str | None = None  # why its agent never came (launches there fail)
+
+
+@dataclass(frozen=True)
+class _Live:
+    node: str
+    attempt: int
+    pid: int
+    start: int | None = None  # the pid's kernel start time, as the agent read it
+
+
+class AgentBackend:
+    """Runs instance attempts through one node agent per node."""
+
+    def __init__(
+        self,
+        nodes: list[NodeInfo],
+        starter: Starter,
+        *,
+        steps: Backend | None = None,
+        host: str = "127.0.0.1",
+        token: str | None = None,
+        run_dir: Path | None = None,
+        adopt: bool = False,
+    ) -> None:
+        """
+        Args:
+            nodes: the allocation, in order; every node gets an agent.
+            starter: starts and stops the agents.
+            steps: the SLURM backend, for the instances that need their own step; None
+                where there are no steps (local).
+            host: the address of this machine the agents dial.
+            token: the job's agent token (default: 32 random bytes; tests pass their own).
+            run_dir: where the rendezvous and token files go (`starters.RENDEZVOUS`,
+                `starters.TOKEN_FILE`), so a controller can adopt the job; None: nowhere.
+            adopt: take over the agents of a crashed controller (`srtr up --adopt`): start
+                none, wait for them to rejoin; `token` must be the job's.
+        """
+        self._nodes = {n.name: _Node(n) for n in nodes}
+        self._starter = starter
+        self._steps = steps
+        self._host = host
+        self._token = token or secrets.token_urlsafe(32)
+        self._run_dir = run_dir
+        self._adopting = adopt
+        self._rejoined: asyncio.Future[None] | None = None
+        self._claimed: set[tuple[str, str, int]] = set()  # (node, name, attempt) adopted
+        self.name = steps.name if steps is not None else "local"
+        base = steps.capabilities if steps is not None else Capabilities()
+        self.capabilities = Capabilities(
+            containers=base.containers, simulated_nodes=starter.simulated, walltime=base.walltime
+        )
+        self._listener: Listener | None = None
+        self._server: AgentServer | None = None
+        self._started = asyncio.Lock()
+        self._seq = itertools.count(1)
+        self._answers: dict[int, tuple[str, asyncio.Future[p.Message]]] = {}
+        self._live: dict[str, _Live] = {}
+        self._on_step: set[str] = set()  # names whose current attempt is an srun step
+        self._closing = False
+        self._no_agents = asyncio.Event()  # set while no agent is connected
+
+    # -- the Backend protocol -------------------------------------------------------------
+
+    @property
+    def owns_allocation(self) -> bool:
+        return self._steps.owns_allocation if self._steps is not None else False
+
+    def nodes(self) -> list[NodeInfo]:
+        return [n.info for n in self._nodes.values()]
+
+    def set_listener(self, listener: Listener) -> None:
+        self._listener = listener
+        if self._steps is not None:
+            self._steps.set_listener(listener)
+        if self._adopting and self._rejoined is None:
+            # Adoption: call the crashed controller's agents back at once, whatever is
+            # adopted, so that none of them gives up waiting.
+            self._rejoined = asyncio.ensure_future(self._rejoin())
+
+    def launcher_of(self, spec: LaunchSpec) -> Launcher:
+        reasons = own_step_reasons(
+            container=spec.container,
+            cpus_per_task=spec.cpus_per_task,
+            cpu_bind=spec.cpu_bind,
+            srun_options=spec.srun_options,
+        )
+        return instance_launcher(Launcher.AGENT, reasons, steps=self._steps is not None)
+
+    async def launch(self, spec: LaunchSpec) -> int:
+        state = self._nodes.get(spec.node)
+        if state is not None and state.lost is not None:
+            raise LaunchError(f"cannot start {spec.name!r} on {spec.node}: {state.lost}")
+        if self._steps is not None and self.launcher_of(spec) is Launcher.STEP:
+            self._on_step.add(spec.name)
+            return await self._steps.launch(spec)
+        self._on_step.discard(spec.name)
+        conn = await self._agent_of(spec.node, spec.name)
+        reply = await self._ask(conn, spec)
+        if isinstance(reply, p.LaunchFailed):
+            raise LaunchError(reply.message)
+        assert isinstance(reply, p.Launched)
+        return reply.pid
+
+    async def signal(self, name: str, signum: int) -> None:
+        if name in self._on_step and self._steps is not None:
+            await self._steps.signal(name, signum)
+            return
+        live = self._live.get(name)
+        conn = self._nodes[live.node].conn if live is not None else None
+        if conn is not None:
+            conn.send(p.Signal(name, signum))
+
+    def running(self) -> set[str]:
+        steps = self._steps.running() if self._steps is not None else set()
+        return set(self._live) | steps
+
+    def identity(self, name: str) -> Identity | None:
+        """Steps: the srun client's. An agent's instance: its pid and start time on its
+        node, marked `agent` (the guard leaves those to their agents)."""
+        if name in self._on_step and self._steps is not None:
+            return self._steps.identity(name)
+        live = self._live.get(name)
+        if live is None or live.start is None:
+            return None
+        return {"pid": live.pid, "start": live.start, "agent": 1}
+
+    async def adopt(self, name: str, attempt: int, identity: Identity) -> bool:
+        """A step: the steps backend's. An agent's instance: once the agents have rejoined
+        (`REJOIN_WAIT` at most), whether one of them still runs exactly that attempt."""
+        if not identity.get("agent"):
+            adopted = self._steps is not None and await self._steps.adopt(name, attempt, identity)
+            if adopted:
+                self._on_step.add(name)
+            return adopted
+        await self._await_rejoined()
+        for state in self._nodes.values():
+            for kept in state.conn.live if state.conn is not None else []:
+                if kept[:4] == [name, attempt, identity.get("pid"), identity.get("start")]:
+                    self._live[name] = _Live(state.info.name, attempt, kept[2], kept[3])
+                    self._claimed.add((state.info.name, name, attempt))
+                    return True
+        return False
+
+    async def end_time(self) -> float | None:
+        return await self._steps.end_time() if self._steps is not None else None
+
+    def lose_node(self, node: str) -> list[str]:
+        """Fail simulated `node`: SIGKILL its agent (its instances' leaders die with it) and
+        report its instances LOST at once. Returns their names."""
+        if not self._starter.simulated:
+            raise ValueError(f"the {self.name} backend has no simulated nodes to lose")
+        if node not in self._nodes:
+            raise ValueError(f"no node named {node!r}")
+        taken = sorted(n for n, live in self._live.items() if live.node == node)
+        self._starter.kill(node, self.agent_pid(node))
+        self._lose(node, f"node {node} was lost (simulated: its agent was killed)")
+        return taken
+
+    async def close(self) -> None:
+        """Tell every agent to kill its instances and report them, wait for that, stop the
+        agents and the channel, then close the steps backend."""
+        self._closing = True
+        for state in self._nodes.values():
+            state.ready.set()
+            if state.conn is not None:
+                state.conn.send(p.Shutdown("the job ended"))
+        self._note_connections()
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self._no_agents.wait()
+        except TimeoutError:
+            log.warning("agents: not every agent said goodbye within %gs", CLOSE_TIMEOUT)
+        await self._starter.close()
+        if self._server is not None:
+            await self._server.close()
+        if self._steps is not None:
+            await self._steps.close()
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """Where the agents dial, once they were started."""
+        return self._server.address if self._server is not None else None
+
+    def agent_pid(self, node: str) -> int | None:
+        """The pid of `node`'s connected agent (on its node), or None."""
+        conn = self._nodes[node].conn
+        return conn.pid if conn is not None else None
+
+    # -- probes ---------------------------------------------------------------------------
+
+    def on_agent(self, name: str) -> bool:
+        return name in self._live
+
+    async def probe(
+        self, spec: InstanceSpec, attempt: int, log_offset: int, run_dir: Path
+    ) -> tuple[bool, str]:
+        """One probe attempt, run by the agent of the instance's node."""
+        assert spec.probe is not None
+        state = self._nodes[spec.node]
+        if state.conn is None:
+            return False, f"no agent on {spec.node}: {state.lost or state.failed or 'not yet'}"
+        seq = next(self._seq)
+        future: asyncio.Future[p.Message] = asyncio.get_running_loop().create_future()
+        self._answers[seq] = (spec.node, future)
+        request = p.Probe(
+            seq=seq,
+            name=spec.name,
+            attempt=attempt,
+            probe=spec.probe,
+            node_ip=spec.node_ip,
+            log_path=str(run_dir / spec.log),
+            log_offset=log_offset,
+            files_dir=str(run_dir / "logs"),
+        )
+        state.conn.send(request)
+        try:
+            async with asyncio.timeout(max(10.0, 2 * spec.probe.interval_seconds)):
+                answer = await future
+        except TimeoutError:
+            return False, f"the agent on {spec.node} did not answer the probe"
+        except LaunchError as exc:
+            return False, str(exc)
+        finally:
+            self._answers.pop(seq, None)
+        assert isinstance(answer, p.ProbeResult)
+        return answer.ok, answer.message
+
+    # -- the channel's handler ------------------------------------------------------------
+
+    def refuse(self, node: str) -> str | None:
+        state = self._nodes.get(node)
+        if state is None:
+            return f"{node} is not a node of this job"
+        if self._closing:
+            return "the job is ending"
+        if state.lost is not None:
+            return f"the node is lost: {state.lost}"
+        if state.conn is not None:
+            return f"{node} has an agent already (pid {state.conn.pid})"
+        return None
+
+    def connected(self, conn: Connection) -> None:
+        state = self._nodes[conn.node]
+        state.conn, state.failed = conn, None
+        state.ready.set()
+        self._no_agents.clear()
+        log.info("agents: the agent of %s (pid %d) is connected", conn.node, conn.pid)
+
+    def received(self, conn: Connection, message: p.Message) -> None:
+        if isinstance(message, p.Launched):
+            live = _Live(conn.node, message.attempt, message.pid, message.start)
+            self._live[message.name] = live
+            self._answer(message.seq, message)
+        elif isinstance(message, p.LaunchFailed | p.ProbeResult):
+            self._answer(message.seq, message)
+        elif isinstance(message, p.Exited):
+            self._exited(conn, message)
+        elif not isinstance(message, p.Heartbeat | p.Bye):
+            log.warning("agents: %s sent an unexpected %s", conn.node, type(message).__name__)
+
+    def gone(self, conn: Connection, why: str) -> None:
+        state = self._nodes[conn.node]
+        if state.conn is conn:
+            state.conn = None
+        if not self._closing:
+            self._lose(conn.node, f"node {conn.node} was lost: {why}")
+        self._note_connections()
+
+    # -- the starter's events -------------------------------------------------------------
+
+    def agent_failed(self, node: str | None, why: str) -> None:
+        for state in self._nodes.values():
+            if node not in (None, state.info.name) or state.conn is not None:
+                continue  # a connected agent's end is seen on its connection
+            if state.lost is None and state.failed is None:
+                log.warning("agents: no agent on %s: %s", state.info.name, why)
+                state.failed = why
+                state.ready.set()
+
+    def node_down(self, node: str, why: str) -> None:
+        if node in self._nodes and self._nodes[node].lost is None:
+            self._lose(node, why)
+
+    # -- inside ---------------------------------------------------------------------------
+
+    async def _agent_of(self, node: str, name: str) -> Connection:
+        """The connection of `node`'s agent, starting the agents first if need be."""
+        state = self._nodes.get(node)
+        if state is None:
+            raise LaunchError(f"cannot start {name!r}: {node} is not a node of this job")
+        if self._adopting:
+            await self._await_rejoined()
+        await self._start_agents()
+        if state.conn is None and state.lost is None and state.failed is None:
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    await state.ready.wait()
+            except TimeoutError:
+                state.failed = f"its agent did not connect within {CONNECT_TIMEOUT:g}s"
+        if state.conn is None:
+            why = state.lost or state.failed or "the job is ending"
+            raise LaunchError(f"cannot start {name!r} on {node}: {why}")
+        return state.conn
+
+    async def _start_agents(self) -> None:
+        async with self._started:
+            if self._server is not None:
+                return
+            self._server = AgentServer(self._token, self)
+            address = await self._server.start(self._host)
+            log.info("agents: listening on %s:%d", *address)
+            if self._run_dir is not None:
+                if not self._adopting:
+                    _write_private(self._run_dir / TOKEN_FILE, self._token + "\n")
+                _write_private(self._run_dir / RENDEZVOUS, f"{address[0]}:{address[1]}\n")
+            await self._starter.start(address, self._token, self, spawn=not self._adopting)
+
+    async def _await_rejoined(self) -> None:
+        """Adoption: wait until every node's agent is back (or `REJOIN_WAIT` passed); a node
+        whose agent does not come back is lost. Once, whoever asks first."""
+        if self._rejoined is None:
+            self._rejoined = asyncio.ensure_future(self._rejoin())
+        await asyncio.shield(self._rejoined)
+
+    async def _rejoin(self) -> None:
+        await self._start_agents()
+        waits = [s.ready.wait() for s in self._nodes.values()]
+        try:
+            async with asyncio.timeout(REJOIN_WAIT):
+                await asyncio.gather(*waits)
+        except TimeoutError:
+            pass
+        for state in self._nodes.values():
+            if state.conn is None:
+                self._lose(state.info.name, f"its agent did not rejoin within {REJOIN_WAIT:g}s")
+        # What an agent kept that state.json did not know (started just before the crash)
+        # belongs to nobody: once the adoption has claimed its own, those are killed.
+        asyncio.get_running_loop().call_later(UNCLAIMED_AFTER, self._kill_unclaimed)
+
+    def _kill_unclaimed(self) -> None:
+        for state in self._nodes.values():
+            conn = state.conn
+            for name, attempt, *_ in conn.live if conn is not None else []:
+                if conn is not None and (conn.node, name, attempt) not in self._claimed:
+                    log.warning("agents: killing %s on %s: nothing adopted it", name, conn.node)
+                    conn.send(p.Signal(name, 9, attempt))
+
+    async def _ask(self, conn: Connection, spec: LaunchSpec) -> p.Message:
+        seq = next(self._seq)
+        future: asyncio.Future[p.Message] = asyncio.get_running_loop().create_future()
+        self._answers[seq] = (conn.node, future)
+        conn.send(p.Launch(seq, spec))
+        try:
+            async with asyncio.timeout(ANSWER_TIMEOUT):
+                return await future
+        except TimeoutError:
+            conn.send(p.Signal(spec.name, 9, spec.attempt))  # in case it starts after all
+            raise LaunchError(
+                f"cannot start {spec.name!r}: the agent of {conn.node} did not answer within "
+                f"{ANSWER_TIMEOUT:g}s"
+            ) from None
+        finally:
+            self._answers.pop(seq, None)
+
+    def _answer(self, seq: int, message: p.Message) -> None:
+        held = self._answers.get(seq)
+        if held is not None and not held[1].done():
+            held[1].set_result(message)
+
+    def _exited(self, conn: Connection, message: p.Exited) -> None:
+        live = self._live.get(message.name)
+        if live is None or live.attempt != message.attempt or live.node != conn.node:
+            return
+        del self._live[message.name]
+        observation = Observation(
+            kind=ObservationKind.EXITED,
+            name=message.name,
+            attempt=message.attempt,
+            pid=message.pid,
+            exit_code=message.exit_code,
+            signal=message.signal,
+            message=message.message,
+        )
+        self._deliver(observation)
+
+    def _lose(self, node: str, why: str) -> None:
+        """`node` is lost: its instances are LOST, its agent told to kill them, for good."""
+        state = self._nodes[node]
+        if state.lost is not None:
+            return
+        log.warning("agents: %s", why)
+        state.lost = why
+        state.ready.set()
+        if state.conn is not None:
+            state.conn.send(p.Shutdown(why))
+            state.conn = None
+        for where, future in list(self._answers.values()):
+            if where == node and not future.done():
+                future.set_exception(LaunchError(f"node {node} was lost while we waited: {why}"))
+        for name, live in sorted(self._live.items()):
+            if live.node == node:
+                del self._live[name]
+                self._deliver(
+                    Observation(
+                        kind=ObservationKind.LOST,
+                        name=name,
+                        attempt=live.attempt,
+                        pid=live.pid,
+                        message=why,
+                    )
+                )
+
+    def _note_connections(self) -> None:
+        if all(s.conn is None for s in self._nodes.values()):
+            self._no_agents.set()
+
+    def _deliver(self, observation: Observation) -> None:
+        # Later, not now: a launch whose answer just arrived resumes first (its task was
+        # woken when the answer came), so its exit never overtakes its start.
+        if self._listener is not None:
+            asyncio.get_running_loop().call_soon(self._listener, observation)
+
+
+class _Status(Protocol):
+    attempt: int
+    log_offset: int
+
+
+class AgentProber:
+    """Probes instances on their node through its agent; steps' instances, and exporters'
+    scrapes, here (`prober.Prober`)."""
+
+    def __init__(self, backend: AgentBackend) -> None:
+        self._backend = backend
+        self._here = Prober()
+
+    def forget(self, name: str) -> None:
+        self._here.forget(name)
+
+    async def check(self, spec: InstanceSpec, status: _Status, run_dir: Path) -> tuple[bool, str]:
+        if not self._backend.on_agent(spec.name):
+            return await self._here.check(spec, status, run_dir)
+        return await self._backend.probe(spec, status.attempt, status.log_offset, run_dir)
+
+    async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
+        return await self._here.scrape(exporter, timeout)
+
+
+def read_token(run_dir: Path) -> str:
+    """The agent token a controller of this run dir wrote (for `srtr up --adopt`)."""
+    return (run_dir / TOKEN_FILE).read_text().strip()
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` with `text`, readable by its owner only, never half-written."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def route_source(ip: str) -> str:
+    """The address of this machine on the route to `ip`: what agents there can dial."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((ip, 9))  # UDP: no packet is sent; the kernel only picks a route
+        return str(probe.getsockname()[0])

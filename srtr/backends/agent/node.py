@@ -1,0 +1,415 @@
+"""The node agent: owns the instances of one node for the controller that started it.
+
+    SRTR_AGENT_TOKEN=... python -m srtr.backends.agent.node --controller HOST:PORT \\
+        (--node NAME | --node-env VAR) [--inherit minimal|all] [--log-dir DIR]
+
+It connects to the controller, proves it holds the job's token (`protocol`), and then does
+what the controller asks: starts instance attempts as process groups (`procgroup`, the local
+backend's code: same logs, restart markers, pidfd watching), signals them, runs their
+readiness probes here on the node (`prober.ProbeRunner`), and reports every exit. It sends a
+heartbeat every period the controller chose, so the controller sees a silent node within
+seconds.
+
+It never outlives its job for long. On SIGTERM or on `Shutdown` it SIGKILLs every instance
+it started, waits for them to be reaped, and exits. When the connection ends otherwise (the
+controller died, or the network did) it keeps its instances for `--adopt-window` seconds,
+reading the `--rendezvous` file for the address of a controller that adopts the job
+(`srtr up --adopt`), and joins it with the same token, listing what still runs; if none
+comes in time, it stops everything as above. Its instances' leaders also die with it if
+it is killed outright (the parent-death signal, `die_with_parent`).
+
+The token comes from the environment and is removed from it at once, so no instance
+inherits it. `--inherit all` (SLURM: the agent step's environment is the controller's,
+handed over by `--export=ALL`) passes the agent's environment on to instances, as a step
+would; `minimal` passes the same few variables as the local backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+
+from srtr.backends.agent import protocol as p
+from srtr.backends.base import LaunchError, LaunchSpec
+from srtr.backends.prober import ProbeRunner
+from srtr.backends.procgroup import (
+    INHERITED_ENV,
+    Attempt,
+    ExitStatus,
+    ProcessGroups,
+    instance_command,
+    instance_environment,
+    process_start_time,
+)
+
+log = logging.getLogger("srtr.agent")
+
+CONNECT_TIMEOUT = 60.0
+HANDSHAKE_TIMEOUT = 30.0
+REJOIN_PERIOD = 0.2  # how often an agent without a controller reads the rendezvous file
+EXIT_AUTH = 3
+EXIT_CONNECT = 4
+
+
+_Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, float]
+
+
+class HandshakeError(Exception):
+    """The peer is not our controller (bad proof) or does not speak the protocol."""
+
+
+class Agent:
+    """One node's agent: a connection to the controller and the node's process groups."""
+
+    def __init__(
+        self,
+        node: str,
+        token: str,
+        *,
+        inherit_all: bool,
+        adopt_window: float = 0.0,
+        rendezvous: Path | None = None,
+    ) -> None:
+        self.node = node
+        self._token = token
+        self._window = adopt_window if rendezvous is not None else 0.0
+        self._rendezvous = rendezvous
+        self._inherited = _inherited_env(inherit_all, node)
+        self._groups = ProcessGroups(
+            self._exited,
+            command=instance_command,
+            environment=self._environment,
+            owner=f"agent on {node}",
+            die_with_parent=True,
+        )
+        self._probes = ProbeRunner()
+        self._writer: asyncio.StreamWriter | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self, host: str, port: int) -> int:
+        """Serve the controller at host:port, and the ones that adopt the job after it, until
+        one says Shutdown or none comes back within the adopt window; 0 when done."""
+        session: _Session | None
+        try:
+            session = await self._join(host, port, CONNECT_TIMEOUT)
+        except (HandshakeError, p.ProtocolError, TimeoutError) as exc:  # before OSError
+            log.error("agent %s: handshake with %s:%d failed: %s", self.node, host, port, exc)
+            return EXIT_AUTH
+        except OSError as exc:
+            log.error("agent %s: cannot reach %s:%d: %s", self.node, host, port, exc)
+            return EXIT_CONNECT
+        why = ""
+        try:
+            while session is not None:
+                why, orderly = await self._session(*session)
+                if orderly or self._window <= 0:
+                    break
+                log.warning(
+                    "agent %s: %s; keeping %d instance(s) for a new controller, up to %gs",
+                    self.node,
+                    why,
+                    len(self._groups.names()),
+                    self._window,
+                )
+                session = await self._rejoin(time.monotonic() + self._window)
+                if session is None:
+                    why = f"{why}; no controller adopted the job within {self._window:g}s"
+        except asyncio.CancelledError:
+            why = "stopped by a signal"
+        finally:
+            await self._stop()
+        log.info("agent %s: %s; every instance is gone", self.node, why)
+        return 0
+
+    async def _join(self, host: str, port: int, within: float) -> _Session:
+        """Connect to host:port and prove who we are; the session to serve."""
+        reader, writer = await _connect(host, port, within)
+        self._writer = writer
+        try:
+            heartbeat = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
+        except BaseException:
+            writer.close()
+            raise
+        log.info("agent %s: serving the controller at %s:%d", self.node, host, port)
+        return reader, writer, heartbeat
+
+    async def _session(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, heartbeat: float
+    ) -> tuple[str, bool]:
+        """Serve one controller; (why it ended, whether it told us to stop)."""
+        beating = asyncio.create_task(self._beat(heartbeat))
+        try:
+            return await self._serve(reader)
+        finally:
+            beating.cancel()
+            writer.close()
+
+    async def _rejoin(self, deadline: float) -> _Session | None:
+        """Join whichever controller the rendezvous file names, until `deadline`."""
+        assert self._rendezvous is not None
+        while time.monotonic() < deadline:
+            address = _read_rendezvous(self._rendezvous)
+            if address is not None:
+                try:
+                    return await self._join(*address, within=0)
+                except (OSError, HandshakeError, p.ProtocolError, TimeoutError):
+                    pass  # the dead controller's address, or not ours: look again
+            await asyncio.sleep(REJOIN_PERIOD)
+        return None
+
+    async def _handshake(self, reader: asyncio.StreamReader) -> float:
+        challenge = p.decode(await reader.readline())
+        if not isinstance(challenge, p.Challenge) or challenge.version != p.VERSION:
+            raise HandshakeError(f"expected a challenge of version {p.VERSION}, got {challenge}")
+        nonce = secrets.token_hex(16)
+        proof = p.proof(self._token, "agent", challenge.nonce, self.node)
+        live = [
+            [a.name, a.attempt, a.pid, process_start_time(a.pid)] for a in self._groups.attempts()
+        ]
+        hello = p.Hello(node=self.node, pid=os.getpid(), nonce=nonce, proof=proof, live=live)
+        self._send(hello)
+        line = await reader.readline()
+        if not line:
+            raise HandshakeError("the controller refused us (a wrong token?) and hung up")
+        welcome = p.decode(line)
+        if not isinstance(welcome, p.Welcome):
+            raise HandshakeError(f"refused: {welcome}")
+        if not p.verify(self._token, "controller", nonce, self.node, welcome.proof):
+            raise HandshakeError("the controller's proof is wrong: not our controller")
+        return welcome.heartbeat
+
+    async def _serve(self, reader: asyncio.StreamReader) -> tuple[str, bool]:
+        """Handle messages until the connection ends or a Shutdown; (why it ended, whether
+        the controller told us to stop)."""
+        while True:
+            try:
+                line = await reader.readline()
+            except (OSError, ValueError) as exc:  # ValueError: a line over the limit
+                return f"connection lost: {exc}", False
+            if not line:
+                return "the controller closed the connection", False
+            try:
+                message = p.decode(line)
+            except p.ProtocolError as exc:
+                return f"dropped the connection: {exc}", False
+            if isinstance(message, p.Shutdown):
+                await self._stop()
+                self._send(p.Bye())
+                await self._drain()
+                why = message.reason or "no reason given"
+                return f"shut down by the controller ({why})", True
+            self._handle(message)
+            if self._writer is not None:
+                await self._writer.drain()
+
+    def _handle(self, message: p.Message) -> None:
+        if isinstance(message, p.Launch):
+            self._launch(message.seq, message.spec)
+        elif isinstance(message, p.Signal):
+            live = self._groups.get(message.name)
+            if live is not None and message.attempt in (None, live.attempt):
+                self._groups.signal(message.name, message.signum)
+        elif isinstance(message, p.Probe):
+            task = asyncio.create_task(self._probe(message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            log.warning("agent %s: ignoring unexpected %s", self.node, type(message).__name__)
+
+    def _launch(self, seq: int, spec: LaunchSpec) -> None:
+        self._probes.forget(spec.name)
+        try:
+            attempt = self._groups.start(spec)
+        except LaunchError as exc:
+            self._send(p.LaunchFailed(seq, spec.name, spec.attempt, str(exc)))
+            return
+        start = process_start_time(attempt.pid)
+        self._send(p.Launched(seq, spec.name, spec.attempt, attempt.pid, start))
+
+    async def _probe(self, request: p.Probe) -> None:
+        try:
+            ok, message = await self._probes.check(
+                request.name,
+                request.probe,
+                node_ip=request.node_ip,
+                attempt=request.attempt,
+                log_path=Path(request.log_path),
+                log_offset=request.log_offset,
+                files_dir=Path(request.files_dir),
+            )
+        except Exception as exc:  # a probe bug is a failed probe, not a dead agent
+            ok, message = False, f"probe error on {self.node}: {exc!r}"
+        self._send(p.ProbeResult(request.seq, ok, message))
+
+    def _exited(self, attempt: Attempt, status: ExitStatus | None) -> None:
+        code = None if status is None else status.code
+        signum = None if status is None else status.signal
+        message = "exit status unknown" if status is None else status.message
+        self._send(p.Exited(attempt.name, attempt.attempt, attempt.pid, code, signum, message))
+
+    def _environment(self, spec: LaunchSpec) -> dict[str, str]:
+        return instance_environment(spec, self._inherited)
+
+    async def _beat(self, period: float) -> None:
+        while True:
+            self._send(p.Heartbeat(running=len(self._groups.names())))
+            await asyncio.sleep(period)
+
+    async def _stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await self._groups.close()
+
+    async def _drain(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(OSError):
+                await self._writer.drain()
+
+    def _send(self, message: p.Message) -> None:
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            return
+        with contextlib.suppress(OSError):
+            writer.write(p.encode(message))
+
+
+def _inherited_env(inherit_all: bool, node: str) -> dict[str, str]:
+    if inherit_all:
+        return one_task_view({k: v for k, v in os.environ.items() if k != p.TOKEN_ENV}, node)
+    return {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+
+
+# What SLURM tells a task about the layout of its step. The agent is one task of a step over
+# every node; an instance it starts must see what a step of its own would show it (one task,
+# on this node), or a program that reads its rank from SLURM_PROCID/SLURM_NTASKS (PyTorch
+# Lightning, MPI launchers) would think it is rank k of n.
+_ONE_TASK = {
+    "SLURM_NTASKS": "1",
+    "SLURM_NPROCS": "1",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_GTIDS": "0",
+    "SLURM_NNODES": "1",
+    "SLURM_STEP_NUM_NODES": "1",
+    "SLURM_STEP_NUM_TASKS": "1",
+    "SLURM_STEP_TASKS_PER_NODE": "1",
+    "SLURM_TASKS_PER_NODE": "1",
+}
+# The agent's own: its pid, its srun client's ports, the agent step's CPUs per task.
+_AGENT_ONLY = (
+    "SLURM_TASK_PID",
+    "SLURM_SRUN_COMM_HOST",
+    "SLURM_SRUN_COMM_PORT",
+    "SLURM_STEP_LAUNCHER_PORT",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_DISTRIBUTION",
+)
+
+
+def one_task_view(env: dict[str, str], node: str) -> dict[str, str]:
+    """`env` (an agent task's) as a single-task step on `node` would show it to its task;
+    unchanged outside SLURM."""
+    if "SLURM_JOB_ID" not in env:
+        return env
+    out = {k: v for k, v in env.items() if k not in _AGENT_ONLY}
+    out.update(_ONE_TASK)
+    out["SLURM_STEP_NODELIST"] = node
+    return out
+
+
+def _read_rendezvous(path: Path) -> tuple[str, int] | None:
+    """The HOST:PORT a controller wrote into the run dir's rendezvous file, if any."""
+    try:
+        host, _, port = path.read_text().strip().rpartition(":")
+        return host.strip("[]"), int(port)
+    except (OSError, ValueError):
+        return None
+
+
+async def _connect(
+    host: str, port: int, within: float
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect, retrying refusals (the controller may still be starting) for `within` s."""
+    deadline = time.monotonic() + within
+    delay = 0.05
+    while True:
+        try:
+            return await asyncio.open_connection(host, port, limit=p.MAX_LINE)
+        except OSError:
+            if time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+
+async def _main(args: argparse.Namespace, node: str, token: str) -> int:
+    if not node:
+        log.error("agent: no node name (--node, or --node-env %s is unset)", args.node_env)
+        return 2
+    agent = Agent(
+        node,
+        token,
+        inherit_all=args.inherit == "all",
+        adopt_window=args.adopt_window,
+        rendezvous=Path(args.rendezvous) if args.rendezvous else None,
+    )
+    host, _, port = args.controller.rpartition(":")
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        return await agent.run(host.strip("[]"), int(port))
+    except asyncio.CancelledError:
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m srtr.backends.agent.node")
+    parser.add_argument("--controller", required=True, metavar="HOST:PORT")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--node", help="this node's name")
+    where.add_argument("--node-env", metavar="VAR", help="read the node's name from $VAR")
+    parser.add_argument("--inherit", choices=("minimal", "all"), default="minimal")
+    parser.add_argument(
+        "--log-dir", metavar="DIR", help="log to DIR/agent-NODE.log (default: stderr)"
+    )
+    parser.add_argument(
+        "--adopt-window",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="when the controller goes, keep the instances this long for a new one (0: stop)",
+    )
+    parser.add_argument(
+        "--rendezvous", metavar="FILE", help="where a new controller writes its HOST:PORT"
+    )
+    args = parser.parse_args(argv)
+    node = args.node or os.environ.get(args.node_env or "", "")
+    handler: logging.Handler = (
+        logging.FileHandler(Path(args.log_dir) / f"agent-{node or 'unknown'}.log")
+        if args.log_dir
+        else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    token = os.environ.pop(p.TOKEN_ENV, "")
+    if not token:
+        log.error("agent: %s is not set", p.TOKEN_ENV)
+        return 2
+    return asyncio.run(_main(args, node, token))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""The messages between the controller and its node agents, their encoding and the proofs.
+
+Pure: no sockets, no processes, no clock. One message is one line of JSON (`encode`,
+`decode`), `{"type": ..., field: value, ...}`; unknown types and malformed lines raise
+`ProtocolError`, and the reader drops that connection.
+
+A connection starts with a mutual proof of the job's token (`SRTR_AGENT_TOKEN`, in the
+agent's environment, never in argv):
+
+1. controller → agent: `Challenge(nonce)`;
+2. agent → controller: `Hello(node, pid, nonce', proof = HMAC(token, "agent", nonce, node))`;
+3. controller → agent: `Welcome(proof = HMAC(token, "controller", nonce', node))`, or it
+   closes the connection.
+
+So the token itself never crosses the wire, a process that does not hold it cannot pose as
+an agent (and learn instance specs) nor as the controller (and start processes), and a proof
+cannot be replayed on another connection (fresh nonces). Everything after that is in clear
+text: the channel is authenticated, not encrypted (docs/agents.md).
+
+Controller → agent: `Launch`, `Signal`, `Probe`, `Shutdown`. Agent → controller:
+`Launched` / `LaunchFailed` (the answer to a `Launch`, same `seq`), `Exited`, `ProbeResult`
+(same `seq` as its `Probe`), `Heartbeat`, `Bye` (after a `Shutdown`, when every instance of
+the node has been reaped and reported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from srtr.backends.base import LaunchSpec
+from srtr.resources.objects import ProbeKind, ProbeSpec
+
+VERSION = 1
+# The longest line either side reads: a launch with a large environment fits.
+MAX_LINE = 16 * 1024 * 1024
+TOKEN_ENV = "SRTR_AGENT_TOKEN"
+
+
+class ProtocolError(Exception):
+    """A line that is not a message of this protocol."""
+
+
+@dataclass(frozen=True)
+class Challenge:
+    TYPE: ClassVar[str] = "challenge"
+    nonce: str
+    version: int = VERSION
+
+
+@dataclass(frozen=True)
+class Hello:
+    """`live`: [name, attempt, pid, start] of every attempt the agent runs: none on its first
+    connection, those it kept through a controller crash on a later one (adoption)."""
+
+    TYPE: ClassVar[str] = "hello"
+    node: str
+    pid: int
+    nonce: str
+    proof: str
+    version: int = VERSION
+    live: list[list[Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Welcome:
+    TYPE: ClassVar[str] = "welcome"
+    proof: str
+    heartbeat: float
+
+
+@dataclass(frozen=True)
+class Launch:
+    TYPE: ClassVar[str] = "launch"
+    seq: int
+    spec: LaunchSpec
+
+
+@dataclass(frozen=True)
+class Launched:
+    TYPE: ClassVar[str] = "launched"
+    seq: int
+    name: str
+    attempt: int
+    pid: int
+    start: int | None  # the leader's kernel start time (clock ticks since boot)
+
+
+@dataclass(frozen=True)
+class LaunchFailed:
+    TYPE: ClassVar[str] = "launch_failed"
+    seq: int
+    name: str
+    attempt: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Signal:
+    """`signum` to `name`'s live attempt; only if it is attempt `attempt`, when given."""
+
+    TYPE: ClassVar[str] = "signal"
+    name: str
+    signum: int
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class Exited:
+    TYPE: ClassVar[str] = "exited"
+    name: str
+    attempt: int
+    pid: int
+    exit_code: int | None
+    signal: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One readiness probe attempt of `name`'s attempt `attempt`, run on the node."""
+
+    TYPE: ClassVar[str] = "probe"
+    seq: int
+    name: str
+    attempt: int
+    probe: ProbeSpec
+    node_ip: str
+    log_path: str
+    log_offset: int
+    files_dir: str  # relative file probe paths resolve against this (the run's logs/)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    TYPE: ClassVar[str] = "probe_result"
+    seq: int
+    ok: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    TYPE: ClassVar[str] = "heartbeat"
+    running: int = 0
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """SIGKILL every instance of the node, report their exits, answer `Bye`, exit."""
+
+    TYPE: ClassVar[str] = "shutdown"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Bye:
+    TYPE: ClassVar[str] = "bye"
+
+
+Message = (
+    Challenge
+    | Hello
+    | Welcome
+    | Launch
+    | Launched
+    | LaunchFailed
+    | Signal
+    | Exited
+    | Probe
+    | ProbeResult
+    | Heartbeat
+    | Shutdown
+    | Bye
+)
+_TYPES: dict[str, type[Any]] = {
+    cls.TYPE: cls
+    for cls in (
+        Challenge,
+        Hello,
+        Welcome,
+        Launch,
+        Launched,
+        LaunchFailed,
+        Signal,
+        Exited,
+        Probe,
+        ProbeResult,
+        Heartbeat,
+        Shutdown,
+        Bye,
+    )
+}
+
+
+def encode(message: Message) -> bytes:
+    """One line of JSON, newline included."""
+    doc: dict[str, Any] = {"type": message.TYPE}
+    for item in dataclasses.fields(message):
+        doc[item.name] = _plain(getattr(message, item.name))
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def decode(line: bytes) -> Message:
+    """The message of one line; raises ProtocolError when it is not one."""
+    try:
+        doc = json.loads(line)
+        cls = _TYPES[doc.pop("type")]
+        if cls is Launch:
+            doc["spec"] = spec_from_json(doc["spec"])
+        elif cls is Probe:
+            doc["probe"] = _probe_from_json(doc["probe"])
+        message: Message = cls(**doc)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ProtocolError(f"not a message: {line[:200]!r}: {exc!r}") from None
+    return message
+
+
+def proof(token: str, role: str, nonce: str, node: str) -> str:
+    """HMAC-SHA256 of (role, nonce, node) under the job's token, hex."""
+    text = f"srtr-agent/{VERSION}\n{role}\n{nonce}\n{node}".encode()
+    return hmac.new(token.encode(), text, hashlib.sha256).hexdigest()
+
+
+def verify(token: str, role: str, nonce: str, node: str, given: str) -> bool:
+    """True when `given` is `proof(token, role, nonce, node)`; constant time."""
+    return hmac.compare_digest(proof(token, role, nonce, node), given)
+
+
+def spec_to_json(spec: LaunchSpec) -> dict[str, Any]:
+    """What the agent needs of a LaunchSpec (srun-only fields stay behind)."""
+    return {
+        "name": spec.name,
+        "node": spec.node,
+        "node_ip": spec.node_ip,
+        "argv": list(spec.argv),
+        "env": dict(spec.env),
+        "log_path": str(spec.log_path),
+        "attempt": spec.attempt,
+        "preamble": spec.preamble,
+        "shell": spec.shell,
+        "cwd": None if spec.cwd is None else str(spec.cwd),
+    }
+
+
+def spec_from_json(doc: dict[str, Any]) -> LaunchSpec:
+    env = doc["env"]
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise TypeError("env must map names to strings")
+    return LaunchSpec(
+        name=str(doc["name"]),
+        node=str(doc["node"]),
+        node_ip=str(doc["node_ip"]),
+        argv=tuple(str(a) for a in doc["argv"]),
+        env=env,
+        log_path=Path(doc["log_path"]),
+        attempt=int(doc["attempt"]),
+        preamble=doc["preamble"],
+        shell=bool(doc["shell"]),
+        cwd=None if doc["cwd"] is None else Path(doc["cwd"]),
+    )
+
+
+def _probe_from_json(doc: dict[str, Any]) -> ProbeSpec:
+    return ProbeSpec(**{**doc, "kind": ProbeKind(doc["kind"])})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, LaunchSpec):
+        return spec_to_json(value)
+    if isinstance(value, ProbeSpec):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return value
+
+
+__all__ = [
+    "MAX_LINE",
+    "TOKEN_ENV",
+    "VERSION",
+    "Bye",
+    "Challenge",
+    "Exited",
+    "Heartbeat",
+    "Hello",
+    "Launch",
+    "LaunchFailed",
+    "Launched",
+    "Message",
+    "Probe",
+    "ProbeResult",
+    "ProtocolError",
+    "Shutdown",
+    "Signal",
+    "Welcome",
+    "decode",
+    "encode",
+    "proof",
+    "spec_from_json",
+    "spec_to_json",
+    "verify",
+]

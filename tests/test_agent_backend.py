@@ -1,0 +1,330 @@
+"""The agent backend with real agent processes on simulated local nodes: launches, exits,
+signals, probes on the node, the channel's authentication, node loss (a killed agent, a
+silent one) and a close that leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from e2e_util import cmdlines_with, processes_with
+
+from srtr.backends.agent import protocol as p
+from srtr.backends.agent.backend import AgentBackend, AgentProber
+from srtr.backends.agent.starters import LocalAgents
+from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo, Observation, ObservationKind
+from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
+
+
+async def wait_for(pred: Callable[[], Any], within: float = 10.0, what: str = "it") -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not pred():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, node_count: int) -> None:
+        self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
+        (self.run_dir / "logs").mkdir(parents=True)
+        self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}\0"
+        self.token = uuid.uuid4().hex
+        self.nodes = [NodeInfo(f"node{k}", f"127.0.0.{k + 1}") for k in range(1, node_count + 1)]
+        self.backend = AgentBackend(
+            self.nodes, LocalAgents(self.nodes, self.run_dir), token=self.token
+        )
+        self.observations: list[Observation] = []
+        self.backend.set_listener(self.observations.append)
+
+    def spec(self, name: str, argv: list[str], *, node: int = 1, **kw: Any) -> LaunchSpec:
+        info = self.nodes[node - 1]
+        env = {"SRTR_RUN_DIR": str(self.run_dir.resolve()), **kw.pop("env", {})}
+        return LaunchSpec(
+            name=name,
+            node=info.name,
+            node_ip=info.ip,
+            argv=tuple(argv),
+            env=env,
+            log_path=self.run_dir / "logs" / f"{name}.out",
+            **kw,
+        )
+
+    async def launch(self, name: str, argv: list[str], **kw: Any) -> int:
+        return await self.backend.launch(self.spec(name, argv, **kw))
+
+    def seen(self, name: str, kind: ObservationKind) -> list[Observation]:
+        return [o for o in self.observations if o.name == name and o.kind is kind]
+
+    async def wait_seen(
+        self, name: str, kind: ObservationKind, within: float = 10.0
+    ) -> Observation:
+        await wait_for(lambda: self.seen(name, kind), within, f"{kind} of {name}")
+        return self.seen(name, kind)[-1]
+
+    def log(self, name: str) -> str:
+        path = self.run_dir / "logs" / f"{name}.out"
+        return path.read_text() if path.exists() else ""
+
+    async def close_and_check(self) -> None:
+        await self.backend.close()
+        assert self.backend.running() == set()
+        await wait_for(lambda: not processes_with(self.marker), 10, "every process to be gone")
+
+
+def run(tmp_path: Path, body: Callable[[Harness], Awaitable[None]], node_count: int = 2) -> None:
+    async def main() -> None:
+        harness = Harness(tmp_path, node_count)
+        try:
+            await body(harness)
+        finally:
+            await harness.close_and_check()
+
+    asyncio.run(main())
+
+
+def test_exit_codes_signals_and_logs_come_back_from_the_agent(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        pid = await h.launch("three", ["bash", "-c", "echo on $SRTR_NODE; exit 3"], node=2)
+        assert (await h.wait_seen("three", ObservationKind.EXITED)).exit_code == 3
+        assert h.seen("three", ObservationKind.EXITED)[-1].pid == pid
+        assert h.log("three") == "on node2\n"
+        await h.launch("sleeper", ["sleep", "1000"])
+        assert h.backend.running() == {"sleeper"}
+        await h.backend.signal("sleeper", signal.SIGTERM)
+        done = await h.wait_seen("sleeper", ObservationKind.EXITED)
+        assert (done.exit_code, done.signal) == (143, signal.SIGTERM)
+        await h.launch("sleeper", ["sleep", "1000"], attempt=1)
+        await h.backend.signal("sleeper", signal.SIGKILL)
+        await wait_for(
+            lambda: [o for o in h.seen("sleeper", ObservationKind.EXITED) if o.attempt == 1],
+            what="attempt 1 to exit",
+        )
+        assert "attempt 1 starting on node1" in h.log("sleeper")
+
+    run(tmp_path, body)
+
+
+def test_a_launch_that_cannot_start_is_a_launch_error(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        try:
+            await h.launch("nope", ["/nonexistent/srtr-binary"])
+        except LaunchError as exc:
+            assert "No such file or directory" in str(exc)
+        else:
+            raise AssertionError("expected a LaunchError")
+        await h.launch("busy", ["sleep", "1000"])
+        try:
+            await h.launch("busy", ["sleep", "1000"], attempt=1)
+        except LaunchError as exc:
+            assert "has not exited yet" in str(exc)
+        else:
+            raise AssertionError("expected a LaunchError")
+
+    run(tmp_path, body)
+
+
+def test_a_secret_reaches_the_instance_and_no_command_line(tmp_path: Path) -> None:
+    secret = f"hf_{uuid.uuid4().hex},x y'z$"
+
+    async def body(h: Harness) -> None:
+        argv = ["bash", "-c", 'test "$HF_TOKEN" = "$EXPECTED" && echo same; exec sleep 1000']
+        await h.launch("holder", argv, env={"HF_TOKEN": secret, "EXPECTED": secret})
+        await wait_for(lambda: "same" in h.log("holder"), what="the instance to see its secret")
+        assert cmdlines_with(secret) == []
+        assert cmdlines_with(h.token) == []  # nor the channel's token
+
+    run(tmp_path, body)
+
+
+def test_the_token_never_reaches_an_instance(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        await h.launch("env", ["bash", "-c", "env; exit 0"])
+        await h.wait_seen("env", ObservationKind.EXITED)
+        assert h.token not in h.log("env")
+        assert p.TOKEN_ENV not in h.log("env")
+        assert "SRTR_INSTANCE=env" in h.log("env")
+
+    run(tmp_path, body)
+
+
+def test_readiness_probes_run_on_the_node(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+
+        prober = AgentProber(h.backend)
+        await h.launch(
+            "web",
+            ["bash", "-c", "echo warming; sleep 1; echo ready now; exec sleep 1000"],
+            node=2,
+        )
+        spec = InstanceSpec(
+            name="web",
+            service="web",
+            kind=InstanceKind.SERVICE,
+            type="custom",
+            index=0,
+            node="node2",
+            node_ip="127.0.0.3",
+            argv=("x",),
+            env=(),
+            log=str(Path("logs") / "web.out"),
+            stage="s",
+            shutdown_tier=0,
+            stop_grace_seconds=1.0,
+            critical=False,
+            terminal=False,
+            restart=RestartSpec("always", 1, 1, 1, 1, 1),
+            probe=ProbeSpec(ProbeKind.LOG, 10.0, 0.05, pattern="ready now"),
+        )
+
+        class Status:
+            attempt = 0
+            log_offset = 0
+
+        results: list[tuple[bool, str]] = []
+
+        async def ready() -> bool:
+            results.append(await prober.check(spec, Status(), h.run_dir))
+            return results[-1][0]
+
+        for _ in range(200):  # the probe's own cadence: one attempt per interval
+            if await ready():
+                break
+            await asyncio.sleep(0.05)
+        assert results[-1][0], results
+        assert not results[0][0]  # not ready while it was warming up
+        tcp = ProbeSpec(ProbeKind.TCP, 10.0, 0.2, port=1)
+        ok, message = await prober.check(dataclasses.replace(spec, probe=tcp), Status(), h.run_dir)
+        assert not ok and "127.0.0.3:1" in message
+
+    run(tmp_path, body)
+
+
+def test_a_killed_agent_loses_its_node_and_takes_its_instances(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        pid = await h.launch("victim", ["sleep", "1000"], node=2)
+        await h.launch("bystander", ["sleep", "1000"], node=1)
+        agent = h.backend.agent_pid("node2")
+        assert agent is not None
+        started = time.monotonic()
+        os.kill(agent, signal.SIGKILL)
+        lost = await h.wait_seen("victim", ObservationKind.LOST, within=3.0)
+        assert time.monotonic() - started < 3.0
+        assert lost.pid == pid and "node2" in lost.message
+        await wait_for(lambda: not _alive(pid), 5, "the victim to die with its agent")
+        assert h.backend.running() == {"bystander"}
+        try:
+            await h.launch("victim", ["sleep", "1000"], node=2, attempt=1)
+        except LaunchError as exc:
+            assert "lost" in str(exc)
+        else:
+            raise AssertionError("a lost node must refuse launches")
+
+    run(tmp_path, body)
+
+
+def test_a_silent_agent_loses_its_node_within_three_seconds(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        pid = await h.launch("victim", ["sleep", "1000"], node=2)
+        agent = h.backend.agent_pid("node2")
+        assert agent is not None
+        os.kill(agent, signal.SIGSTOP)  # alive, connected, but silent: a hung node
+        try:
+            started = time.monotonic()
+            lost = await h.wait_seen("victim", ObservationKind.LOST, within=3.5)
+            assert time.monotonic() - started < 3.0
+            assert "silent" in lost.message
+        finally:
+            os.kill(agent, signal.SIGCONT)
+        # Woken up, it reads the Shutdown it was sent and kills what it started.
+        await wait_for(lambda: not _alive(pid), 5, "the victim to be killed by its agent")
+
+    run(tmp_path, body)
+
+
+def test_lose_node_kills_the_agent_and_reports_its_instances(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        pid = await h.launch("victim", ["sleep", "1000"], node=2)
+        assert h.backend.lose_node("node2") == ["victim"]
+        assert h.seen("victim", ObservationKind.LOST) or await h.wait_seen(
+            "victim", ObservationKind.LOST
+        )
+        await wait_for(lambda: not _alive(pid), 5, "the victim to die with its agent")
+
+    run(tmp_path, body)
+
+
+def test_a_connection_without_the_token_is_refused(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        await h.launch("x", ["sleep", "1000"])
+        address = h.backend.address
+        assert address is not None
+        reader, writer = await asyncio.open_connection(*address)
+        challenge = p.decode(await reader.readline())
+        assert isinstance(challenge, p.Challenge)
+        forged = p.proof("not-the-token", "agent", challenge.nonce, "node2")
+        writer.write(p.encode(p.Hello(node="node2", pid=1, nonce="n", proof=forged)))
+        assert await reader.read() == b""  # closed, nothing said
+        writer.close()
+        # An agent with the wrong token gives up (exit 3), and node1's agent is unharmed.
+        env = {**os.environ, p.TOKEN_ENV: "wrong"}
+        argv = [sys.executable, "-m", "srtr.backends.agent.node"]
+        argv += ["--controller", f"{address[0]}:{address[1]}", "--node", "node2"]
+        done = await asyncio.to_thread(
+            subprocess.run, argv, env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 3, done.stderr
+        assert "not our controller" in done.stderr or "refused" in done.stderr
+        assert h.backend.agent_pid("node1") is not None and h.backend.running() == {"x"}
+
+    run(tmp_path, body)
+
+
+def test_a_second_agent_for_a_node_is_refused(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        await h.launch("x", ["sleep", "1000"])
+        address = h.backend.address
+        assert address is not None
+        env = {**os.environ, p.TOKEN_ENV: h.token}
+        argv = [sys.executable, "-m", "srtr.backends.agent.node"]
+        argv += ["--controller", f"{address[0]}:{address[1]}", "--node", "node1"]
+        done = await asyncio.to_thread(
+            subprocess.run, argv, env=env, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 3 and "has an agent already" in done.stderr, done.stderr
+        assert h.backend.running() == {"x"}
+
+    run(tmp_path, body)
+
+
+def test_close_kills_everything_and_the_agents_leave(tmp_path: Path) -> None:
+    async def body(h: Harness) -> None:
+        pids = [
+            await h.launch(f"s{k}", ["bash", "-c", "sleep 1000 & wait"], node=k) for k in (1, 2)
+        ]
+        agents = [h.backend.agent_pid(n) for n in ("node1", "node2")]
+        await h.backend.close()
+        assert {o.name for o in h.observations if o.kind is ObservationKind.EXITED} == {"s1", "s2"}
+        for pid in [*pids, *agents]:
+            assert pid is not None
+            await wait_for(lambda pid=pid: not _alive(pid), 5, f"pid {pid} to be gone")
+
+    run(tmp_path, body)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
