@@ -85,6 +85,23 @@ def test_without_adoption_the_guard_kills_the_orphans(tmp_path: Path) -> None:
     assert "nobody adopted the job" in (run.run_dir / "logs" / "srtr.log").read_text()
 
 
+def test_the_guard_reaps_the_orphans_of_a_run_dir_that_vanished(tmp_path: Path) -> None:
+    """kill -9 of the controller, then the run dir removed (a cleaned-up temp dir, a scratch
+    purge): nobody can adopt the job any more, and the guard still kills what it left."""
+    import shutil
+
+    run = Run(tmp_path, HOLD, "--adopt-window", "600")
+    try:
+        before = pids(crash(run))
+        assert all(pid_alive(p) for p in before.values())
+        shutil.rmtree(run.run_dir)
+        wait_for(lambda: not run.leftovers(), 20, "the guard to kill the orphans")
+    finally:
+        run.close()
+        for pid in run.leftovers():
+            os.killpg(pid, signal.SIGKILL)
+
+
 def test_adopt_refuses_a_finished_or_running_job(tmp_path: Path) -> None:
     run = Run(tmp_path, HOLD)
     try:

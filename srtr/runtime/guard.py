@@ -39,13 +39,41 @@ def _state(run_dir: Path) -> RunState | None:
         return None
 
 
-def wait_exit(pid: int) -> None:
+# While the controller lives, the guard re-reads state.json when it changed, at most this
+# often: it must know what to reap even if the run dir vanishes with the controller.
+REFRESH_PERIOD = 5.0
+
+
+class _LastState:
+    """The newest state.json the guard could read, kept in memory."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.state: RunState | None = None
+        self._stamp: int | None = None
+
+    def refresh(self) -> RunState | None:
+        try:
+            stamp = (self.run_dir / "state.json").stat().st_mtime_ns
+        except OSError:
+            return None  # gone: keep the last one
+        if stamp != self._stamp:
+            fresh = _state(self.run_dir)
+            if fresh is not None:
+                self.state, self._stamp = fresh, stamp
+        return self.state
+
+
+def wait_exit(pid: int, last: _LastState | None = None) -> None:
+    """Wait for `pid` to exit, refreshing `last` now and then."""
     try:
         fd = os.pidfd_open(pid)
     except OSError:
         return  # already gone
     try:
-        select.select([fd], [], [])
+        while not select.select([fd], [], [], REFRESH_PERIOD)[0]:
+            if last is not None:
+                last.refresh()
     finally:
         os.close(fd)
 
@@ -74,18 +102,12 @@ def reap_orphans(state: RunState) -> int:
 
 
 def guard(run_dir: Path, controller: int, window: float) -> int:
-    wait_exit(controller)
-    deadline = time.monotonic() + window
-    while True:
-        state = _state(run_dir)
-        if state is None or state.ended:
-            return 0
-        successor = state.controller_pid
-        if successor and successor != controller and pid_alive(successor):
-            return 0  # adopted: the new controller runs its own guard
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.5)  # only inside the adoption window, after the controller is gone
+    last = _LastState(run_dir)
+    last.refresh()
+    wait_exit(controller, last)
+    state = _wait_for_adoption(run_dir, controller, window, last)
+    if state is None:
+        return 0
     killed = reap_orphans(state)
     log_path = run_dir / "logs" / "srtr.log"
     with contextlib.suppress(OSError), open(log_path, "a", encoding="utf-8") as log:
@@ -94,6 +116,29 @@ def guard(run_dir: Path, controller: int, window: float) -> int:
             f"{window:g}s; killed {killed} instance group(s)\n"
         )
     return 0
+
+
+def _wait_for_adoption(
+    run_dir: Path, controller: int, window: float, last: _LastState
+) -> RunState | None:
+    """The state to reap when nobody adopts the job in time; None when there is nothing to do.
+
+    A run dir that vanished cannot be adopted (`srtr up --adopt` needs it): the last state
+    the guard read is reaped at once, so nothing of the job outlives it.
+    """
+    deadline = time.monotonic() + window
+    while True:
+        if not (run_dir / "state.json").exists() and not run_dir.exists():
+            return last.state
+        state = last.refresh()
+        if state is None or state.ended:
+            return None
+        successor = state.controller_pid
+        if successor and successor != controller and pid_alive(successor):
+            return None  # adopted: the new controller runs its own guard
+        if time.monotonic() >= deadline:
+            return state
+        time.sleep(0.5)  # only inside the adoption window, after the controller is gone
 
 
 def start(run_dir: Path, window: float = ADOPT_WINDOW) -> subprocess.Popen[bytes]:
