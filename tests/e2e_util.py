@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -25,6 +26,33 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = ""
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or predicate}")
         time.sleep(0.02)
+
+
+async def wait_for_async(
+    predicate: Callable[[], Any], within: float = 10.0, what: str = "it"
+) -> None:
+    """`wait_for` inside an event loop: poll every 10 ms without blocking the loop."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def tier_order(seen: list[dict[str, Any]]) -> tuple[list[int], int]:
+    """Where in `seen` (events.jsonl) the tier-0 instances exited and where tier 1 began.
+
+    The HOLD recipes of the teardown tests put `base` (before_workers) in tier 1 and every
+    other instance in tier 0: each of those exits must come before the "tier 1:" event.
+    """
+    tier1 = next(i for i, e in enumerate(seen) if e["message"].startswith("tier 1:"))
+    tier0_exits = [
+        i
+        for i, e in enumerate(seen)
+        if e["reason"] == "Exited" and "service_base" not in e["object"]
+    ]
+    return tier0_exits, tier1
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:

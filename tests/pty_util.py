@@ -8,6 +8,7 @@ read or write of the terminal fails with EIO. `pyte` renders the output into a s
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import select
@@ -102,11 +103,16 @@ class PtyProgram:
         """Wait for the program to exit, still draining its output (a full pty would block it)."""
         deadline = time.monotonic() + timeout
         while self.proc.poll() is None:
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise AssertionError(
                     f"pid {self.proc.pid} still runs {timeout:g}s later; screen:\n{self.text()}"
                 )
-            self.pump(0.05) if not self.closed else time.sleep(0.05)
+            if self.closed:  # nothing to drain: just wait for the exit
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(left)
+            else:
+                self.pump(min(0.05, left))
         return self.proc.returncode
 
     def kill(self) -> None:

@@ -17,21 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from e2e_util import cmdlines_with, processes_with
+from e2e_util import wait_for_async as wait_for
 
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.backend import AgentBackend, AgentProber
 from srtr.backends.agent.starters import LocalAgents
 from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo, Observation, ObservationKind
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
-
-
-async def wait_for(pred: Callable[[], Any], within: float = 10.0, what: str = "it") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class Harness:

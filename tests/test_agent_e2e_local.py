@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from e2e_util import Run, cmdlines_with, events, instance, processes_with, wait_for
+from e2e_util import Run, cmdlines_with, events, instance, processes_with, tier_order, wait_for
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,12 +100,7 @@ def test_one_agent_per_node_restarts_a_killed_rider_and_tears_down_by_tier(
     finally:
         run.close()
     seen = events(run.run_dir)
-    tier1 = next(i for i, e in enumerate(seen) if e["message"].startswith("tier 1:"))
-    tier0_exits = [
-        i
-        for i, e in enumerate(seen)
-        if e["reason"] == "Exited" and "service_base" not in e["object"]
-    ]
+    tier0_exits, tier1 = tier_order(seen)
     assert tier0_exits and max(tier0_exits) < tier1
     base_exit = next(
         i for i, e in enumerate(seen) if e["reason"] == "Exited" and "service_base" in e["object"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import slurm_util
-from e2e_util import Run, cmdlines_with, events, instance, processes_with, wait_for
+from e2e_util import Run, cmdlines_with, events, instance, processes_with, tier_order, wait_for
 
 from srtr.backends.agent.protocol import TOKEN_ENV
 
@@ -178,12 +178,7 @@ def test_agents_on_every_node_run_restart_and_tear_down_by_tier(tmp_path: Path) 
     finally:
         run.close()
     seen = events(run.run_dir)
-    tier1 = next(i for i, e in enumerate(seen) if e["message"].startswith("tier 1:"))
-    tier0_exits = [
-        i
-        for i, e in enumerate(seen)
-        if e["reason"] == "Exited" and "service_base" not in e["object"]
-    ]
+    tier0_exits, tier1 = tier_order(seen)
     assert len(tier0_exits) == 10 and max(tier0_exits) < tier1  # 4 + 4 + tuned + the rider
     no_job_left("srtr-ahold")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_util import wait_for_async as wait_for
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
 from srtr.backends.local import LocalBackend
@@ -27,16 +28,6 @@ from srtr.backends.local import LocalBackend
 WORKLOAD = str(Path(__file__).with_name("workload.py"))
 PY = sys.executable
 REPO = str(Path(__file__).resolve().parents[1])
-
-
-async def wait_for(pred: Callable[[], bool], within: float = 10.0, what: str = "it") -> None:
-    """Poll `pred` every 10 ms until it holds; fail after `within` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not pred():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def _stat_fields(pid: int) -> list[str] | None:

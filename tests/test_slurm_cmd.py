@@ -13,11 +13,11 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_util import wait_for
 
 from srtr.backends.slurm_cmd import (
     SQUEUE_STEP_FORMAT,
@@ -847,13 +847,6 @@ def test_srun_argv_on_the_cluster(tmp_path: Path, slurm_cluster: dict[str, str])
         subprocess.run(scancel_job_argv(job), env=env, timeout=30)
 
 
-def _until(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 @pytest.mark.slurm
 def test_job_queries_scancel_and_sbatch_on_the_cluster(
     tmp_path: Path, slurm_cluster: dict[str, str]
@@ -893,21 +886,25 @@ def test_job_queries_scancel_and_sbatch_on_the_cluster(
             rows = parse_squeue_steps(run(squeue_steps_argv(job)).stdout)
             return [r.step_id for r in rows if r.name.startswith("srtr-pytest-")]
 
-        _until("both steps to be listed", lambda: len(ours()) == 2)
+        wait_for(lambda: len(ours()) == 2, 60, "both steps to be listed")
         assert run(scancel_steps_argv(job, ours(), "KILL")).returncode == 0
         for client in clients:
             client.wait(timeout=60)
-        _until("both steps to be gone", lambda: not ours())
+        wait_for(lambda: not ours(), 60, "both steps to be gone")
     finally:
         run(scancel_job_argv(job))
-    _until("the job to end", lambda: not parse_job_running(run(squeue_state_argv(job)).stdout))
+
+    def ended() -> bool:
+        return not parse_job_running(run(squeue_state_argv(job)).stdout)
+
+    wait_for(ended, 60, "the job to end")
     out = tmp_path / "batch.out"
     script = tmp_path / "batch.sh"
     script.write_text(f"#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --output={out}\necho batch-ran\n")
     submitted = run(sbatch_argv(script))
     assert submitted.returncode == 0, submitted.stderr
     assert parse_sbatch_job_id(submitted.stdout).isdigit()
-    _until("the batch job's output", lambda: out.exists() and "batch-ran" in out.read_text())
+    wait_for(lambda: out.exists() and "batch-ran" in out.read_text(), 60, "the batch job's output")
     assert not parse_pyxis(run(srun_help_argv()).stdout)  # the test cluster has no pyxis
 
 

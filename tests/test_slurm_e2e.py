@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import slurm_util
-from e2e_util import Run, events, instance, processes_with, read_state, wait_for
+from e2e_util import Run, events, instance, processes_with, read_state, tier_order, wait_for
 from pty_util import PtyProgram
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -133,12 +133,7 @@ def test_ctrl_c_tears_down_by_tier_and_leaves_no_step(tmp_path: Path) -> None:
     finally:
         run.close()
     seen = events(run.run_dir)
-    tier1 = next(i for i, e in enumerate(seen) if e["message"].startswith("tier 1:"))
-    tier0_exits = [
-        i
-        for i, e in enumerate(seen)
-        if e["reason"] == "Exited" and "service_base" not in e["object"]
-    ]
+    tier0_exits, tier1 = tier_order(seen)
     assert tier0_exits and max(tier0_exits) < tier1
     no_job_left("srtr-shold")
 
