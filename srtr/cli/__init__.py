@@ -17,6 +17,14 @@ from srtr.resources.errors import Problem, RecipeError
 EXIT_BAD_INPUT = 2
 
 
+class StoppedBySignal(BaseException):
+    """SIGTERM or SIGHUP before the job's loop handles signals (salloc, planning)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.code = 128 + signum
+
+
 def bad(where: str, message: str) -> RecipeError:
     """An input error of a verb: printed as `WHERE: message`, exit 2."""
     return RecipeError(where, [Problem((), message)])
@@ -166,9 +174,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
-    except BaseException as exc:
-        from srtr.cli.run import StoppedBySignal
-
-        if isinstance(exc, StoppedBySignal):
-            return exc.code
-        raise
+    except StoppedBySignal as exc:
+        return exc.code

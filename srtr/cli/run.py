@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srtr.cli import StoppedBySignal, status
 from srtr.cli import bad as _bad
-from srtr.cli import status
 from srtr.cli.status import read_run
 from srtr.reconciler.rundir import STATE_FILE, RunState
 
@@ -26,14 +26,6 @@ if TYPE_CHECKING:
     from srtr.resources.recipe import Recipe
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class StoppedBySignal(BaseException):
-    """SIGTERM or SIGHUP before the job's loop handles signals (salloc, planning)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.code = 128 + signum
 
 
 def _stop_by_signal(signum: int, _frame: object) -> None:
