@@ -128,7 +128,7 @@ def _wait_for_adoption(
     """
     deadline = time.monotonic() + window
     while True:
-        if not (run_dir / "state.json").exists() and not run_dir.exists():
+        if not run_dir.exists():
             return last.state
         state = last.refresh()
         if state is None or state.ended:
