@@ -1,0 +1,12 @@
+"""Service kinds: what a `type:` brings (default command, phase, placement, metrics).
+
+Kinds register themselves by name, like the older system's `@register_service` (reference
+§2.1). Each kind lives in its own module here; importing the package registers them all.
+"""
+
+from __future__ import annotations
+
+from srtr.resources.kinds import exporters, generic
+from srtr.resources.kinds.base import KINDS, Kind, Options, get_kind, register
+
+__all__ = ["KINDS", "Kind", "Options", "exporters", "generic", "get_kind", "register"]

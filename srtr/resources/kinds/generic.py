@@ -1,0 +1,7 @@
+"""`generic`: launches exactly the recipe's argv (reference S-37)."""
+
+from __future__ import annotations
+
+from srtr.resources.kinds.base import Kind, register
+
+register(Kind(name="generic"))
