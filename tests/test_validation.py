@@ -859,7 +859,8 @@ RULE_CASES = [
         (
             4,
             "services[0].type",
-            "'etcd' is not a known service type (known: dcgm-exporter, generic, node-exporter)",
+            "'etcd' is not a known service type (known: dcgm-exporter, generic, gms, "
+            "lmcache-server, mooncake-donor, mooncake-master, mooncake-store, node-exporter)",
         ),
         id="v17-unknown-type",
     ),

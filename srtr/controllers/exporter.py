@@ -13,7 +13,8 @@ seconds per target. Results go to state.json's `exporters` rows (see `rows`) and
 failing (or back) is an event.
 
 Kinds whose binary is missing at run time (a node without `prometheus-node-exporter`, any
-machine without `dcgm-exporter`) are skipped here rather than failing to launch: `start`
+machine without `dcgm-exporter`, or a GPU kind's program such as `mooncake_master` or the
+`gpu_memory_service` Python module) are skipped here rather than failing to launch: `start`
 (called by the runner before the loop) and `desired_changed` (called by a live edit) mark
 their instances finished before the job controller can activate them. Doing it in the store
 at the edges, rather than in `expand`, keeps `expand` pure (it must not look at PATH: a plan
@@ -23,6 +24,7 @@ is made on a laptop for a cluster) and keeps the instance controller free of spe
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import shutil
 from collections.abc import Awaitable, Callable
@@ -56,6 +58,12 @@ MAX_CONCURRENT_SCRAPES = 64
 
 Scrape = Callable[[ExporterSpec, float], Awaitable[tuple[bool, str]]]
 Which = Callable[[str], str | None]
+HasModule = Callable[[str], bool]
+
+
+def has_module(name: str) -> bool:
+    """Whether this host's Python can import top-level package `name` (without importing it)."""
+    return importlib.util.find_spec(name) is not None
 
 
 @dataclass
@@ -80,7 +88,9 @@ class ExporterState:
     grace: float = STARTUP_GRACE
     retry: float = STARTUP_RETRY
     which: Which | None = None  # None: never skip (tests with a fake backend)
-    found: dict[str, bool] = field(default_factory=dict)  # program → on PATH, checked once
+    module_found: HasModule = has_module
+    # (binary|module, name) → present; each checked once
+    found: dict[tuple[str, str], bool] = field(default_factory=dict)
     listed: tuple[ExporterSpec, ...] = ()
     listed_set: frozenset[ExporterSpec] = frozenset()
     written: str | None = None
@@ -121,11 +131,26 @@ def desired_changed(ctx: Ctx) -> None:
     ctx.queue.add(KEY)
 
 
-def _program(spec: InstanceSpec) -> str | None:
+def _program(spec: InstanceSpec) -> tuple[str, str] | None:
+    """What must exist for `spec` to run: ("binary", name on PATH) or ("module", package)."""
     kind = get_kind(spec.type)
-    if kind is None or kind.binary is None or not spec.argv:
+    if kind is None or not spec.argv:
         return None
-    return spec.argv[0]  # the kind's binary, or the path a recipe's own `command` gives
+    # Only when the command still runs the kind's module: a recipe's own command may not.
+    if kind.module is not None and any(kind.module in part for part in spec.argv):
+        return ("module", kind.module.split(".")[0])
+    if kind.binary is None:
+        return None
+    # The kind's binary where the argv names it (the donor runs it through a wrapper), else
+    # argv[0]: a variant's program (`trtllm-serve`) or the path a recipe's `command` gives.
+    return ("binary", kind.binary if kind.binary in spec.argv else spec.argv[0])
+
+
+def _missing_text(program: tuple[str, str]) -> str:
+    what, name = program
+    if what == "module":
+        return f"Python module '{name}' not found"
+    return f"binary '{name}' not found on PATH"
 
 
 def skip_missing(ctx: Ctx) -> None:
@@ -138,7 +163,7 @@ def skip_missing(ctx: Ctx) -> None:
     state = state_of(store)
     if state.which is None:
         return
-    skipped: dict[tuple[str, str], list[str]] = {}
+    skipped: dict[tuple[str, tuple[str, str]], list[str]] = {}
     for name, spec in store.specs.items():
         program = _program(spec)
         if program is None or name in state.skipped:
@@ -148,17 +173,24 @@ def skip_missing(ctx: Ctx) -> None:
             continue
         found = state.found.get(program)
         if found is None:
-            found = state.found[program] = state.which(program) is not None
+            found = state.found[program] = (
+                state.module_found(program[1])
+                if program[0] == "module"
+                else state.which(program[1]) is not None
+            )
         if found:
             continue
         state.skipped.add(name)
-        store.skipped(name, f"binary '{program}' not found on PATH")
+        store.skipped(name, _missing_text(program))
         skipped.setdefault((spec.type, program), []).append(name)
     for (kind, program), names in skipped.items():
+        known = get_kind(kind)
+        # Exporters keep their own reason; other kinds (GPU programs) share one.
+        exporter = known is not None and known.default_metrics_port is not None
         store.record(
             "job",
-            "ExporterSkipped",
-            f"{kind}: binary '{program}' not found on PATH; skipping its {len(names)} instance(s)",
+            "ExporterSkipped" if exporter else "ProgramMissing",
+            f"{kind}: {_missing_text(program)}; skipping its {len(names)} instance(s)",
             warning=True,
         )
 

@@ -6,7 +6,15 @@ Pure helpers shared by `rules.py` (validation), `expand.py` (objects) and `rende
 from __future__ import annotations
 
 from srtr.resources.kinds import Kind, get_kind
-from srtr.resources.recipe import Metrics, Placement, Recipe, RestartPolicy, Role, Service
+from srtr.resources.recipe import (
+    Metrics,
+    Placement,
+    Readiness,
+    Recipe,
+    RestartPolicy,
+    Role,
+    Service,
+)
 
 ROLE_NAMES = ("prefill", "decode", "agg")
 IMPLIED_REASON = "observability.exporters"
@@ -103,6 +111,34 @@ def effective_placement(service: Service) -> str:
     if service.nodes is not None:
         return "workers"
     return kind_of(service).default_placement
+
+
+def effective_per(service: Service) -> str:
+    """`node` or `worker`: a written placement block says it (default node), else the kind."""
+    if service.placement is not None:
+        return service.placement.per or "node"
+    return kind_of(service).default_per
+
+
+def effective_readiness(service: Service) -> Readiness | None:
+    """The recipe's probe, else the kind's (reference S-60)."""
+    if service.readiness is not None:
+        return service.readiness
+    make = kind_of(service).default_readiness
+    return make(service.options) if make is not None else None
+
+
+def effective_container(service: Service, recipe: Recipe) -> str | None:
+    """The recipe's container, else the kind's fallback: the container of the service it needs."""
+    if service.container is not None:
+        return service.container
+    source = kind_of(service).container_from
+    if source is None:
+        return None
+    for other in recipe.services:
+        if other.type == source and other.enabled and other is not service:
+            return other.container
+    return None
 
 
 def effective_critical(service: Service) -> bool:

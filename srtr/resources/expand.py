@@ -7,21 +7,16 @@ controllers, so the dry run is the real code path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from srtr.resources import placeholders
 from srtr.resources.carving import CarveError, carve
 from srtr.resources.effective import (
-    effective_command,
-    effective_critical,
     effective_metrics,
+    effective_per,
     effective_placement,
     effective_pool,
-    effective_restart,
     effective_services,
     effective_start,
-    effective_tier,
     engine_node_count,
     env_key,
     frontend_type,
@@ -30,6 +25,11 @@ from srtr.resources.effective import (
     roles,
 )
 from srtr.resources.errors import Path, Problem
+from srtr.resources.instances import NEVER
+from srtr.resources.instances import probe_spec as _probe
+from srtr.resources.instances import restart_spec as _restart
+from srtr.resources.instances import service_common as _service_common
+from srtr.resources.kinds.cache import MOONCAKE_MASTER_PORT, MOONCAKE_METADATA_PORT
 from srtr.resources.objects import (
     DesiredState,
     ExporterSpec,
@@ -37,12 +37,10 @@ from srtr.resources.objects import (
     InstanceSpec,
     NodeMap,
     PoolSpec,
-    ProbeKind,
-    ProbeSpec,
-    RestartSpec,
     Stage,
 )
-from srtr.resources.recipe import Readiness, Recipe, RestartPolicy, Service
+from srtr.resources.recipe import Recipe, Service
+from srtr.resources.workers import WORKER_KEYS, WorkerSlot, slots_for, worker_slots
 
 PHASE_ORDER = ("infra", "before_workers", "workers", "frontend", "after_frontend", "benchmark")
 
@@ -63,39 +61,6 @@ def local_allocation(count: int, prefix: str = "node") -> list[tuple[str, str]]:
     return [(f"{prefix}{k}", str(base + k)) for k in range(1, count + 1)]
 
 
-def _restart(policy: RestartPolicy) -> RestartSpec:
-    return RestartSpec(
-        policy=policy.policy,
-        backoff_seconds=policy.backoff_seconds,
-        max_backoff_seconds=policy.max_backoff_seconds,
-        reset_after_seconds=policy.reset_after_seconds,
-        max_restarts=policy.max_restarts,
-        window_seconds=policy.window_seconds,
-    )
-
-
-NEVER = _restart(RestartPolicy(policy="never"))
-
-
-def _probe(readiness: Readiness | None, values: dict[str, str]) -> ProbeSpec | None:
-    if readiness is None:
-        return None
-    timing = (readiness.timeout_seconds, readiness.interval_seconds)
-    if readiness.port is not None:
-        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.port)
-    if readiness.tcp is not None:
-        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.tcp.port)
-    if readiness.http is not None:
-        http = readiness.http
-        return ProbeSpec(
-            ProbeKind.HTTP, *timing, port=http.port, path=http.path, status=http.status
-        )
-    if readiness.log is not None:
-        return ProbeSpec(ProbeKind.LOG, *timing, pattern=readiness.log.pattern)
-    assert readiness.file is not None
-    return ProbeSpec(ProbeKind.FILE, *timing, path=placeholders.render(readiness.file.path, values))
-
-
 class _Expander:
     def __init__(self, recipe: Recipe, nodes: NodeMap) -> None:
         self.recipe = recipe
@@ -107,6 +72,7 @@ class _Expander:
         self.warnings: list[str] = []
         self.problems: list[Problem] = []
         self.service_nodes: dict[str, list[str]] = {}
+        self.slots = worker_slots(recipe, nodes)
         self._joined: dict[int, tuple[list[str], str, str]] = {}
 
     def placement_nodes(self, service: Service) -> list[str]:
@@ -160,6 +126,8 @@ class _Expander:
             "pool_node_count": str(len(members)),
             "gpus_per_node": str(self.recipe.resources.gpus_per_node),
             "job_name": self.recipe.name,
+            "master_port": str(MOONCAKE_MASTER_PORT),
+            "metadata_port": str(MOONCAKE_METADATA_PORT),
         }
 
     def node_values(self, shared: dict[str, str], node: str, index: int) -> dict[str, str]:
@@ -182,7 +150,9 @@ class _Expander:
         # Everything that does not depend on the node is worked out once per service: a
         # 1,000-node pool would otherwise redo it 1,000 times (`srtr plan` must stay fast).
         shared = self.shared_values(members, effective_placement(service))
-        common = _service_common(service, self.by_name, frozenset(shared))
+        if effective_per(service) == "worker":
+            return self.per_worker_instances(service, members, shared)
+        common = _service_common(service, self.recipe, self.by_name, frozenset(shared))
         out = []
         for index, node in enumerate(members):
             name = (
@@ -192,16 +162,42 @@ class _Expander:
             out.append(common.instance(name, index, node, values))
         return out
 
+    def per_worker_instances(
+        self, service: Service, members: list[str], shared: dict[str, str]
+    ) -> list[InstanceSpec]:
+        """One instance per engine worker on the placed nodes, in its GPU view (S-98)."""
+        slots = slots_for(self.slots, effective_placement(service), members, self.nodes.workers)
+        if not slots:
+            self.warnings.append(
+                f"services[{service.name}]: placement selects no workers in this allocation; "
+                "skipping"
+            )
+            return []
+        shared = {**shared, **dict.fromkeys(WORKER_KEYS, "")}
+        common = _service_common(service, self.recipe, self.by_name, frozenset(shared))
+        gpus_per_node = self.recipe.resources.gpus_per_node
+        out = []
+        for index, slot in enumerate(slots):
+            values = self.node_values(shared, slot.node, index)
+            values.update(slot.values())
+            view = slot.gpu_view(gpus_per_node)
+            name = f"service_{service.name}_{slot.role}_{slot.index}_{slot.node}"
+            gpu_env = {"CUDA_VISIBLE_DEVICES": view} if view is not None else {}
+            out.append(common.instance(name, index, slot.node, values, gpu_env))
+        return out
+
     def worker_instances(self) -> list[InstanceSpec]:
         out = []
+        by_role: dict[str, list[WorkerSlot]] = {}
+        for slot in self.slots:
+            by_role.setdefault(slot.role, []).append(slot)
         for role_name, role in roles(self.recipe):
             if role.command is None:
                 continue
             members = list(self.nodes.role_nodes[role_name])
-            workers = role.workers or role.nodes
             restart = _restart(role.restart) if role.restart else NEVER
-            for index in range(workers):
-                node = members[index * len(members) // workers]
+            for slot in by_role.get(role_name, []):
+                index, node = slot.index, slot.node
                 values = self.values(node, index, members, role_name)
                 env = {**self.recipe.environment, **role.env}
                 name = f"worker_{role_name}_{index}"
@@ -461,69 +457,3 @@ def _node_summary(recipe: Recipe, owners: list[Service]) -> tuple[tuple[str, int
     summary += [(f"pool {o.name} ({o.type})", o.nodes or 0) for o in owners]
     summary.append(("total", engine_node_count(recipe) + sum(o.nodes or 0 for o in owners)))
     return tuple(summary)
-
-
-@dataclass(frozen=True)
-class _ServiceCommon:
-    """What every instance of one service shares; `instance` adds the node's part."""
-
-    service: Service
-    argv: list[tuple[str, str | None]]  # (text, its placeholder template or None)
-    env: list[tuple[str, str, str | None]]
-    probe: ProbeSpec | None  # None with a per-node (file) probe, rendered per instance
-    common: dict[str, Any]  # the other InstanceSpec fields, equal for every node
-
-    def instance(self, name: str, index: int, node: str, values: dict[str, str]) -> InstanceSpec:
-        service = self.service
-        readiness = service.readiness
-        node_probe = readiness is not None and readiness.file is not None
-        return InstanceSpec(
-            name=name,
-            index=index,
-            node=node,
-            node_ip=values["node_ip"],
-            argv=tuple([t.format_map(values) if t else a for a, t in self.argv]),
-            env=tuple([(k, t.format_map(values) if t else v) for k, v, t in self.env]),
-            log=f"logs/{name}.out",
-            probe=_probe(readiness, values) if node_probe else self.probe,
-            preamble=(
-                placeholders.render(service.preamble, values).rstrip() if service.preamble else None
-            ),
-            **self.common,
-        )
-
-
-def _instance_kind(service: Service) -> InstanceKind:
-    if service.nodes is not None:
-        return InstanceKind.OWNER
-    return InstanceKind.RIDER if is_rider(service) else InstanceKind.SERVICE
-
-
-def _service_common(
-    service: Service, by_name: dict[str, Service], keys: frozenset[str]
-) -> _ServiceCommon:
-    readiness = service.readiness
-    node_probe = readiness is not None and readiness.file is not None
-    return _ServiceCommon(
-        service=service,
-        probe=None if node_probe else _probe(readiness, {}),
-        argv=[(a, placeholders.template(a, keys)) for a in effective_command(service)],
-        env=[(k, v, placeholders.template(v, keys)) for k, v in service.env.items()],
-        common={
-            "service": service.name,
-            "kind": _instance_kind(service),
-            "type": service.type,
-            "stage": f"{effective_start(service)}/{service.name}",
-            "shutdown_tier": effective_tier(service, by_name),
-            "stop_grace_seconds": service.stop_grace_seconds,
-            "critical": effective_critical(service),
-            "terminal": service.terminal,
-            "restart": _restart(effective_restart(service)),
-            "pool": effective_pool(service),
-            "container": service.container,
-            "cpus_per_task": service.cpus_per_task,
-            "cpu_bind": service.cpu_bind,
-            "srun_options": tuple(service.srun_options.items()),
-            "replace_lost": service.replace_lost,
-        },
-    )

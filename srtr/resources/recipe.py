@@ -32,6 +32,7 @@ PLACEMENT_NODES = (
     "compute",
     "all",
 )
+PLACEMENT_PER = ("node", "worker")
 START_PHASES = ("infra", "before_workers", "after_frontend")
 RESTART_POLICIES = ("never", "on-failure", "always")
 
@@ -190,6 +191,7 @@ class Readiness(Spec):
 class Placement(Spec):
     node: str | None = None
     pool: str | None = None
+    per: str | None = None  # None: `node`, or the kind's default when no placement is written
 
     @field_validator("node")
     @classmethod
@@ -205,6 +207,13 @@ class Placement(Spec):
     def _pool(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
             raise ValueError("placement.pool must name a service that declares nodes")
+        return v
+
+    @field_validator("per")
+    @classmethod
+    def _per(cls, v: str | None) -> str | None:
+        if v is not None and v not in PLACEMENT_PER:
+            raise ValueError(f"placement.per must be one of {', '.join(PLACEMENT_PER)}; got '{v}'")
         return v
 
 

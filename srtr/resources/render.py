@@ -7,8 +7,10 @@ import shlex
 from typing import Any
 
 from srtr.resources.effective import (
+    effective_container,
     effective_critical,
     effective_metrics,
+    effective_per,
     effective_placement,
     effective_restart,
     effective_services,
@@ -60,7 +62,8 @@ def service_lines(recipe: Recipe) -> list[str]:
     for service, reason in effective:
         head = (
             f"  {service.name} type={service.type} placement={effective_placement(service)}"
-            f" start={effective_start(service)}"
+            + (" per=worker" if effective_per(service) == "worker" else "")
+            + f" start={effective_start(service)}"
             f" critical={str(effective_critical(service)).lower()}"
         )
         if service.nodes is not None:
@@ -78,10 +81,10 @@ def service_lines(recipe: Recipe) -> list[str]:
             lines.append(
                 f"    implied by: {reason} (declare a service named {service.name} to change it)"
             )
-        if service.container:
+        container = effective_container(service, recipe)  # a store borrows its master's
+        if container:
             lines.append(
-                f"    container: {service.container} (runs on the host where "
-                "containers are unsupported)"
+                f"    container: {container} (runs on the host where containers are unsupported)"
             )
     return lines
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections import Counter
 
 from srtr.resources.effective import (
+    effective_per,
     effective_placement,
+    effective_readiness,
     effective_restart,
     effective_services,
     env_key,
@@ -70,6 +72,7 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
     if kind.needs_command and service.command is None and service.enabled:
         problems.append(Problem((*at, "command"), f"is required for type '{service.type}'"))
     problems += _check_placement(at, service)
+    problems += _check_per_worker(at, service)
     unknown = sorted(set(service.options) - set(kind.option_keys))
     if unknown:
         problems.append(
@@ -78,7 +81,44 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
                 f"has keys type '{service.type}' does not understand: {', '.join(unknown)}",
             )
         )
+    if kind.validate is not None and service.enabled and not unknown:
+        problems += [
+            Problem((*at, *where), message) for where, message in kind.validate(service, recipe)
+        ]
     return problems + _check_service_fields(at, service)
+
+
+WORKER_PLACEMENTS = ("prefill", "decode", "agg", "workers")
+
+
+def _check_per_worker(at: Path, service: Service) -> list[Problem]:
+    """`placement.per: worker` rules (reference V-03, V-04, V-31, V-32)."""
+    if effective_per(service) != "worker":
+        return []
+    per: Path = (*at, "placement", "per")
+    if service.nodes is not None:
+        return [Problem(per, "worker attaches to engine workers; it cannot own a pool")]
+    if service.placement is not None and service.placement.pool:
+        return [Problem(per, "worker attaches to engine workers, not to a pool")]
+    problems = []
+    where = effective_placement(service)
+    if where not in WORKER_PLACEMENTS:
+        problems.append(
+            Problem(
+                per,
+                f"worker needs placement.node in {', '.join(WORKER_PLACEMENTS)}; got '{where}'",
+            )
+        )
+    readiness = effective_readiness(service)
+    if readiness is not None and readiness.log is None:
+        problems.append(
+            Problem(
+                (*at, "readiness"),
+                "placement.per: worker instances share their node's ports, so readiness must "
+                "be a log probe",
+            )
+        )
+    return problems
 
 
 def _check_placement(at: Path, service: Service) -> list[Problem]:

@@ -6,7 +6,17 @@ Kinds register themselves by name, like the older system's `@register_service` (
 
 from __future__ import annotations
 
-from srtr.resources.kinds import exporters, generic
+from srtr.resources.kinds import cache, exporters, generic, gms
 from srtr.resources.kinds.base import KINDS, Kind, Options, get_kind, register
 
-__all__ = ["KINDS", "Kind", "Options", "exporters", "generic", "get_kind", "register"]
+__all__ = [
+    "KINDS",
+    "Kind",
+    "Options",
+    "cache",
+    "exporters",
+    "generic",
+    "get_kind",
+    "gms",
+    "register",
+]

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from srtr.resources.recipe import Readiness, Recipe, Service
 
 Options = Mapping[str, Any]
+# A kind's own rule about one service: (path under `services[<n>]`, message) pairs.
+KindRule = Callable[["Service", "Recipe"], list[tuple[tuple[str | int, ...], str]]]
+# Env a kind brings; values may hold placeholders, rendered per instance like recipe env.
+KindEnv = Callable[["Service", "Recipe"], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,21 @@ class Kind:
     # `metrics_endpoint_prefix`, S-110); None: the service name.
     metrics_prefix: str | None = None
     binary: str | None = None
+    # The hooks of reference S-36 that srtr needs for the cache/GPU kinds, as data. Each is
+    # optional, so a kind that does not care stays one line.
+    default_readiness: Callable[[Options], Readiness] | None = None
+    default_per: str = "node"
+    default_env: KindEnv | None = None  # the recipe's env overrides these (S-53 step 2)
+    forced_env: KindEnv | None = None  # these override the recipe's env (S-53 step 4)
+    default_srun_options: Callable[[Options], dict[str, str]] | None = None  # recipe's win
+    default_preamble: Callable[[Options], str | None] | None = None  # runs before the recipe's
+    validate: KindRule | None = None
+    # A service of this kind without `container` borrows that of the first enabled service
+    # of this type (mooncake-store runs in the master's image, S-41).
+    container_from: str | None = None
+    # A Python module the default command runs (`python -m <module>`); missing on the host,
+    # the instance is skipped like a missing `binary`.
+    module: str | None = None
 
     @property
     def needs_command(self) -> bool:
@@ -47,3 +69,32 @@ def get_kind(name: str) -> Kind | None:
 def port_option(options: Options, default: int) -> int:
     value = options.get("port", default)
     return int(value) if isinstance(value, int | str) and str(value).isdigit() else default
+
+
+# Default probes a kind brings (reference S-60); built like a recipe's `readiness:` block.
+
+
+def tcp_probe(port: int, timeout: float = 120.0) -> Readiness:
+    from srtr.resources.recipe import Readiness, TcpProbe
+
+    return Readiness(tcp=TcpProbe(port=port), timeout_seconds=timeout)
+
+
+def http_probe(port: int, path: str, timeout: float = 120.0) -> Readiness:
+    from srtr.resources.recipe import HttpProbe, Readiness
+
+    return Readiness(http=HttpProbe(port=port, path=path), timeout_seconds=timeout)
+
+
+def file_probe(path: str) -> Readiness:
+    from srtr.resources.recipe import FileProbe, Readiness
+
+    return Readiness(file=FileProbe(path=path))
+
+
+def log_probe(pattern: str, timeout: float, interval: float) -> Readiness:
+    from srtr.resources.recipe import LogProbe, Readiness
+
+    return Readiness(
+        log=LogProbe(pattern=pattern), timeout_seconds=timeout, interval_seconds=interval
+    )

@@ -1,0 +1,155 @@
+"""Recipe service → the InstanceSpec fields its instances share, and the per-node rest.
+
+`expand` builds one `ServiceCommon` per service and asks it for one instance per node (or per
+worker). Everything a kind adds (env, probe, preamble, srun options, container) is folded in
+here, once per service, so a 1,000-node pool does not redo it 1,000 times. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from srtr.resources import placeholders
+from srtr.resources.effective import (
+    effective_command,
+    effective_container,
+    effective_critical,
+    effective_pool,
+    effective_readiness,
+    effective_restart,
+    effective_start,
+    effective_tier,
+    is_rider,
+    kind_of,
+)
+from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
+from srtr.resources.recipe import Readiness, Recipe, RestartPolicy, Service
+
+
+def restart_spec(policy: RestartPolicy) -> RestartSpec:
+    return RestartSpec(
+        policy=policy.policy,
+        backoff_seconds=policy.backoff_seconds,
+        max_backoff_seconds=policy.max_backoff_seconds,
+        reset_after_seconds=policy.reset_after_seconds,
+        max_restarts=policy.max_restarts,
+        window_seconds=policy.window_seconds,
+    )
+
+
+NEVER = restart_spec(RestartPolicy(policy="never"))
+
+
+def probe_spec(readiness: Readiness | None, values: dict[str, str]) -> ProbeSpec | None:
+    if readiness is None:
+        return None
+    timing = (readiness.timeout_seconds, readiness.interval_seconds)
+    if readiness.port is not None:
+        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.port)
+    if readiness.tcp is not None:
+        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.tcp.port)
+    if readiness.http is not None:
+        http = readiness.http
+        return ProbeSpec(
+            ProbeKind.HTTP, *timing, port=http.port, path=http.path, status=http.status
+        )
+    if readiness.log is not None:
+        return ProbeSpec(ProbeKind.LOG, *timing, pattern=readiness.log.pattern)
+    assert readiness.file is not None
+    return ProbeSpec(ProbeKind.FILE, *timing, path=placeholders.render(readiness.file.path, values))
+
+
+Template = str | None  # a text's placeholder template, None when it names no placeholder
+
+
+@dataclass(frozen=True)
+class ServiceCommon:
+    """What every instance of one service shares; `instance` adds the node's part."""
+
+    readiness: Readiness | None
+    argv: list[tuple[str, Template]]
+    env: list[tuple[str, str, Template]]
+    preamble: list[str]  # the kind's part, then the recipe's (reference S-58)
+    probe: ProbeSpec | None  # None with a per-node (file) probe, rendered per instance
+    common: dict[str, Any]  # the other InstanceSpec fields, equal for every node
+
+    def instance(
+        self,
+        name: str,
+        index: int,
+        node: str,
+        values: dict[str, str],
+        last_env: dict[str, str] | None = None,
+    ) -> InstanceSpec:
+        """`last_env` wins over everything (the per-worker GPU view, S-53 step 5)."""
+        env = [(k, t.format_map(values) if t else v) for k, v, t in self.env]
+        if last_env:
+            env = [(k, v) for k, v in env if k not in last_env] + list(last_env.items())
+        preamble = "; ".join(p for p in (placeholders.render(p, values) for p in self.preamble))
+        node_probe = self.readiness is not None and self.readiness.file is not None
+        return InstanceSpec(
+            name=name,
+            index=index,
+            node=node,
+            node_ip=values["node_ip"],
+            argv=tuple([t.format_map(values) if t else a for a, t in self.argv]),
+            env=tuple(env),
+            log=f"logs/{name}.out",
+            probe=probe_spec(self.readiness, values) if node_probe else self.probe,
+            preamble=preamble.rstrip() or None,
+            **self.common,
+        )
+
+
+def instance_kind(service: Service) -> InstanceKind:
+    if service.nodes is not None:
+        return InstanceKind.OWNER
+    return InstanceKind.RIDER if is_rider(service) else InstanceKind.SERVICE
+
+
+def service_env(service: Service, recipe: Recipe) -> dict[str, str]:
+    """Kind default env < recipe env < kind forced env (reference S-53 steps 2-4)."""
+    kind = kind_of(service)
+    env = dict(kind.default_env(service, recipe)) if kind.default_env else {}
+    env.update(service.env)
+    if kind.forced_env:
+        env.update(kind.forced_env(service, recipe))
+    return env
+
+
+def service_common(
+    service: Service, recipe: Recipe, by_name: dict[str, Service], keys: frozenset[str]
+) -> ServiceCommon:
+    kind = kind_of(service)
+    readiness = effective_readiness(service)
+    node_probe = readiness is not None and readiness.file is not None
+    srun = dict(kind.default_srun_options(service.options)) if kind.default_srun_options else {}
+    srun.update(service.srun_options)
+    kind_preamble = kind.default_preamble(service.options) if kind.default_preamble else None
+    return ServiceCommon(
+        readiness=readiness,
+        probe=None if node_probe else probe_spec(readiness, {}),
+        argv=[(a, placeholders.template(a, keys)) for a in effective_command(service)],
+        env=[
+            (k, v, placeholders.template(v, keys)) for k, v in service_env(service, recipe).items()
+        ],
+        preamble=[p for p in (kind_preamble, service.preamble) if p],
+        common={
+            "service": service.name,
+            "kind": instance_kind(service),
+            "type": service.type,
+            "stage": f"{effective_start(service)}/{service.name}",
+            "shutdown_tier": effective_tier(service, by_name),
+            "stop_grace_seconds": service.stop_grace_seconds,
+            "critical": effective_critical(service),
+            "terminal": service.terminal,
+            "restart": restart_spec(effective_restart(service)),
+            "pool": effective_pool(service),
+            "container": effective_container(service, recipe),
+            "cpus_per_task": service.cpus_per_task,
+            "cpu_bind": service.cpu_bind,
+            "srun_options": tuple(srun.items()),
+            "replace_lost": service.replace_lost,
+        },
+    )
