@@ -12,11 +12,16 @@ the controller lives). When the controller exits:
   crashed controller by at most WINDOW seconds, which is the adoption window. Instances
   under node agents (identity marked `agent`) are their agents' to stop: an agent waits
   the same window.
+
+The controller also mirrors every state.json it writes into a memfd the guard holds
+(`StateMirror`): a run dir removed right after a kill -9 (a purged scratch dir) would
+otherwise leave the guard only its last periodic read, which can predate the newest launches.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import signal
@@ -27,7 +32,7 @@ from pathlib import Path
 
 from srtr.backends.procgroup import process_start_time
 from srtr.backends.slurm_cmd import scancel_job_argv
-from srtr.reconciler.rundir import RunState, StateFileError, pid_alive, read_state
+from srtr.reconciler.rundir import STATE_FILE, RunState, StateFileError, pid_alive, read_state
 
 ADOPT_WINDOW = 60.0
 
@@ -44,15 +49,51 @@ def _state(run_dir: Path) -> RunState | None:
 REFRESH_PERIOD = 5.0
 
 
-class _LastState:
-    """The newest state.json the guard could read, kept in memory."""
+class StateMirror:
+    """The controller's side: a memory file the guard inherits, rewritten with each state.json.
 
-    def __init__(self, run_dir: Path) -> None:
+    Not atomic: a kill -9 in the middle of a write leaves a torn document, which the guard
+    cannot parse and so ignores (it falls back to state.json, then to its last read).
+    """
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("srtr-state", os.MFD_CLOEXEC)
+
+    def write(self, text: str) -> None:
+        data = text.encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _read_mirror(fd: int, run_dir: Path) -> RunState | None:
+    try:
+        size = os.fstat(fd).st_size
+        doc = json.loads(os.pread(fd, size, 0)) if size else None
+        return RunState.from_doc(doc, run_dir / STATE_FILE) if doc is not None else None
+    except (OSError, ValueError, StateFileError):
+        return None
+
+
+class _LastState:
+    """The newest state the guard could read, kept in memory: the controller's mirror when it
+    has one (always current), else state.json."""
+
+    def __init__(self, run_dir: Path, mirror_fd: int | None = None) -> None:
         self.run_dir = run_dir
+        self.mirror_fd = mirror_fd
         self.state: RunState | None = None
         self._stamp: int | None = None
 
     def refresh(self) -> RunState | None:
+        if self.mirror_fd is not None:
+            mirrored = _read_mirror(self.mirror_fd, self.run_dir)
+            if mirrored is not None:
+                self.state = mirrored
+                return mirrored
         try:
             stamp = (self.run_dir / "state.json").stat().st_mtime_ns
         except OSError:
@@ -101,10 +142,12 @@ def reap_orphans(state: RunState) -> int:
     return killed
 
 
-def guard(run_dir: Path, controller: int, window: float) -> int:
-    last = _LastState(run_dir)
+def guard(run_dir: Path, controller: int, window: float, mirror_fd: int | None = None) -> int:
+    last = _LastState(run_dir, mirror_fd)
+    if mirror_fd is None:
+        last.refresh()  # with a mirror, reading once after the controller exits is enough
+    wait_exit(controller, None if mirror_fd is not None else last)
     last.refresh()
-    wait_exit(controller, last)
     state = _wait_for_adoption(run_dir, controller, window, last)
     if state is None:
         return 0
@@ -130,21 +173,29 @@ def _wait_for_adoption(
     while True:
         if not run_dir.exists():
             return last.state
-        state = last.refresh()
-        if state is None or state.ended:
+        # Adoption shows in state.json, which a successor writes (the mirror is ours alone).
+        on_disk = _state(run_dir) if last.mirror_fd is not None else last.refresh()
+        state = last.state if on_disk is None else on_disk
+        if state is None or state.ended or (last.state is not None and last.state.ended):
             return None
         successor = state.controller_pid
         if successor and successor != controller and pid_alive(successor):
             return None  # adopted: the new controller runs its own guard
         if time.monotonic() >= deadline:
-            return state
+            return last.state
         time.sleep(0.5)  # only inside the adoption window, after the controller is gone
 
 
-def start(run_dir: Path, window: float = ADOPT_WINDOW) -> subprocess.Popen[bytes]:
+def start(
+    run_dir: Path, window: float = ADOPT_WINDOW, mirror: StateMirror | None = None
+) -> subprocess.Popen[bytes]:
     """Start the guard of the calling controller."""
+    argv = [sys.executable, "-m", "srtr.runtime.guard", str(run_dir), str(os.getpid()), str(window)]
+    if mirror is not None:
+        argv.append(str(mirror.fd))
     return subprocess.Popen(
-        [sys.executable, "-m", "srtr.runtime.guard", str(run_dir), str(os.getpid()), str(window)],
+        argv,
+        pass_fds=(mirror.fd,) if mirror is not None else (),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -153,4 +204,5 @@ def start(run_dir: Path, window: float = ADOPT_WINDOW) -> subprocess.Popen[bytes
 
 
 if __name__ == "__main__":
-    sys.exit(guard(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])))
+    mirror_arg = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    sys.exit(guard(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), mirror_arg))

@@ -141,7 +141,7 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
     tasks += [Announcement(ctx), Exporters(ctx), StopSignals(ctx)]
     if options.adopt_from is not None:
         tasks.append(Adoption(ctx, options.adopt_from))
-    tasks += [Guard(ctx, options.adopt_window), Walltime(ctx), FirstWrite(state)]
+    tasks += [Guard(ctx, options.adopt_window, state), Walltime(ctx), FirstWrite(state)]
     if options.recipe is not None:
         tasks.append(RecipeWatch(ctx, options))
     return tasks

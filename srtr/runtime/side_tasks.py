@@ -100,6 +100,14 @@ class StateFile:
         self._saved_generation = 0
         self._last_write = 0.0
         self._stopped = False
+        self._mirror: guard.StateMirror | None = None
+        self._last_text: str | None = None
+
+    def mirror_to(self, mirror: guard.StateMirror) -> None:
+        """Copy every document to `mirror` too (the guard's), starting with the last one."""
+        self._mirror = mirror
+        if self._last_text is not None:
+            mirror.write(self._last_text)
 
     async def start(self) -> None:
         self.ctx.store.subscribe_changes(self._on_change)
@@ -139,6 +147,9 @@ class StateFile:
         started = time.monotonic()
         # Compact: at 4,096 instances indenting cost 130 ms of a 160 ms write (benchmarks/).
         text = json.dumps(doc, separators=(",", ":")) + "\n"
+        self._last_text = text
+        if self._mirror is not None:
+            self._mirror.write(text)  # memory only: cannot fail the way a disk write can
         written = faults.attempt(self.TARGET, lambda: write_atomic(run_dir / "state.json", text))
         self._last_write = time.monotonic() - started
         if written and was_failing and self._stopped:
@@ -307,13 +318,16 @@ class Guard:
 
     name = "guard"
 
-    def __init__(self, ctx: Ctx, window: float) -> None:
+    def __init__(self, ctx: Ctx, window: float, state: StateFile) -> None:
         self.ctx = ctx
         self.window = window
+        self.state = state
         self.process: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
-        self.process = guard.start(self.ctx.run_dir, self.window)
+        mirror = guard.StateMirror()
+        self.state.mirror_to(mirror)
+        self.process = guard.start(self.ctx.run_dir, self.window, mirror)
 
     async def stop(self) -> None:
         if self.process is not None:
