@@ -225,8 +225,10 @@ def test_control_socket_restarts_an_instance_and_refuses_when_the_job_is_gone(
             "restarting service_owner_node1"
         )
         state = run.wait_state(
-            lambda s: instance(s, "service_owner_node1")["restarts"] == 1
-            and instance(s, "service_owner_node1")["phase"] == "Running",
+            lambda s: (
+                instance(s, "service_owner_node1")["restarts"] == 1
+                and instance(s, "service_owner_node1")["phase"] == "Running"
+            ),
             what="owner restarted by intent",
         )
         assert instance(state, "service_owner_node1")["pid"] != old_pid

@@ -40,6 +40,9 @@ services:
     type: node-exporter
     placement: {{node: compute}}
     options: {{port: {port}}}
+  - name: process-exporter       # the implied one, on a free port: other runs may hold 9256
+    type: process-exporter
+    options: {{port: {pport}}}
   - name: train
     command: ["sleep", "1000"]
     nodes: {nodes}
@@ -178,8 +181,8 @@ def converged(generation: int):
 @pytest.mark.timeout(300)
 def test_prometheus_follows_the_pool_as_it_grows_and_shrinks(tmp_path: Path) -> None:
     ips = [f"127.0.0.{k + 1}" for k in range(1, 7)]
-    port = free_port(ips)
-    run = Run(tmp_path, RECIPE.format(port=port, nodes=4), "--nodes", "6")
+    port, pport = free_port(ips), free_port(ips)
+    run = Run(tmp_path, RECIPE.format(port=port, pport=pport, nodes=4), "--nodes", "6")
     prometheus: Prometheus | None = None
     try:
         state = run.wait_state(
@@ -202,23 +205,31 @@ def test_prometheus_follows_the_pool_as_it_grows_and_shrinks(tmp_path: Path) -> 
         targets_file = run.run_dir / "prometheus" / "targets.json"
         prometheus = Prometheus(tmp_path, targets_file)
         found = prometheus.wait_nodes_up([f"node{k}" for k in range(1, 5)], "4 targets up")
-        labels = next(t["labels"] for t in found if t["labels"].get("node") == "node1")
+        labels = next(
+            t["labels"]
+            for t in found
+            if t["labels"].get("node") == "node1" and t["labels"]["service"] == "node-exporter"
+        )
         assert labels["instance"] == "service_node-exporter_node1"
         assert labels["endpoint"] == "node_exporter_node1"  # srtctl's name (S-110)
         assert labels["pool"] == "train" and labels["job"] == "expo"
 
-        save(run, RECIPE.format(port=port, nodes=6))
+        save(run, RECIPE.format(port=port, pport=pport, nodes=6))
         run.wait_state(converged(2), 60, "pool grown to 6 nodes")
         prometheus.wait_nodes_up([f"node{k}" for k in range(1, 7)], "6 targets up")
 
-        save(run, RECIPE.format(port=port, nodes=3))
+        save(run, RECIPE.format(port=port, pport=pport, nodes=3))
         state = run.wait_state(
             lambda s: converged(3)(s) and not any(i["node"] == "node4" for i in s["instances"]),
             60,
             "pool shrunk to 3 nodes",
         )
         prometheus.wait_nodes_up([f"node{k}" for k in range(1, 4)], "only 3 targets left")
-        assert len(json.loads(targets_file.read_text())) == 3
+        listed = json.loads(targets_file.read_text())
+        # The node and the process exporter of each of the 3 nodes.
+        assert sorted(t["labels"]["endpoint"] for t in listed) == sorted(
+            f"{stem}_node{k}" for stem in ("node_exporter", "process_exporter") for k in (1, 2, 3)
+        )
     finally:
         if prometheus is not None:
             prometheus.close()

@@ -159,12 +159,19 @@ def test_t82_one_target_per_node_per_annotated_service() -> None:
             for name, prefix, port in (
                 ("dcgm-exporter", "dcgm", 9401),
                 ("node-exporter", "node_exporter", 9101),
+                # placed on `all`: here the head is a compute node, so the same three
+                ("process-exporter", "process_exporter", 9256),
             )
             for k in (1, 2, 3)  # implied on compute: both pools' nodes
         ]
     )
     # No targets for services without metrics (miles, the quiet rider).
-    assert {e.service for e in found} == {"engines", "node-exporter", "dcgm-exporter"}
+    assert {e.service for e in found} == {
+        "engines",
+        "node-exporter",
+        "dcgm-exporter",
+        "process-exporter",
+    }
 
 
 def test_s110_endpoint_names_take_the_kinds_prefix_unless_the_endpoint_is_named() -> None:
@@ -267,7 +274,7 @@ def test_t86_declaring_a_kinds_name_changes_it_and_enabled_false_turns_it_off() 
         "services:\n",
         "services:\n  - name: node-exporter\n    type: node-exporter\n    enabled: false\n",
     )
-    assert {e.service for e in exporters(off)} == {"dcgm-exporter"}
+    assert {e.service for e in exporters(off)} == {"dcgm-exporter", "process-exporter"}
     _, state = plan_text_source(off, "recipe.yaml")
     assert not any(i.service == "node-exporter" for i in state.instances)
 
@@ -472,7 +479,11 @@ def test_kinds_without_their_binary_are_skipped_with_a_warning(tmp_path: Path) -
         exporter.start(h.ctx, which)
         await h.settle()
         await h.advance(1)
-        assert looked == ["dcgm-exporter", "prometheus-node-exporter"]  # once per binary
+        assert looked == [  # once per binary
+            "dcgm-exporter",
+            "prometheus-node-exporter",
+            "prometheus-process-exporter",
+        ]
         skipped = [e for e in h.events if e.reason == "ExporterSkipped"]
         assert [(e.type, e.message) for e in skipped] == [
             (
@@ -487,7 +498,10 @@ def test_kinds_without_their_binary_are_skipped_with_a_warning(tmp_path: Path) -
             assert h.phase(f"service_train_{node}") == "Running"  # later stages still run
             assert h.phase(f"service_node-exporter_{node}") == "Running"
         assert str(h.store.job.phase) == "Running"
-        assert {t["labels"]["service"] for t in targets(tmp_path)} == {"node-exporter"}
+        assert {t["labels"]["service"] for t in targets(tmp_path)} == {
+            "node-exporter",
+            "process-exporter",
+        }
 
         # Growing the pool live: the new dcgm instances are skipped too, never launched.
         _, new = plan_text_source(
@@ -506,7 +520,12 @@ def test_kinds_without_their_binary_are_skipped_with_a_warning(tmp_path: Path) -
         assert [e.message for e in h.events if e.reason == "ExporterSkipped"][-1].endswith(
             "skipping its 1 instance(s)"
         )
-        assert sorted(t["labels"]["node"] for t in targets(tmp_path)) == ["node1", "node2", "node3"]
+        listed = [t["labels"] for t in targets(tmp_path)]
+        assert sorted(t["node"] for t in listed if t["service"] == "node-exporter") == [
+            "node1",
+            "node2",
+            "node3",
+        ]
 
     run(body())
 

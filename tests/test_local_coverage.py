@@ -148,9 +148,9 @@ def test_a_dedicated_node_runs_its_instance_and_nothing_else(tmp_path: Path, who
         run.close()
 
 
-def test_placement_node_dedicated_is_refused_for_every_shipped_kind(tmp_path: Path) -> None:
-    """`placement.node: dedicated` is for infra-class kinds and srtr ships none, so there is
-    no service it can be accepted on yet (docs/recipe.md, Placement vocabulary)."""
+def test_placement_node_dedicated_is_refused_for_a_generic_service(tmp_path: Path) -> None:
+    """`placement.node: dedicated` is for infra-class kinds (etcd, nats) only (docs/recipe.md,
+    Placement vocabulary)."""
     path = tmp_path / "recipe.yaml"
     path.write_text(
         recipe("""
@@ -167,7 +167,7 @@ def test_placement_node_dedicated_is_refused_for_every_shipped_kind(tmp_path: Pa
     assert done.returncode == 2
     assert done.stderr == (
         f"{path}:6: services[0].placement.node: dedicated is only supported for infra-class "
-        "kinds, and srtr has none yet; use head, infra, or workers for type 'generic'\n"
+        "kinds (etcd, nats); use head, infra, or workers for type 'generic'\n"
     )
 
 

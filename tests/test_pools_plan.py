@@ -604,7 +604,8 @@ def test_no_implied_exporters_unless_asked() -> None:
     assert nodes_of(state, "dcgm-exporter") == ["n1", "n2", "n3", "n4"]
     urls = sorted(e.url for e in state.exporters)
     assert "http://10.0.0.3:9101/metrics" in urls and "http://10.0.0.4:9401/metrics" in urls
-    assert len(state.exporters) == 8
+    assert nodes_of(state, "process-exporter") == ["n1", "n2", "n3", "n4"]  # all
+    assert len(state.exporters) == 12
 
 
 def test_all_instances_of_a_service_launch_as_one_stage() -> None:

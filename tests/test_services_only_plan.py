@@ -213,19 +213,22 @@ def test_benchmark_env_with_implied_exporters() -> None:  # T-31 + S-111
 
 
 def test_t29_t30_exporter_targets_are_named_and_ordered_as_srtctls() -> None:
-    """Targets from the services only, in the implied order dcgm then node exporter, named
-    `dcgm_<node>` and `node_exporter_<node>` (S-110, S-111; srtr has no process exporter)."""
+    """Targets from the services only, in the implied order dcgm, node, then process exporter,
+    named `dcgm_<node>`, `node_exporter_<node>` and `process_exporter_<node>` (S-110, S-111)."""
     state = expand(load_text(FILES + "observability:\n  exporters: true\n"), alloc(2))
     assert [e.name for e in state.exporters] == [
         "dcgm_node1",
         "dcgm_node2",
         "node_exporter_node1",
         "node_exporter_node2",
+        "process_exporter_node1",
+        "process_exporter_node2",
     ]
     assert [s.name for s in state.stages] == [
         "before_workers/files",
         "after_frontend/dcgm-exporter",
         "after_frontend/node-exporter",
+        "after_frontend/process-exporter",
         "benchmark",
     ]
 

@@ -854,13 +854,14 @@ RULE_CASES = [
         name: t
         services:
           - name: s
-            type: etcd
+            type: nosuchkind
         """,
         (
             4,
             "services[0].type",
-            "'etcd' is not a known service type (known: dcgm-exporter, generic, gms, "
-            "lmcache-server, mooncake-donor, mooncake-master, mooncake-store, node-exporter)",
+            "'nosuchkind' is not a known service type (known: dcgm-exporter, etcd, generic, "
+            "gms, lmcache-server, mooncake-donor, mooncake-master, mooncake-store, nats, "
+            "node-exporter, process-exporter)",
         ),
         id="v17-unknown-type",
     ),
@@ -926,7 +927,7 @@ RULE_CASES = [
         (
             6,
             "services[0].placement.node",
-            "dedicated is only supported for infra-class kinds, and srtr has none yet; "
+            "dedicated is only supported for infra-class kinds (etcd, nats); "
             "use head, infra, or workers for type 'generic'",
         ),
         id="v27-dedicated-is-for-infra-kinds-only",

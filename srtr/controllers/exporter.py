@@ -29,6 +29,7 @@ import json
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -98,6 +99,7 @@ class ExporterState:
     last_write: float | None = None
     health: dict[ExporterSpec, Health] = field(default_factory=dict)
     skipped: set[str] = field(default_factory=set)
+    run_files: set[str] = field(default_factory=set)  # kind run files written (run-dir paths)
     limit: asyncio.Semaphore | None = None
 
 
@@ -121,14 +123,42 @@ def start(ctx: Ctx, which: Which | None = shutil.which) -> None:
     anything is Ready.
     """
     state_of(ctx.store).which = which
+    write_run_files(ctx)
     skip_missing(ctx)
     ctx.queue.add(KEY)
 
 
 def desired_changed(ctx: Ctx) -> None:
     """A live edit replaced the desired state: skip new instances that cannot run, re-list."""
+    write_run_files(ctx)
     skip_missing(ctx)
     ctx.queue.add(KEY)
+
+
+def write_run_files(ctx: Ctx) -> None:
+    """Write the config files the job's kinds name in their commands (the process exporter's
+    group file) into the run dir, once each, before any instance of those kinds launches.
+
+    A write that fails is a write fault (an event), not a crash: the exporter that needs the
+    file then fails to start and says why in its log.
+    """
+    state = state_of(ctx.store)
+    wanted: dict[str, str] = {}
+    for spec in ctx.store.specs.values():
+        kind = get_kind(spec.type)
+        if kind is not None:
+            wanted.update(kind.run_files)
+    for path, text in wanted.items():
+        if path in state.run_files:
+            continue
+        target = ctx.run_dir / path
+
+        def write(target: Path = target, text: str = text) -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(target, text)
+
+        if ctx.store.write_faults.attempt(path, write):
+            state.run_files.add(path)
 
 
 def _program(spec: InstanceSpec) -> tuple[str, str] | None:
@@ -278,6 +308,8 @@ def finish(ctx: Ctx) -> None:
 def rewrite(ctx: Ctx) -> None:
     """The run dir was recreated: write the targets file again (if the job has one)."""
     state = state_of(ctx.store)
+    state.run_files.clear()
+    write_run_files(ctx)
     if state.written is not None:
         state.written = None
         ctx.queue.add(KEY)

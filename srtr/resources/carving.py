@@ -63,7 +63,8 @@ def carve(
         spares=tuple(spares),
         head=head,
         bench=bench,
-        infra=head,
+        # A dedicated etcd/nats takes the reserved node (S-83: infra = reserved infra or head).
+        infra=reserved[0] if "infra" in dedicated else head,
         role_nodes=role_nodes,
     )
 

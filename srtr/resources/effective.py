@@ -18,8 +18,10 @@ from srtr.resources.recipe import (
 
 ROLE_NAMES = ("prefill", "decode", "agg")
 IMPLIED_REASON = "observability.exporters"
-# In srtctl's order (reference S-49 rule 5): dcgm, then node (srtr has no process exporter).
-IMPLIED_EXPORTERS = ("dcgm-exporter", "node-exporter")
+# In srtctl's order (reference S-49 rule 5): dcgm, node, then process exporter. dcgm and node
+# watch the compute nodes; the process exporter keeps its kind's default (`all`).
+IMPLIED_EXPORTERS = ("dcgm-exporter", "node-exporter", "process-exporter")
+_IMPLIED_PLACEMENT = {"dcgm-exporter": "compute", "node-exporter": "compute"}
 
 
 def kind_of(service: Service) -> Kind:
@@ -57,7 +59,9 @@ def effective_services(recipe: Recipe) -> list[tuple[Service, str | None]]:
             if name in declared:
                 out.append((declared[name], None))
             else:
-                implied = Service(name=name, type=name, placement=Placement(node="compute"))
+                where = _IMPLIED_PLACEMENT.get(name)
+                placement = Placement(node=where) if where else None
+                implied = Service(name=name, type=name, placement=placement)
                 out.append((implied, IMPLIED_REASON))
     taken = {s.name for s, _ in out}
     out.extend((s, None) for s in recipe.services if s.name not in taken)
@@ -77,8 +81,25 @@ def total_nodes(recipe: Recipe) -> int:
     return max(1, engine_node_count(recipe) + services_node_count(recipe))
 
 
+def is_external(service: Service) -> bool:
+    """An `external:` service launches nothing: its address is injected instead (S-26)."""
+    return service.external is not None
+
+
+def dedicated_infra(recipe: Recipe) -> bool:
+    """A launched infra-class service (etcd, nats) asks for its own node (S-80 `infra`)."""
+    return any(
+        kind_of(s).supports_dedicated
+        and not is_external(s)
+        and effective_placement(s) == "dedicated"
+        for s, _ in effective_services(recipe)
+        if get_kind(s.type) is not None
+    )
+
+
 def dedicated_roles(recipe: Recipe) -> list[str]:
-    out = []
+    """The roles that share the one reserved node, in the older system's order (S-81)."""
+    out = ["infra"] if dedicated_infra(recipe) else []
     if recipe.frontend.dedicated_node:
         out.append("frontend")
     if recipe.benchmark.client_dedicated_node:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from srtr.resources import placeholders
 from srtr.resources.carving import CarveError, carve
+from srtr.resources.discovery import discovery_env, layered, receives_discovery_env
 from srtr.resources.effective import (
     effective_metrics,
     effective_per,
@@ -20,6 +21,7 @@ from srtr.resources.effective import (
     engine_node_count,
     env_key,
     frontend_type,
+    is_external,
     is_rider,
     kind_of,
     roles,
@@ -74,6 +76,14 @@ class _Expander:
         self.service_nodes: dict[str, list[str]] = {}
         self.slots = worker_slots(recipe, nodes)
         self._joined: dict[int, tuple[list[str], str, str]] = {}
+        self.discovery = discovery_env(recipe, self.ip_of)
+
+    def ip_of(self, service: Service) -> str | None:
+        members = self.placement_nodes(service)
+        return self.ips[members[0]] if members else None
+
+    def discovery_for(self, service: Service) -> list[tuple[str, str]]:
+        return self.discovery if receives_discovery_env(service) else []
 
     def placement_nodes(self, service: Service) -> list[str]:
         nodes = self.nodes
@@ -139,6 +149,8 @@ class _Expander:
         return values
 
     def service_instances(self, service: Service) -> list[InstanceSpec]:
+        if is_external(service):  # runs elsewhere: its address is in the discovery env
+            return []
         members = self.placement_nodes(service)
         self.service_nodes[service.name] = members
         if not members:
@@ -152,7 +164,9 @@ class _Expander:
         shared = self.shared_values(members, effective_placement(service))
         if effective_per(service) == "worker":
             return self.per_worker_instances(service, members, shared)
-        common = _service_common(service, self.recipe, self.by_name, frozenset(shared))
+        common = _service_common(
+            service, self.recipe, self.by_name, frozenset(shared), self.discovery_for(service)
+        )
         out = []
         for index, node in enumerate(members):
             name = (
@@ -174,7 +188,9 @@ class _Expander:
             )
             return []
         shared = {**shared, **dict.fromkeys(WORKER_KEYS, "")}
-        common = _service_common(service, self.recipe, self.by_name, frozenset(shared))
+        common = _service_common(
+            service, self.recipe, self.by_name, frozenset(shared), self.discovery_for(service)
+        )
         gpus_per_node = self.recipe.resources.gpus_per_node
         out = []
         for index, slot in enumerate(slots):
@@ -199,7 +215,7 @@ class _Expander:
             for slot in by_role.get(role_name, []):
                 index, node = slot.index, slot.node
                 values = self.values(node, index, members, role_name)
-                env = {**self.recipe.environment, **role.env}
+                env = layered(self.discovery, self.recipe.environment, role.env)
                 name = f"worker_{role_name}_{index}"
                 out.append(
                     InstanceSpec(
@@ -241,7 +257,8 @@ class _Expander:
             node_ip=values["node_ip"],
             argv=tuple(placeholders.render(a, values) for a in frontend.command),
             env=tuple(
-                (k, placeholders.render(v, values)) for k, v in self.recipe.environment.items()
+                (k, placeholders.render(v, values))
+                for k, v in layered(self.discovery, self.recipe.environment).items()
             ),
             log="logs/frontend.out",
             stage="frontend",
@@ -254,7 +271,7 @@ class _Expander:
         )
 
     def benchmark_env(self) -> list[tuple[str, str]]:
-        env: dict[str, str] = {}
+        env: dict[str, str] = dict(self.discovery)
         for service in self.by_name.values():
             members = self.service_nodes.get(service.name, [])
             if not members:
@@ -407,6 +424,7 @@ def expand(
         terminal_services=tuple(s.name for s in ex.by_name.values() if s.terminal),
         warnings=tuple(ex.warnings),
         node_summary=_node_summary(recipe, owners) if owners else (),
+        discovery_env=tuple(ex.discovery),
     )
 
 

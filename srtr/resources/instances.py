@@ -7,6 +7,7 @@ here, once per service, so a 1,000-node pool does not redo it 1,000 times. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,10 +109,14 @@ def instance_kind(service: Service) -> InstanceKind:
     return InstanceKind.RIDER if is_rider(service) else InstanceKind.SERVICE
 
 
-def service_env(service: Service, recipe: Recipe) -> dict[str, str]:
-    """Kind default env < recipe env < kind forced env (reference S-53 steps 2-4)."""
+def service_env(
+    service: Service, recipe: Recipe, discovery: Sequence[tuple[str, str]] = ()
+) -> dict[str, str]:
+    """Discovery env < kind default env < recipe env < kind forced env (S-53 steps 1-4)."""
     kind = kind_of(service)
-    env = dict(kind.default_env(service, recipe)) if kind.default_env else {}
+    env = dict(discovery)
+    if kind.default_env:
+        env.update(kind.default_env(service, recipe))
     env.update(service.env)
     if kind.forced_env:
         env.update(kind.forced_env(service, recipe))
@@ -119,7 +124,11 @@ def service_env(service: Service, recipe: Recipe) -> dict[str, str]:
 
 
 def service_common(
-    service: Service, recipe: Recipe, by_name: dict[str, Service], keys: frozenset[str]
+    service: Service,
+    recipe: Recipe,
+    by_name: dict[str, Service],
+    keys: frozenset[str],
+    discovery: Sequence[tuple[str, str]] = (),
 ) -> ServiceCommon:
     kind = kind_of(service)
     readiness = effective_readiness(service)
@@ -132,7 +141,8 @@ def service_common(
         probe=None if node_probe else probe_spec(readiness, {}),
         argv=[(a, placeholders.template(a, keys)) for a in effective_command(service)],
         env=[
-            (k, v, placeholders.template(v, keys)) for k, v in service_env(service, recipe).items()
+            (k, v, placeholders.template(v, keys))
+            for k, v in service_env(service, recipe, discovery).items()
         ],
         preamble=[p for p in (kind_preamble, service.preamble) if p],
         common={

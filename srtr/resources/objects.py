@@ -234,6 +234,8 @@ class DesiredState:
     terminal_services: tuple[str, ...]
     warnings: tuple[str, ...] = ()
     node_summary: tuple[tuple[str, int], ...] = ()  # the `Nodes:` map lines, in order
+    # ETCD_ENDPOINTS / NATS_SERVER as the job's services, workers and benchmark get them.
+    discovery_env: tuple[tuple[str, str], ...] = ()
 
     def instance(self, name: str) -> InstanceSpec:
         for spec in self.instances:

@@ -307,11 +307,22 @@ class Service(Spec):
     shutdown_tier: int | None = Field(default=None, ge=0)
     stop_grace_seconds: float = Field(default=30.0, ge=0)
     replace_lost: bool = False
+    # Discovery plane (reference S-18, S-26): an already-running instance's address instead
+    # of a launched one, and whether this service gets ETCD_ENDPOINTS / NATS_SERVER.
+    external: str | None = None
+    inherit_discovery_env: bool = True
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return _check_name(v, "name")
+
+    @field_validator("external")
+    @classmethod
+    def _external(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("external must be a non-empty endpoint")
+        return v
 
     @field_validator("command")
     @classmethod

@@ -70,6 +70,8 @@ def service_lines(recipe: Recipe) -> list[str]:
             head += f" nodes={service.nodes}"
         if service.terminal:
             head += " terminal"
+        if service.external is not None:
+            head += f" external={service.external}"
         metrics = _metrics_text(service)
         if metrics:
             head += f" metrics={metrics}"
@@ -124,6 +126,10 @@ def plan_text(recipe: Recipe, state: DesiredState, launcher: Launcher | None = N
         lines.append(f"  Pool {name}: {', '.join(members)}")
     workers = [n for ns in nodes.role_nodes.values() for n in ns]
     lines.append(f"  Worker nodes: {', '.join(workers) if workers else '(none: no engine roles)'}")
+    if state.discovery_env:
+        # What every service (unless inherit_discovery_env: false), worker and the benchmark get.
+        lines.append("Discovery env:")
+        lines += [f"  {k}={v}" for k, v in state.discovery_env]
     if state.instances:
         lines.append(f"Instances ({len(state.instances)}):")
         head = ["NAME", "SERVICE", "KIND", "NODE", "IP", "TIER"]
@@ -165,6 +171,8 @@ def plan_json(
     recipe: Recipe, state: DesiredState, launcher: Launcher | None = None
 ) -> dict[str, Any]:
     doc = _plan_doc(recipe, state)
+    if state.discovery_env:  # only jobs with etcd/nats have one
+        doc["discovery_env"] = dict(state.discovery_env)
     if launcher is not None:
         for spec, record in zip(state.instances, doc["instances"], strict=True):
             record["launcher"] = str(launcher_of(spec, launcher))

@@ -16,6 +16,7 @@ from srtr.resources.effective import (
     effective_services,
     env_key,
     frontend_type,
+    kind_of,
     roles,
 )
 from srtr.resources.errors import Path, Problem
@@ -30,6 +31,7 @@ def check(recipe: Recipe) -> list[Problem]:
     for index, service in enumerate(recipe.services):
         problems += _check_service(recipe, index, service)
     problems += _check_pools(recipe)
+    problems += _check_discovery(recipe)
     problems += _check_frontend_and_benchmark(recipe)
     problems += _check_roles(recipe)
     return problems
@@ -85,7 +87,68 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
         problems += [
             Problem((*at, *where), message) for where, message in kind.validate(service, recipe)
         ]
-    return problems + _check_service_fields(at, service)
+    return problems + _check_infra_kind(at, service) + _check_service_fields(at, service)
+
+
+def _check_infra_kind(at: Path, service: Service) -> list[Problem]:
+    """Placement and `external` rules of infra-class kinds (V-26, V-46, S-38)."""
+    kind = kind_of(service)
+    problems = []
+    where = effective_placement(service)
+    if kind.placements and where not in kind.placements:
+        allowed = ", ".join(kind.placements[:-1]) + f", or {kind.placements[-1]}"
+        problems.append(
+            Problem(
+                (*at, "placement", "node"),
+                f"(type {service.type}) must be placed on {allowed}; got '{where}'. "
+                "The discovery plane lives on the infra node.",
+            )
+        )
+    if service.external is not None and not kind.supports_external:
+        problems.append(
+            Problem(
+                (*at, "external"),
+                f"is only valid for discovery-plane kinds, not '{service.type}'",
+            )
+        )
+    if service.external is not None and service.terminal:
+        problems.append(
+            Problem(
+                (*at, "terminal"),
+                "needs a process to wait for; an external service launches nothing",
+            )
+        )
+    return problems
+
+
+def _check_discovery(recipe: Recipe) -> list[Problem]:
+    """One etcd and one nats at most, and they agree on a dedicated node (V-48)."""
+    problems = []
+    first: dict[str, int] = {}
+    for index, service in enumerate(recipe.services):
+        kind = get_kind(service.type)
+        if kind is None or kind.discovery is None or not service.enabled:
+            continue
+        other = first.setdefault(service.type, index)
+        if other != index:
+            problems.append(
+                Problem(
+                    ("services", index, "type"),
+                    f"only one {service.type} service is supported "
+                    f"(services[{recipe.services[other].name}] is one)",
+                )
+            )
+    if "etcd" in first and "nats" in first:
+        etcd, nats = recipe.services[first["etcd"]], recipe.services[first["nats"]]
+        if (effective_placement(etcd) == "dedicated") != (effective_placement(nats) == "dedicated"):
+            problems.append(
+                Problem(
+                    ("services", max(first["etcd"], first["nats"]), "placement", "node"),
+                    "services etcd and nats must agree on placement.node: dedicated "
+                    "(they share the infra node)",
+                )
+            )
+    return problems
 
 
 WORKER_PLACEMENTS = ("prefill", "decode", "agg", "workers")
@@ -139,11 +202,12 @@ def _check_placement(at: Path, service: Service) -> list[Problem]:
                     f"(got '{effective_placement(service)}')",
                 )
             )
-    if effective_placement(service) == "dedicated":
+    if effective_placement(service) == "dedicated" and not kind_of(service).supports_dedicated:
+        infra = ", ".join(sorted(k.name for k in KINDS.values() if k.supports_dedicated))
         problems.append(
             Problem(
                 (*at, "placement", "node"),
-                "dedicated is only supported for infra-class kinds, and srtr has none yet; "
+                f"dedicated is only supported for infra-class kinds ({infra}); "
                 f"use head, infra, or workers for type '{service.type}'",
             )
         )

@@ -6,7 +6,7 @@ Kinds register themselves by name, like the older system's `@register_service` (
 
 from __future__ import annotations
 
-from srtr.resources.kinds import cache, exporters, generic, gms
+from srtr.resources.kinds import cache, discovery, exporters, generic, gms
 from srtr.resources.kinds.base import KINDS, Kind, Options, get_kind, register
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Kind",
     "Options",
     "cache",
+    "discovery",
     "exporters",
     "generic",
     "get_kind",

@@ -48,6 +48,20 @@ class Kind:
     # A Python module the default command runs (`python -m <module>`); missing on the host,
     # the instance is skipped like a missing `binary`.
     module: str | None = None
+    # Discovery-plane (infra-class) kinds (reference S-36 `supports_dedicated`,
+    # `supports_external`): `placement.node: dedicated` reserves the infra node; `external:`
+    # points at an instance that runs elsewhere, and nothing is launched.
+    supports_dedicated: bool = False
+    supports_external: bool = False
+    # The only placements the kind accepts; empty: any (etcd/nats live on the infra node).
+    placements: tuple[str, ...] = ()
+    # What the kind tells every other process of the job (S-53 step 1): the variable and its
+    # value for an instance on the host with this IP, e.g. ETCD_ENDPOINTS=http://<ip>:2379.
+    # Kinds with one never receive discovery env themselves.
+    discovery: Callable[[str, Options], tuple[str, str]] | None = None
+    # Files the runtime writes into the run dir before any instance of the kind launches
+    # (path relative to the run dir, content): a config the command names (S-45 `prepare`).
+    run_files: tuple[tuple[str, str], ...] = ()
 
     @property
     def needs_command(self) -> bool:
@@ -66,9 +80,29 @@ def get_kind(name: str) -> Kind | None:
     return KINDS.get(name)
 
 
-def port_option(options: Options, default: int) -> int:
-    value = options.get("port", default)
+def port_option(options: Options, default: int, key: str = "port") -> int:
+    value = options.get(key, default)
     return int(value) if isinstance(value, int | str) and str(value).isdigit() else default
+
+
+def check_positive_ints(options: Options, keys: tuple[str, ...], upper: int = 0) -> list[str]:
+    """`options.<key> must be a positive integer` for each given key that is not one."""
+    out = []
+    for key in keys:
+        if key not in options:
+            continue
+        value = options[key]
+        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        if ok and upper and value > upper:
+            out.append(f"options.{key} must be between 1 and {upper}; got {value}")
+        elif not ok:
+            out.append(f"options.{key} must be a positive integer; got {value!r}")
+    return out
+
+
+def options_rule(check: Callable[[Options], list[str]]) -> KindRule:
+    """A `validate` rule from a check of the options alone: its messages are about `options`."""
+    return lambda service, recipe: [(("options",), m) for m in check(service.options)]
 
 
 # Default probes a kind brings (reference S-60); built like a recipe's `readiness:` block.

@@ -1,0 +1,49 @@
+"""Discovery env: where the job's etcd and nats are, for everything else (reference S-53).
+
+`ETCD_ENDPOINTS` and `NATS_SERVER` name the discovery plane's addresses: an `external:`
+address as written, else the kind's URL on the node the service runs on (the infra node).
+Unlike the older system, nothing is set when the job has no etcd/nats service: srtr has no
+Dynamo frontend that would imply one (S-49 rule 1), so an unset variable means "none here".
+Pure, like the rest of planning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from srtr.resources.effective import effective_services, is_external, kind_of
+from srtr.resources.recipe import Recipe, Service
+
+Env = list[tuple[str, str]]
+
+
+def discovery_env(recipe: Recipe, ip_of: Callable[[Service], str | None]) -> Env:
+    """The discovery variables of `recipe`, with `ip_of(service)` the IP a service runs on."""
+    env: dict[str, str] = {}
+    for service, _ in effective_services(recipe):
+        kind = kind_of(service)
+        if kind.discovery is None:
+            continue
+        if is_external(service):
+            assert service.external is not None
+            var, value = kind.discovery("", service.options)[0], service.external
+        else:
+            ip = ip_of(service)
+            if ip is None:  # placed on no node: nothing runs, so nothing to point at
+                continue
+            var, value = kind.discovery(ip, service.options)
+        env.setdefault(var, value)  # rules.py refuses a second etcd or nats
+    return list(env.items())
+
+
+def receives_discovery_env(service: Service) -> bool:
+    """`inherit_discovery_env` (default true), never for the discovery kinds themselves."""
+    return service.inherit_discovery_env and kind_of(service).discovery is None
+
+
+def layered(discovery: Env, *layers: dict[str, str]) -> dict[str, str]:
+    """Discovery env first, so that any recipe value for the same variable wins (S-53)."""
+    out = dict(discovery)
+    for layer in layers:
+        out.update(layer)
+    return out
