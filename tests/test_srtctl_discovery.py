@@ -295,7 +295,7 @@ def test_t69_etcd_and_nats_must_agree_on_dedicated() -> None:
             (
                 5,
                 "services[0].start",
-                "must be one of infra, before_workers, after_frontend; got 'later'",
+                "must be one of infra, before_workers, with_workers, after_frontend; got 'later'",
             ),
             id="v24-bad-start",
         ),

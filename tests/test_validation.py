@@ -590,12 +590,13 @@ FIELD_CASES = [
         services:
           - name: s
             command: [a]
-            start: with_workers
+            start: after_workers
         """,
         (
             5,
             "services[0].start",
-            "must be one of infra, before_workers, after_frontend; got 'with_workers'",
+            "must be one of infra, before_workers, with_workers, after_frontend; "
+            "got 'after_workers'",
         ),
         id="v24-start-phase",
     ),
@@ -1380,7 +1381,7 @@ SEVERAL_CASES = [
             (
                 5,
                 "services[0].start",
-                "must be one of infra, before_workers, after_frontend; got 'soon'",
+                "must be one of infra, before_workers, with_workers, after_frontend; got 'soon'",
             ),
             (
                 6,

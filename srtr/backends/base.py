@@ -50,6 +50,9 @@ class LaunchSpec:
     cpus_per_task: int | None = None
     cpu_bind: str | None = None
     srun_options: Mapping[str, str] = field(default_factory=dict)
+    # The part of `env` the recipe asked to pass through srun's --export (srun_export_env).
+    # It is already in `env`; the agent backend keeps such an instance on a step of its own.
+    export_env: Mapping[str, str] = field(default_factory=dict)
 
 
 class ObservationKind(enum.StrEnum):

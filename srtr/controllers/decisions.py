@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from srtr.reconciler.status import FINISHED, InstanceStatus, Phase, UserAction
 from srtr.resources.objects import InstanceKind, InstanceSpec, Stage
+from srtr.resources.setup_steps import STEP_TEXT
 
 # --- after an instance's attempt ended ---------------------------------------------------------
 
@@ -140,6 +141,8 @@ def stage_done(spec: InstanceSpec, status: InstanceStatus) -> bool:
     (`stage_gate`)."""
     if spec.kind is InstanceKind.BENCHMARK:
         return status.attempt >= 0
+    if spec.kind is InstanceKind.SETUP:
+        return status.phase is Phase.SUCCEEDED  # a clone or build passes only by exiting 0
     if status.phase in FINISHED:
         if exited_unready(spec, status):
             return False
@@ -238,6 +241,7 @@ class Gate:
     reason: str = ""
     timed_out: bool = False
     wake_in: float | None = None
+    kill: bool = False  # SIGKILL `failed` now: a setup step that outlived its timeout
 
 
 def stage_gate(
@@ -252,9 +256,55 @@ def stage_gate(
     for spec, status in members:
         if exited_unready(spec, status):
             return Gate(failed=spec.name, reason=exited_before_ready(spec, status))
+    wake = setup_gate(members, now=now)
+    if wake.failed is not None:
+        return wake
+    return _readiness_gate(members, started_at=started_at, now=now, wake=wake.wake_in)
+
+
+def setup_step_failed(spec: InstanceSpec, status: InstanceStatus) -> str:
+    """srtctl's message for a clone or build step that ended badly (reference S-57)."""
+    code = "unknown" if status.exit_code is None else status.exit_code
+    how = f"signal {status.exit_signal}" if status.exit_signal else f"exit {code}"
+    return f"{owner_text(spec)} {STEP_TEXT[spec.type]} failed ({how}); see {spec.log}"
+
+
+def setup_step_timed_out(spec: InstanceSpec) -> str:
+    assert spec.run_timeout_seconds is not None
+    return (
+        f"{owner_text(spec)} {STEP_TEXT[spec.type]} timed out after "
+        f"{spec.run_timeout_seconds:g}s and was killed; see {spec.log}"
+    )
+
+
+def setup_gate(members: Sequence[tuple[InstanceSpec, InstanceStatus]], *, now: float) -> Gate:
+    """The setup steps (clone, build) among `members`: one that ended other than with exit
+    0 fails the gate; one still running `run_timeout_seconds` after its launch fails it and
+    is killed. Otherwise `wake_in` is the time to the nearest step deadline."""
     wake: float | None = None
     for spec, status in members:
-        if spec.probe is None or spec.kind is InstanceKind.BENCHMARK:
+        if spec.kind is not InstanceKind.SETUP:
+            continue
+        if status.phase in FINISHED and status.phase is not Phase.SUCCEEDED:
+            return Gate(failed=spec.name, reason=setup_step_failed(spec, status))
+        if not status.alive or spec.run_timeout_seconds is None or status.started_at is None:
+            continue
+        left = status.started_at + spec.run_timeout_seconds - now
+        if left <= 0:
+            return Gate(failed=spec.name, reason=setup_step_timed_out(spec), kill=True)
+        wake = left if wake is None else min(wake, left)
+    return Gate(wake_in=wake)
+
+
+def _readiness_gate(
+    members: Sequence[tuple[InstanceSpec, InstanceStatus]],
+    *,
+    started_at: float,
+    now: float,
+    wake: float | None,
+) -> Gate:
+    for spec, status in members:
+        if spec.probe is None or spec.kind in (InstanceKind.BENCHMARK, InstanceKind.SETUP):
             continue
         if status.phase in FINISHED or (status.alive and status.ready):
             continue
@@ -263,6 +313,14 @@ def stage_gate(
             return Gate(failed=spec.name, reason=not_ready_within(spec), timed_out=True)
         wake = left if wake is None else min(wake, left)
     return Gate(wake_in=wake)
+
+
+def deferred_probe_waits(stage: Stage, statuses: Statuses) -> bool:
+    """A `with_workers` instance's probe waits until every member of its stage (the workers
+    included) has been launched (reference S-62): True while one is still to launch."""
+    return any(
+        statuses[n].attempt < 0 or statuses[n].phase is Phase.PENDING for n in stage.instances
+    )
 
 
 def readiness_deadline(

@@ -7,6 +7,8 @@ belongs to `teardown.py`.
 
 from __future__ import annotations
 
+import itertools
+
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
 from srtr.controllers import decisions, teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
@@ -137,7 +139,8 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         node=spec.node,
         node_ip=spec.node_ip,
         argv=spec.argv,
-        env={**dict(spec.env), "SRTR_RUN_DIR": str(ctx.run_dir.resolve())},
+        # srun_export_env travels like env: in the srun client's environment (never argv)
+        env={**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": str(ctx.run_dir.resolve())},
         log_path=log_or_null(store.write_faults, log_path),  # a log never stops a launch
         attempt=attempt,
         preamble=spec.preamble,
@@ -146,6 +149,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         cpus_per_task=spec.cpus_per_task,
         cpu_bind=spec.cpu_bind,
         srun_options=dict(spec.srun_options),
+        export_env=dict(spec.export_env),
     )
     try:
         pid = await ctx.backend.launch(launch)
@@ -161,6 +165,22 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         ctx.queue.add(instance_key(spec.name))
     if spec.probe is not None:
         ctx.queue.add(probe_key(spec.name))
+    _wake_deferred_probes(ctx, spec)
     ctx.queue.add(JOB)
     if spec.pool:
         ctx.queue.add(pool_key(spec.pool))
+
+
+def _wake_deferred_probes(ctx: Ctx, spec: InstanceSpec) -> None:
+    """`with_workers` probes wait for every launch of their stage: once the last member has
+    launched, their probes may start (reference S-62)."""
+    store = ctx.store
+    if spec.stage != "workers":
+        return  # only the workers stage has deferred members (cheap for big pool stages)
+    stage = next((s for s in store.desired.stages if s.name == spec.stage), None)
+    if stage is None or not store.specs[stage.instances[0]].deferred_probe:
+        return  # expand puts the with_workers instances first: none here
+    deferred = list(itertools.takewhile(lambda n: store.specs[n].deferred_probe, stage.instances))
+    if not decisions.deferred_probe_waits(stage, store.status):
+        for name in deferred:
+            ctx.queue.add(probe_key(name))

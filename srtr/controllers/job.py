@@ -12,6 +12,8 @@ holds. The decisions are `decisions.stage_gate`, `next_stage`, `critical_failure
 
 from __future__ import annotations
 
+import signal
+
 from srtr.controllers import decisions
 from srtr.controllers.context import TEARDOWN, Ctx, instance_key
 from srtr.reconciler.store import JobPhase
@@ -38,6 +40,10 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if gate.failed is not None:
         if gate.timed_out:
             store.not_ready_in_time(gate.failed, gate.reason)
+        if gate.kill and store.status[gate.failed].alive:
+            # a clone or build past its timeout is killed at once, not after a grace
+            store.killing(gate.failed)
+            await ctx.backend.signal(gate.failed, signal.SIGKILL)
         begin_teardown(ctx, exit_code=1, reason=gate.reason)
         return None
     failure = decisions.critical_failure(

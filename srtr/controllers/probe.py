@@ -39,11 +39,18 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         else:
             await _not_ready(ctx, spec)
         return None
+    if spec.deferred_probe and gate_started_at is not None and _peers_to_launch(ctx, spec):
+        return None  # the instance controller enqueues it once its stage's last member launched
     if status.next_probe_at is not None and now < status.next_probe_at:
         return Result(requeue_after=status.next_probe_at - now)
     store.probe_started(name)
     ctx.spawn(_attempt(ctx, spec, status.attempt))
     return None
+
+
+def _peers_to_launch(ctx: Ctx, spec: InstanceSpec) -> bool:
+    stage = next((s for s in ctx.store.desired.stages if s.name == spec.stage), None)
+    return stage is not None and decisions.deferred_probe_waits(stage, ctx.store.status)
 
 
 async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from srtr.resources.objects import DesiredState, InstanceSpec
+from srtr.resources.setup_steps import live_edit_refusals
 
 # Fields that may change under a running process.
 
@@ -85,6 +86,7 @@ _RESTART_FIELDS = (
     "cpus_per_task",
     "cpu_bind",
     "srun_options",
+    "export_env",
 )
 
 
@@ -111,6 +113,7 @@ def diff(old: DesiredState, new: DesiredState, *, launched: frozenset[str] = fro
         bench_old is None or bench_new is None or bench_old.config_hash() != bench_new.config_hash()
     ):
         refused.append("the benchmark step already started; change it in a new run")
+    refused += live_edit_refusals(old, new)
     add, remove, restart, hot = [], [], [], []
     for name, spec in after.items():
         if name not in before:

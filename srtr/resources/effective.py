@@ -192,7 +192,7 @@ def effective_metrics(service: Service) -> list[Metrics]:
     return [Metrics(port=port(service.options))] if port else []
 
 
-START_TIERS = {"after_frontend": 0, "before_workers": 1, "infra": 2}
+START_TIERS = {"after_frontend": 0, "with_workers": 1, "before_workers": 1, "infra": 2}
 
 
 def effective_tier(service: Service, by_name: dict[str, Service]) -> int:

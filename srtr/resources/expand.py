@@ -42,9 +42,20 @@ from srtr.resources.objects import (
     Stage,
 )
 from srtr.resources.recipe import Recipe, Service
+from srtr.resources.setup_steps import setup_steps
 from srtr.resources.workers import WORKER_KEYS, WorkerSlot, slots_for, worker_slots
 
-PHASE_ORDER = ("infra", "before_workers", "workers", "frontend", "after_frontend", "benchmark")
+# `with_workers` holds only the setup steps (clone, build) of with_workers services: their
+# instances launch in the workers stage itself (reference S-62).
+PHASE_ORDER = (
+    "infra",
+    "before_workers",
+    "with_workers",
+    "workers",
+    "frontend",
+    "after_frontend",
+    "benchmark",
+)
 
 
 class ExpandError(ValueError):
@@ -324,6 +335,8 @@ class _Expander:
             s.name: [m.port for m in effective_metrics(s)] for s in self.by_name.values()
         }
         for spec in instances:
+            if spec.kind is InstanceKind.SETUP:
+                continue  # a clone or build listens on nothing
             ports = set(metrics_ports.get(spec.service, []))
             if spec.probe is not None and spec.probe.port is not None:
                 ports.add(spec.probe.port)
@@ -368,7 +381,8 @@ class _Expander:
     def exporters(self, instances: list[InstanceSpec]) -> list[ExporterSpec]:
         by_service: dict[str, list[InstanceSpec]] = {}
         for spec in instances:
-            by_service.setdefault(spec.service, []).append(spec)
+            if spec.kind is not InstanceKind.SETUP:
+                by_service.setdefault(spec.service, []).append(spec)
         out = []
         for service in self.by_name.values():
             members = by_service.get(service.name, [])
@@ -434,16 +448,27 @@ def _instances_by_phase(
     """Every instance, and the launch stages of each start phase, in launch order."""
     per_phase: dict[str, list[Stage]] = {phase: [] for phase in PHASE_ORDER}
     instances: list[InstanceSpec] = []
+    with_workers: list[InstanceSpec] = []
     for service, _ in effective_services(recipe):
         made = ex.service_instances(service)
-        if made:
-            instances += made
-            per_phase[effective_start(service)].append(
-                Stage(made[0].stage, effective_start(service), tuple(s.name for s in made))
+        if not made:
+            continue
+        phase = effective_start(service)
+        for step in setup_steps(service, made[0], phase):
+            instances.append(step)
+            per_phase[phase].append(Stage(step.stage, phase, (step.name,)))
+        if service.source is not None and service.build_command is None:
+            ex.warnings.append(
+                f"services[{service.name}]: source is cloned but no build_command builds it"
             )
-    workers = ex.worker_instances()
+        instances += made
+        if phase == "with_workers":
+            with_workers += made  # launched with the workers, right before them
+        else:
+            per_phase[phase].append(Stage(made[0].stage, phase, tuple(s.name for s in made)))
+    workers = [*with_workers, *ex.worker_instances()]
     if workers:
-        instances += workers
+        instances += workers[len(with_workers) :]
         per_phase["workers"].append(Stage("workers", "workers", tuple(s.name for s in workers)))
     frontend = ex.frontend_instance()
     if frontend is not None:

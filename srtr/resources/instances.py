@@ -26,6 +26,7 @@ from srtr.resources.effective import (
 )
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
 from srtr.resources.recipe import Readiness, Recipe, RestartPolicy, Service
+from srtr.resources.setup_steps import workdir
 
 
 def restart_spec(policy: RestartPolicy) -> RestartSpec:
@@ -71,6 +72,7 @@ class ServiceCommon:
     readiness: Readiness | None
     argv: list[tuple[str, Template]]
     env: list[tuple[str, str, Template]]
+    export_env: list[tuple[str, str, Template]]  # srun_export_env (reference T-71)
     preamble: list[str]  # the kind's part, then the recipe's (reference S-58)
     probe: ProbeSpec | None  # None with a per-node (file) probe, rendered per instance
     common: dict[str, Any]  # the other InstanceSpec fields, equal for every node
@@ -87,7 +89,7 @@ class ServiceCommon:
         env = [(k, t.format_map(values) if t else v) for k, v, t in self.env]
         if last_env:
             env = [(k, v) for k, v in env if k not in last_env] + list(last_env.items())
-        preamble = "; ".join(p for p in (placeholders.render(p, values) for p in self.preamble))
+        preamble = "\n".join(placeholders.render(p, values).rstrip() for p in self.preamble)
         node_probe = self.readiness is not None and self.readiness.file is not None
         return InstanceSpec(
             name=name,
@@ -96,6 +98,9 @@ class ServiceCommon:
             node_ip=values["node_ip"],
             argv=tuple([t.format_map(values) if t else a for a, t in self.argv]),
             env=tuple(env),
+            export_env=tuple(
+                [(k, t.format_map(values) if t else v) for k, v, t in self.export_env]
+            ),
             log=f"logs/{name}.out",
             probe=probe_spec(self.readiness, values) if node_probe else self.probe,
             preamble=preamble.rstrip() or None,
@@ -136,6 +141,8 @@ def service_common(
     srun = dict(kind.default_srun_options(service.options)) if kind.default_srun_options else {}
     srun.update(service.srun_options)
     kind_preamble = kind.default_preamble(service.options) if kind.default_preamble else None
+    checkout = workdir(service)  # the service runs in its source checkout (S-07)
+    with_workers = effective_start(service) == "with_workers"
     return ServiceCommon(
         readiness=readiness,
         probe=None if node_probe else probe_spec(readiness, {}),
@@ -144,12 +151,21 @@ def service_common(
             (k, v, placeholders.template(v, keys))
             for k, v in service_env(service, recipe, discovery).items()
         ],
-        preamble=[p for p in (kind_preamble, service.preamble) if p],
+        export_env=[
+            (k, v, placeholders.template(v, keys)) for k, v in service.srun_export_env.items()
+        ],
+        preamble=[
+            p
+            for p in (f"cd {checkout}" if checkout else None, kind_preamble, service.preamble)
+            if p
+        ],
         common={
             "service": service.name,
             "kind": instance_kind(service),
             "type": service.type,
-            "stage": f"{effective_start(service)}/{service.name}",
+            # with_workers instances launch in the workers stage, probed once all launched
+            "stage": "workers" if with_workers else f"{effective_start(service)}/{service.name}",
+            "deferred_probe": with_workers,
             "shutdown_tier": effective_tier(service, by_name),
             "stop_grace_seconds": service.stop_grace_seconds,
             "critical": effective_critical(service),

@@ -28,6 +28,7 @@ def own_step_reasons(
     cpus_per_task: int | None,
     cpu_bind: str | None,
     srun_options: Mapping[str, str],
+    export_env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The settings that only an srun step of its own can honour; empty when none is set."""
     reasons = []
@@ -39,6 +40,8 @@ def own_step_reasons(
         reasons.append("cpus_per_task")
     if cpu_bind:
         reasons.append("cpu_bind")
+    if export_env:
+        reasons.append("srun_export_env")  # it promises srun's --export, so it needs srun
     return reasons
 
 

@@ -21,6 +21,9 @@ class InstanceKind(enum.StrEnum):
     WORKER = "worker"
     FRONTEND = "frontend"
     BENCHMARK = "benchmark"
+    # A one-shot step of a service before it launches (source clone, build_command): its
+    # stage passes when it exits 0 within `run_timeout_seconds`.
+    SETUP = "setup"
 
 
 class ProbeKind(enum.StrEnum):
@@ -101,6 +104,12 @@ class InstanceSpec:
     cpu_bind: str | None = None
     srun_options: tuple[tuple[str, str], ...] = ()
     replace_lost: bool = False
+    # SETUP steps: killed, and the job failed, when still running this long after launch.
+    run_timeout_seconds: float | None = None
+    # `start: with_workers`: probed only once every member of its stage has launched.
+    deferred_probe: bool = False
+    # srun_export_env: reaches the instance through srun's --export, never through argv.
+    export_env: tuple[tuple[str, str], ...] = ()
 
     def config_hash(self) -> str:
         """What decides a restart on a live edit: rendered argv, env, preamble and probe target.
@@ -127,6 +136,7 @@ class InstanceSpec:
                     if self.cpus_per_task or self.cpu_bind or self.srun_options
                     else []
                 ),
+                *([self.export_env] if self.export_env else []),
             ],
             sort_keys=True,
         )

@@ -33,7 +33,7 @@ PLACEMENT_NODES = (
     "all",
 )
 PLACEMENT_PER = ("node", "worker")
-START_PHASES = ("infra", "before_workers", "after_frontend")
+START_PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
 RESTART_POLICIES = ("never", "on-failure", "always")
 
 PositiveSeconds = Annotated[float, Field(gt=0)]
@@ -217,6 +217,47 @@ class Placement(Spec):
         return v
 
 
+# Refs that name a moving target: a checkout of them is not reproducible (reference S-07).
+MUTABLE_REFS = ("main", "master", "HEAD", "develop", "trunk")
+MUTABLE_REF_PREFIXES = ("refs/heads/", "origin/", "refs/remotes/")
+
+
+class Source(Spec):
+    """A git checkout cloned before the service's build and launch (reference S-07)."""
+
+    git: str
+    rev: Text
+    path: str | None = None
+
+    @field_validator("git")
+    @classmethod
+    def _git(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("source.git must name a repository URL")
+        return v
+
+    @field_validator("rev")
+    @classmethod
+    def _rev(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("source.rev must not be empty")
+        if v in MUTABLE_REFS or v.startswith(MUTABLE_REF_PREFIXES):
+            raise ValueError(
+                f"source.rev '{v}' is a branch; use an immutable ref "
+                "(a full commit SHA, a tag, or refs/pull/<n>/head)"
+            )
+        if v.startswith("-") or any(c.isspace() for c in v):
+            raise ValueError(f"source.rev '{v}' is not a git ref")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or v.startswith("/") or ".." in v.split("/")):
+            raise ValueError("source.path must be a relative path inside the checkout")
+        return v
+
+
 class Metrics(Spec):
     """A Prometheus scrape annotation (reference S-28)."""
 
@@ -311,6 +352,12 @@ class Service(Spec):
     # of a launched one, and whether this service gets ETCD_ENDPOINTS / NATS_SERVER.
     external: str | None = None
     inherit_discovery_env: bool = True
+    # Clone and build before launch (reference S-07..S-09); see docs/recipe.md "source".
+    source: Source | None = None
+    build_command: list[Text] | None = None
+    build_timeout_seconds: float = 1800.0
+    # Env that must reach the instance through srun's --export (reference T-71).
+    srun_export_env: dict[str, Text] = {}
 
     @field_validator("name")
     @classmethod
@@ -323,6 +370,27 @@ class Service(Spec):
         if v is not None and not v.strip():
             raise ValueError("external must be a non-empty endpoint")
         return v
+
+    @field_validator("build_command")
+    @classmethod
+    def _build_command(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError("if set, must be non-empty (omit it entirely instead)")
+        if v is not None and any(not part for part in v):
+            raise ValueError("build_command must not contain empty arguments")
+        return v
+
+    @field_validator("build_timeout_seconds")
+    @classmethod
+    def _build_timeout(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("build_timeout_seconds must be positive")
+        return v
+
+    @field_validator("srun_export_env")
+    @classmethod
+    def _export_env(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_env(v)
 
     @field_validator("command")
     @classmethod

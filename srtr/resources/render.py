@@ -18,8 +18,8 @@ from srtr.resources.effective import (
     effective_tier,
 )
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
-from srtr.resources.objects import DesiredState, InstanceSpec
-from srtr.resources.recipe import Recipe
+from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec
+from srtr.resources.recipe import Recipe, Service
 
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
 MASK = "***"
@@ -88,6 +88,22 @@ def service_lines(recipe: Recipe) -> list[str]:
             lines.append(
                 f"    container: {container} (runs on the host where containers are unsupported)"
             )
+        lines += _key_lines(service)
+    return lines
+
+
+def _key_lines(service: Service) -> list[str]:
+    """srtctl's dry-run lines for source/build_command (S-120), and srun_export_env."""
+    lines = []
+    if service.source is not None:
+        path = f" / source.path: {service.source.path}" if service.source.path else ""
+        lines.append(f"    source: {service.source.git} @ {service.source.rev}{path}")
+    if service.build_command is not None:
+        lines.append(
+            f"    build_command: {shlex.join(service.build_command)} "
+            f"(timeout {service.build_timeout_seconds:g}s)"
+        )
+    lines += [f"    srun_export_env.{k}: {mask(k, v)}" for k, v in service.srun_export_env.items()]
     return lines
 
 
@@ -104,6 +120,15 @@ def command_text(argv: tuple[str, ...], shell: bool) -> str:
     return argv[0] if shell else shlex.join(argv)
 
 
+def _table_command(spec: InstanceSpec, recipe: Recipe) -> str:
+    """One line per instance: a clone step's script is shown as what it does."""
+    if spec.kind is InstanceKind.SETUP and spec.type == "clone":
+        source = next(s.source for s in recipe.services if s.name == spec.service)
+        if source is not None:
+            return f"git clone {source.git} @ {source.rev} -> services/{spec.service}/src"
+    return command_text(spec.argv, spec.shell)
+
+
 def launcher_of(spec: InstanceSpec, launcher: Launcher) -> Launcher:
     """The launcher of `spec` in a job whose launcher is `launcher` (`srtr plan --launcher`)."""
     reasons = own_step_reasons(
@@ -111,6 +136,7 @@ def launcher_of(spec: InstanceSpec, launcher: Launcher) -> Launcher:
         cpus_per_task=spec.cpus_per_task,
         cpu_bind=spec.cpu_bind,
         srun_options=dict(spec.srun_options),
+        export_env=dict(spec.export_env),
     )
     return instance_launcher(launcher, reasons)
 
@@ -144,7 +170,7 @@ def plan_text(recipe: Recipe, state: DesiredState, launcher: Launcher | None = N
                     spec.node_ip,
                     str(spec.shutdown_tier),
                     *([str(launcher_of(spec, launcher))] if launcher else []),
-                    command_text(spec.argv, spec.shell),
+                    _table_command(spec, recipe),
                 ]
             )
         lines += _table(rows)
@@ -173,6 +199,9 @@ def plan_json(
     doc = _plan_doc(recipe, state)
     if state.discovery_env:  # only jobs with etcd/nats have one
         doc["discovery_env"] = dict(state.discovery_env)
+    for spec, record in zip(state.instances, doc["instances"], strict=True):
+        if spec.export_env:  # only when set: plans without it stay as they were
+            record["srun_export_env"] = {k: mask(k, v) for k, v in spec.export_env}
     if launcher is not None:
         for spec, record in zip(state.instances, doc["instances"], strict=True):
             record["launcher"] = str(launcher_of(spec, launcher))

@@ -20,6 +20,7 @@ from srtr.resources.effective import (
     roles,
 )
 from srtr.resources.errors import Path, Problem
+from srtr.resources.keys_rules import check_keys
 from srtr.resources.kinds import KINDS, get_kind
 from srtr.resources.recipe import Recipe, Service
 
@@ -87,7 +88,12 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
         problems += [
             Problem((*at, *where), message) for where, message in kind.validate(service, recipe)
         ]
-    return problems + _check_infra_kind(at, service) + _check_service_fields(at, service)
+    return (
+        problems
+        + _check_infra_kind(at, service)
+        + _check_service_fields(at, service)
+        + check_keys(at, service)
+    )
 
 
 def _check_infra_kind(at: Path, service: Service) -> list[Problem]:

@@ -151,6 +151,7 @@ class AgentBackend:
             cpus_per_task=spec.cpus_per_task,
             cpu_bind=spec.cpu_bind,
             srun_options=spec.srun_options,
+            export_env=spec.export_env,
         )
         return instance_launcher(Launcher.AGENT, reasons, steps=self._steps is not None)
 
