@@ -24,6 +24,9 @@ class FakeProber:
     def __init__(self) -> None:
         self.ready: set[str] = set()
         self.calls: list[str] = []
+        # Scripted fleet answers, one per poll (the last one repeats): live members or None.
+        self.fleet_answers: list[int | None] = [None]
+        self.fleet_polls = 0
 
     async def check(
         self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
@@ -38,6 +41,11 @@ class FakeProber:
         # The real GET, as before scrapes went through the prober; exporter tests that want
         # scripted answers set `exporter.state_of(store).scrape` instead.
         return await http_scrape(exporter, timeout)
+
+    async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        answer = self.fleet_answers[min(self.fleet_polls, len(self.fleet_answers) - 1)]
+        self.fleet_polls += 1
+        return answer, f"{url}: scripted {answer}"
 
 
 class Harness:

@@ -28,7 +28,7 @@ from srtr.resources.kinds import KINDS, get_kind
 from srtr.resources.kinds.cache import SCRUB_MPI_ENV
 from srtr.resources.objects import DesiredState, InstanceSpec, ProbeKind
 from srtr.resources.planning import plan_text_source
-from srtr.resources.recipe import START_PHASES, Recipe
+from srtr.resources.recipe import Recipe
 from srtr.resources.render import plan_text
 
 DISAGG = """\
@@ -389,7 +389,7 @@ def test_t120_donor_argv_env_and_probe_per_node() -> None:
     probe = kind.default_readiness({})
     assert probe.file is not None and probe.file.path == "mooncake/donor-{node}.ready"
     assert (kind.default_start, kind.default_critical, kind.default_placement) == (
-        "before_workers",
+        "with_workers",
         True,
         "decode",
     )
@@ -418,16 +418,12 @@ def test_t123_donor_config_errors() -> None:
     assert "mooncake-donor requires placement.node: decode" in messages
 
 
-def test_t120_donor_plans_only_once_with_workers_exists() -> None:
-    """The donor joins while workers start (srtctl's [WW] lineage): before `start:
-    with_workers` exists in srtr, it refuses to plan; after, it plans one donor per decode
-    node with a per-node ready-file probe."""
-    if "with_workers" not in START_PHASES:
-        assert problems(disagg(DONOR)) == [
-            ("services[1].start", "mooncake-donor needs start: with_workers")
-        ]
-        return
+def test_t120_donor_launches_with_the_workers_and_is_probed_after_them() -> None:
+    """The donor joins while workers start (srtctl's [WW] lineage, `start: with_workers`):
+    one donor per decode node, in the workers stage, with a per-node ready-file probe that
+    waits for every worker's launch."""
     donors = [s for s in services(disagg(DONOR)) if s.service == "donor"]
+    assert {(s.stage, s.deferred_probe) for s in donors} == {("workers", True)}
     assert [(s.name, s.node) for s in donors] == [
         ("service_donor_node2", "node2"),
         ("service_donor_node3", "node3"),

@@ -862,7 +862,7 @@ RULE_CASES = [
             "services[0].type",
             "'nosuchkind' is not a known service type (known: dcgm-exporter, etcd, generic, "
             "gms, lmcache-server, mooncake-donor, mooncake-master, mooncake-store, nats, "
-            "node-exporter, process-exporter)",
+            "node-exporter, process-exporter, ray)",
         ),
         id="v17-unknown-type",
     ),

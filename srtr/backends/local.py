@@ -5,7 +5,9 @@ leader), signalling and reaping the groups is `procgroup.ProcessGroups`'s; this 
 which argv and environment start an attempt and what an exit means.
 
 Nodes are simulated: node K is `nodeK` with the loopback IP 127.0.0.1 + K, so services that
-bind to `{node_ip}` do not collide. The CLI constructs this backend; controllers see it only as
+bind to `{node_ip}` do not collide. Once a job has a run dir (`isolate_nodes`), each node also
+gets its own temp dir, and a private /tmp where the kernel allows (`node_tmp`).
+The CLI constructs this backend; controllers see it only as
 a `srtr.backends.base.Backend`.
 
 A simulated node cannot fail by itself, so `lose_node` fails one on request (the control
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
+from pathlib import Path
 
 from srtr.backends.base import (
     Capabilities,
@@ -33,6 +37,7 @@ from srtr.backends.base import (
     Observation,
     ObservationKind,
 )
+from srtr.backends.node_tmp import NodeTmp
 from srtr.backends.procgroup import (
     INHERITED_ENV,
     Attempt,
@@ -67,10 +72,31 @@ class LocalBackend:
         ]
         self._listener: Listener | None = None
         self._groups = ProcessGroups(
-            self._exited, command=instance_command, environment=_environment, owner=self.name
+            self._exited, command=self._command, environment=self._environment, owner=self.name
         )
+        self._node_tmp: NodeTmp | None = None
         self._lost_nodes: set[str] = set()
         self._lost_attempts: set[tuple[str, int]] = set()  # (name, attempt) killed with a node
+
+    def isolate_nodes(self, root: Path) -> str:
+        """Give each simulated node its own temp dir under `root` (`<run dir>/nodes`): TMPDIR,
+        and a private /tmp where the kernel allows (see `node_tmp`). Returns how."""
+        self._node_tmp = NodeTmp(root)
+        return (root / "isolation.txt").read_text().strip()
+
+    def _command(self, spec: LaunchSpec) -> list[str]:
+        argv = instance_command(spec)
+        if self._node_tmp is None or shutil.which(argv[0], path=spec.env.get("PATH")) is None:
+            # A program that cannot be found fails the launch as it always did (LaunchError),
+            # not as an exit of the wrapper's shell.
+            return argv
+        return self._node_tmp.wrap(spec.node, argv)
+
+    def _environment(self, spec: LaunchSpec) -> dict[str, str]:
+        inherited = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+        if self._node_tmp is not None:
+            inherited["TMPDIR"] = self._node_tmp.tmpdir(spec.node)
+        return instance_environment(spec, inherited)
 
     @property
     def owns_allocation(self) -> bool:
@@ -161,8 +187,3 @@ class LocalBackend:
             pid=attempt.pid,
             message=f"node {attempt.node} was lost (simulated)",
         )
-
-
-def _environment(spec: LaunchSpec) -> dict[str, str]:
-    inherited = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
-    return instance_environment(spec, inherited)

@@ -3,7 +3,8 @@
 Called by the probe controller through the `Prober` protocol. tcp/http go to the instance's
 node IP; log probes read the instance's log incrementally from where this attempt began;
 file probes resolve relative paths against the run's logs/ directory. The exporter controller
-checks scrape health through it too (`scrape`), so controllers never import `probes`.
+checks scrape health through it too (`scrape`), and the fleet controller counts a cluster's
+live members (`fleet`), so controllers never import `probes` or `fleet`.
 
 `ProbeRunner` is the part that needs no instance spec: the node agent runs probes on its node
 with it (`backends/agent/node.py`), and `Prober` runs them here with it.
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from srtr.backends.fleet import alive_members
 from srtr.backends.probes import LogProbe, probe_file, probe_http, probe_tcp
 from srtr.resources.objects import ExporterSpec, InstanceSpec, ProbeKind, ProbeSpec
 
@@ -96,6 +98,9 @@ class Prober:
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await http_scrape(exporter, timeout)
+
+    async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        return await alive_members(url, timeout)
 
 
 async def http_scrape(exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109

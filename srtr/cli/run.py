@@ -257,6 +257,14 @@ def _base_backend(
     return LocalBackend(count), None
 
 
+def _isolate_nodes(backend: Backend, run_dir: Path) -> None:
+    """Simulated nodes get their own temp dirs under the run dir (local backend only)."""
+    from srtr.backends.local import LocalBackend
+
+    if isinstance(backend, LocalBackend):
+        backend.isolate_nodes(run_dir / "nodes")
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.effective import allocation_size
     from srtr.resources.loading import load_text, read_text
@@ -281,6 +289,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         _, desired = plan_text_source(text, args.recipe, allocation)
         run_dir = _make_run_dir(args, recipe.name)
+        _isolate_nodes(backend, run_dir)
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
             slurm_backend.release_allocation()
@@ -440,6 +449,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         slurm_job_id = backend.job_id
     else:
         backend = LocalBackend(len(allocation))
+        _isolate_nodes(backend, run_dir)
     launcher = str(job.get("launcher") or "")
     prober = None
     if launcher == "agent":

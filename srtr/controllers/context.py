@@ -35,6 +35,10 @@ class Prober(Protocol):
         """GET an exporter's URL once; healthy when it answers 200 within `timeout` seconds."""
         ...
 
+    async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        """Live members a cluster's head lists at `url`; None (and why) when it cannot say."""
+        ...
+
 
 def default_jitter() -> float:
     # ±20 %: restarts of many riders that died together spread out (peers.md §10.2).
@@ -73,6 +77,10 @@ def probe_key(name: str) -> str:
 
 def pool_key(name: str) -> str:
     return f"pool/{name}"
+
+
+def fleet_key(stage: str) -> str:
+    return f"fleet/{stage}"
 
 
 JOB = "job"

@@ -131,6 +131,7 @@ class StageStep:
     started: tuple[int, Stage] | None = None
     passed: tuple[tuple[int, str], ...] = ()
     all_up: bool = False
+    fleet: Stage | None = None  # every member is up; the stage waits on its fleet gate
 
 
 def stage_done(spec: InstanceSpec, status: InstanceStatus) -> bool:
@@ -151,9 +152,16 @@ def stage_done(spec: InstanceSpec, status: InstanceStatus) -> bool:
 
 
 def next_stage(
-    stages: Sequence[Stage], specs: Specs, statuses: Statuses, passed: AbstractSet[str]
+    stages: Sequence[Stage],
+    specs: Specs,
+    statuses: Statuses,
+    passed: AbstractSet[str],
+    fleets_passed: AbstractSet[str] = frozenset(),
 ) -> StageStep:
-    """Walk the stages in order: the first one not up yet begins, or is waited for."""
+    """Walk the stages in order: the first one not up yet begins, or is waited for.
+
+    A stage with a fleet gate (`Stage.fleet`) is up once its members are and its name is in
+    `fleets_passed`; until then the step names it in `fleet`."""
     activate: list[str] = []
     passing: list[tuple[int, str]] = []
     for number, stage in enumerate(stages, 1):
@@ -165,6 +173,8 @@ def next_stage(
             return StageStep(tuple(activate + pending), (number, stage), tuple(passing))
         if not all(stage_done(specs[n], statuses[n]) for n in stage.instances):
             return StageStep(tuple(activate), None, tuple(passing))
+        if stage.fleet is not None and stage.name not in fleets_passed:
+            return StageStep(tuple(activate), None, tuple(passing), fleet=stage)
         passing.append((number, stage.name))
     return StageStep(tuple(activate), None, tuple(passing), all_up=True)
 

@@ -7,15 +7,16 @@ before passing its probe or is not ready `timeout_seconds` after the stage began
 last stage the job ends when the benchmark exits, when every terminal instance has exited
 (worst code), on a critical failure (1), or when stopped by a signal (128+n); otherwise it
 holds. The decisions are `decisions.stage_gate`, `next_stage`, `critical_failure` and
-`job_end`; this module applies them through the store.
+`job_end`, and `fleet_decisions.fleet_gate` for a stage that waits on a whole cluster
+(a `ray` service: every member alive at the head); this module applies them through the store.
 """
 
 from __future__ import annotations
 
 import signal
 
-from srtr.controllers import decisions
-from srtr.controllers.context import TEARDOWN, Ctx, instance_key
+from srtr.controllers import decisions, fleet_decisions
+from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, instance_key
 from srtr.reconciler.store import JobPhase
 from srtr.reconciler.workqueue import Result
 
@@ -52,7 +53,9 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if failure:
         begin_teardown(ctx, exit_code=1, reason=failure)
         return None
-    step = decisions.next_stage(store.desired.stages, store.specs, store.status, job.passed_stages)
+    step = decisions.next_stage(
+        store.desired.stages, store.specs, store.status, job.passed_stages, store.fleets_passed()
+    )
     for number, name in step.passed:
         store.stage_passed(number, name)
     if step.started is not None:
@@ -63,6 +66,8 @@ async def reconcile(ctx: Ctx) -> Result | None:
             store.activate(name)
     for name in step.activate:
         ctx.queue.add(instance_key(name))
+    if step.fleet is not None:
+        ctx.queue.add(fleet_key(step.fleet.name))
     if not step.all_up:
         # Look again at the next readiness deadline of the open gate (a stage that began
         # just now is looked at again once its members launched).
@@ -85,9 +90,25 @@ def _gate(ctx: Ctx) -> decisions.Gate:
     started = store.gate_opened_at(stage.name) if stage is not None else None
     if stage is None or started is None:
         return decisions.Gate()
-    return decisions.stage_gate(
+    gate = decisions.stage_gate(
         stage, store.specs, store.status, started_at=started, now=ctx.clock.now()
     )
+    if gate.failed is not None or stage.fleet is None:
+        return gate
+    fleet = store.fleet(stage.name)
+    verdict = fleet_decisions.fleet_gate(
+        stage,
+        store.specs,
+        store.status,
+        opened_at=fleet.opened_at,
+        alive=fleet.alive,
+        now=ctx.clock.now(),
+    )
+    if verdict.failed is not None:
+        return verdict
+    # Wake for whichever comes first: a member's readiness deadline or the fleet's timeout.
+    waits = [w for w in (gate.wake_in, verdict.wake_in) if w is not None]
+    return decisions.Gate(wake_in=min(waits) if waits else None)
 
 
 def _ending(ctx: Ctx) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from srtr.controllers import (
     edits,
     exporter,
+    fleet,
     instance,
     job,
     pool,
@@ -44,6 +45,7 @@ RECONCILERS: dict[str, Reconcile] = {
     "instance": instance.reconcile,
     "probe": probe.reconcile,
     "pool": pool.reconcile,
+    "fleet": fleet.reconcile,
     replacement.KEY: _whole(replacement.reconcile),
     edits.REMOVAL: _whole(edits.reconcile_removal),
     exporter.KEY: _whole(exporter.reconcile),

@@ -15,6 +15,7 @@ edits (`edit_transitions.py`). The status types are in `status.py` and re-export
 from __future__ import annotations
 
 from srtr.reconciler.edit_transitions import EditTransitions
+from srtr.reconciler.fleet_transitions import FleetTransitions
 from srtr.reconciler.job_transitions import JobTransitions
 from srtr.reconciler.status import (
     ALIVE,
@@ -47,5 +48,5 @@ __all__ = [
 ]
 
 
-class Store(InstanceTransitions, JobTransitions, EditTransitions):
+class Store(InstanceTransitions, JobTransitions, EditTransitions, FleetTransitions):
     """Desired state, status per instance, the job's status, and the event stream."""

@@ -166,12 +166,21 @@ def effective_critical(service: Service) -> bool:
     return service.critical if service.critical is not None else kind_of(service).default_critical
 
 
-def effective_command(service: Service) -> list[str]:
+def effective_command(service: Service, index: int = 0) -> list[str]:
+    """The argv of instance `index`: the recipe's command, else the kind's, plus `args`."""
     kind = kind_of(service)
     base = service.command
-    if base is None and kind.default_command is not None:
+    if base is None and kind.instance_command is not None:
+        base = kind.instance_command(service.options, index)
+    elif base is None and kind.default_command is not None:
         base = kind.default_command(service.options)
     return [*(base or []), *service.args]
+
+
+def per_instance_shape(service: Service) -> bool:
+    """Whether instance 0 differs from the others (a cluster kind's head, reference S-47)."""
+    kind = kind_of(service)
+    return kind.instance_command is not None or kind.instance_probe is not None
 
 
 def is_rider(service: Service) -> bool:

@@ -24,6 +24,7 @@ from srtr.resources.effective import (
     is_external,
     is_rider,
     kind_of,
+    per_instance_shape,
     roles,
 )
 from srtr.resources.errors import Path, Problem
@@ -35,10 +36,12 @@ from srtr.resources.kinds.cache import MOONCAKE_MASTER_PORT, MOONCAKE_METADATA_P
 from srtr.resources.objects import (
     DesiredState,
     ExporterSpec,
+    FleetSpec,
     InstanceKind,
     InstanceSpec,
     NodeMap,
     PoolSpec,
+    ProbeSpec,
     Stage,
 )
 from srtr.resources.recipe import Recipe, Service
@@ -175,8 +178,13 @@ class _Expander:
         shared = self.shared_values(members, effective_placement(service))
         if effective_per(service) == "worker":
             return self.per_worker_instances(service, members, shared)
-        common = _service_common(
-            service, self.recipe, self.by_name, frozenset(shared), self.discovery_for(service)
+        keys, discovery = frozenset(shared), self.discovery_for(service)
+        common = _service_common(service, self.recipe, self.by_name, keys, discovery)
+        # A cluster kind's head (instance 0) has its own argv and probe; the rest share one.
+        rest = (
+            _service_common(service, self.recipe, self.by_name, keys, discovery, index=1)
+            if per_instance_shape(service) and len(members) > 1
+            else common
         )
         out = []
         for index, node in enumerate(members):
@@ -184,7 +192,7 @@ class _Expander:
                 f"service_{service.name}" if len(members) == 1 else f"service_{service.name}_{node}"
             )
             values = self.node_values(shared, node, index)
-            out.append(common.instance(name, index, node, values))
+            out.append((rest if index else common).instance(name, index, node, values))
         return out
 
     def per_worker_instances(
@@ -465,7 +473,10 @@ def _instances_by_phase(
         if phase == "with_workers":
             with_workers += made  # launched with the workers, right before them
         else:
-            per_phase[phase].append(Stage(made[0].stage, phase, tuple(s.name for s in made)))
+            fleet = _fleet(service, made)
+            per_phase[phase].append(
+                Stage(made[0].stage, phase, tuple(s.name for s in made), fleet=fleet)
+            )
     workers = [*with_workers, *ex.worker_instances()]
     if workers:
         instances += workers[len(with_workers) :]
@@ -479,6 +490,33 @@ def _instances_by_phase(
         instances.append(bench)
         per_phase["benchmark"].append(Stage("benchmark", "benchmark", (bench.name,)))
     return instances, per_phase
+
+
+def _fleet(service: Service, made: list[InstanceSpec]) -> FleetSpec | None:
+    """The kind's fleet gate on the head (instance 0), or None; one instance is a fleet
+    already (T-110). A recipe's readiness timing applies to the gate too."""
+    fleet = kind_of(service).fleet
+    if fleet is None or len(made) < 2:
+        return None
+    port, path = fleet(service.options)
+    readiness = service.readiness
+    probe = made[0].probe
+    return FleetSpec(
+        service=service.name,
+        url=f"http://{made[0].node_ip}:{port}{path}",
+        count=len(made),
+        timeout_seconds=readiness.timeout_seconds if readiness else _timeout(probe),
+        interval_seconds=readiness.interval_seconds if readiness else _interval(probe),
+        label=f"{service.type.capitalize()} nodes",
+    )
+
+
+def _timeout(probe: ProbeSpec | None) -> float:
+    return probe.timeout_seconds if probe else 600.0
+
+
+def _interval(probe: ProbeSpec | None) -> float:
+    return probe.interval_seconds if probe else 5.0
 
 
 def _pools(ex: _Expander, owners: list[Service]) -> tuple[PoolSpec, ...]:

@@ -134,10 +134,16 @@ def service_common(
     by_name: dict[str, Service],
     keys: frozenset[str],
     discovery: Sequence[tuple[str, str]] = (),
+    index: int = 0,
 ) -> ServiceCommon:
+    """`index` picks the head's (0) or the others' argv and default probe for a kind whose
+    head differs (ray, S-47)."""
     kind = kind_of(service)
     readiness = effective_readiness(service)
     node_probe = readiness is not None and readiness.file is not None
+    probe = None if node_probe else probe_spec(readiness, {})
+    if readiness is None and kind.instance_probe is not None:
+        probe = kind.instance_probe(service.options, index)
     srun = dict(kind.default_srun_options(service.options)) if kind.default_srun_options else {}
     srun.update(service.srun_options)
     kind_preamble = kind.default_preamble(service.options) if kind.default_preamble else None
@@ -145,8 +151,8 @@ def service_common(
     with_workers = effective_start(service) == "with_workers"
     return ServiceCommon(
         readiness=readiness,
-        probe=None if node_probe else probe_spec(readiness, {}),
-        argv=[(a, placeholders.template(a, keys)) for a in effective_command(service)],
+        probe=probe,
+        argv=[(a, placeholders.template(a, keys)) for a in effective_command(service, index)],
         env=[
             (k, v, placeholders.template(v, keys))
             for k, v in service_env(service, recipe, discovery).items()

@@ -163,6 +163,22 @@ class ExporterSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetSpec:
+    """A gate on a whole service once each of its instances is ready (reference S-47: Ray).
+
+    The stage holds until `url` (the head's node list) shows `count` live members; a member
+    that exits meanwhile fails it at once, and so does `timeout_seconds` without them.
+    """
+
+    service: str
+    url: str
+    count: int
+    timeout_seconds: float
+    interval_seconds: float
+    label: str = "nodes"  # what messages count: "Ray nodes"
+
+
+@dataclass(frozen=True, slots=True)
 class Stage:
     """A launch step: its instances start together; the next stage waits until all are ready.
 
@@ -172,6 +188,7 @@ class Stage:
     name: str
     phase: str
     instances: tuple[str, ...]
+    fleet: FleetSpec | None = None  # a whole-service gate after every member is ready
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,11 @@ def plan_text(recipe: Recipe, state: DesiredState, launcher: Launcher | None = N
         lines += _table(rows)
         lines.append("Launch order:")
         for number, stage in enumerate(state.stages, 1):
-            lines.append(f"  {number}. {stage.name} ({len(stage.instances)} instance(s))")
+            line = f"  {number}. {stage.name} ({len(stage.instances)} instance(s))"
+            if stage.fleet is not None:
+                fleet = stage.fleet
+                line += f", then fleet gate: {fleet.count} live nodes at {fleet.url}"
+            lines.append(line)
     else:
         lines.append("Instances: none")
     if recipe.benchmark.type == "custom":
@@ -245,7 +249,12 @@ def _plan_doc(recipe: Recipe, state: DesiredState) -> dict[str, Any]:
             for s in state.instances
         ],
         "stages": [
-            {"name": st.name, "phase": st.phase, "instances": list(st.instances)}
+            {
+                "name": st.name,
+                "phase": st.phase,
+                "instances": list(st.instances),
+                **({"fleet": {"url": st.fleet.url, "count": st.fleet.count}} if st.fleet else {}),
+            }
             for st in state.stages
         ],
         "exporters": [

@@ -87,6 +87,9 @@ class TimedProber:
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await self.inner.scrape(exporter, timeout)
 
+    async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        return await self.inner.fleet(url, timeout)
+
 
 class JobMetrics:
     """The metrics of one job, in a registry of their own (not prometheus-client's global)."""

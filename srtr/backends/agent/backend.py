@@ -514,6 +514,10 @@ class AgentProber:
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await self._here.scrape(exporter, timeout)
 
+    async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        # The head's dashboard answers on its node IP, like a scrape target: polled from here.
+        return await self._here.fleet(url, timeout)
+
 
 def read_token(run_dir: Path) -> str:
     """The agent token a controller of this run dir wrote (for `srtr up --adopt`)."""

@@ -6,7 +6,7 @@ Kinds register themselves by name, like the older system's `@register_service` (
 
 from __future__ import annotations
 
-from srtr.resources.kinds import cache, discovery, exporters, generic, gms
+from srtr.resources.kinds import cache, discovery, exporters, generic, gms, ray
 from srtr.resources.kinds.base import KINDS, Kind, Options, get_kind, register
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "generic",
     "get_kind",
     "gms",
+    "ray",
     "register",
 ]

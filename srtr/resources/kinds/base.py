@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from srtr.resources.objects import ProbeSpec
     from srtr.resources.recipe import Readiness, Recipe, Service
 
 Options = Mapping[str, Any]
-# A kind's own rule about one service: (path under `services[<n>]`, message) pairs.
-KindRule = Callable[["Service", "Recipe"], list[tuple[tuple[str | int, ...], str]]]
+# A kind's own rule on one service: (path below `services[i]`, message) per problem.
+KindProblem = tuple[tuple[str | int, ...], str]
+KindRule = Callable[["Service", "Recipe"], list[KindProblem]]
 # Env a kind brings; values may hold placeholders, rendered per instance like recipe env.
 KindEnv = Callable[["Service", "Recipe"], dict[str, str]]
 
@@ -62,10 +64,19 @@ class Kind:
     # Files the runtime writes into the run dir before any instance of the kind launches
     # (path relative to the run dir, content): a config the command names (S-45 `prepare`).
     run_files: tuple[tuple[str, str], ...] = ()
+    # --- per-instance shape (cluster kinds such as ray; reference S-47) ---
+    # The argv of instance `index` (0 is the head), replacing `default_command`; placeholders
+    # such as {pool_ip} and {node_ip} are rendered per instance as usual.
+    instance_command: Callable[[Options, int], list[str]] | None = None
+    # The default readiness probe of instance `index` (a recipe's `readiness` overrides it).
+    instance_probe: Callable[[Options, int], ProbeSpec] | None = None
+    # The fleet gate: (port, path) on the head polled once every instance is ready; the
+    # stage holds until every instance shows up there (reference S-47, T-109/T-110).
+    fleet: Callable[[Options], tuple[int, str]] | None = None
 
     @property
     def needs_command(self) -> bool:
-        return self.default_command is None
+        return self.default_command is None and self.instance_command is None
 
 
 KINDS: dict[str, Kind] = {}

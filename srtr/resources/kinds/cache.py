@@ -12,7 +12,7 @@ rules that read the backend read the declared `mooncake-master` instead.
 from __future__ import annotations
 
 from srtr.resources.kinds.base import Kind, Options, file_probe, http_probe, register, tcp_probe
-from srtr.resources.recipe import START_PHASES, Recipe, Service
+from srtr.resources.recipe import Recipe, Service
 
 MOONCAKE_MASTER_PORT = 8700
 MOONCAKE_METADATA_PORT = 8701
@@ -198,10 +198,6 @@ def _validate_donor(service: Service, recipe: Recipe) -> Problems:
     from srtr.resources.effective import effective_placement  # effective imports the kinds
 
     problems: Problems = []
-    if "with_workers" not in START_PHASES:
-        # Donors connect while the workers start (srtctl's [WW] lineage); before_workers
-        # would wait for a pool that only the workers provision.
-        problems.append((("start",), "mooncake-donor needs start: with_workers"))
     if not any(is_trtllm(m.options) for m in _masters(recipe)):
         problems.append(
             (
@@ -223,7 +219,9 @@ register(
     Kind(
         name="mooncake-donor",
         default_command=_donor_command,
-        default_start="before_workers",
+        # Donors connect while the workers start (srtctl [WW], T-120): launched with the
+        # workers, probed once every worker launched.
+        default_start="with_workers",
         default_critical=True,
         default_placement="decode",
         option_keys=("size", "protocol"),
