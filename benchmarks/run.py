@@ -25,7 +25,7 @@ from rich.table import Table
 from benchmarks.common import BENCH, ROOT, Figure, fmt, make_context, raise_nofile
 
 # Order matters a little: the SLURM scenarios go last (they may wait for a free cluster).
-SCENARIOS = ("plan", "fanout", "repair", "live_edit", "scale", "teardown", "slurm")
+SCENARIOS = ("plan", "fanout", "repair", "live_edit", "scale", "teardown", "hollow", "slurm")
 
 
 def machine() -> dict[str, Any]:

@@ -107,6 +107,9 @@ def _add_up_watching(up: argparse.ArgumentParser) -> None:
         action="store_true",
         help="poll the recipe file instead of inotify (automatic on NFS, Lustre, GPFS)",
     )
+    # Hollow mode, a testing and benchmark tool (docs/agents.md): one process simulates every
+    # node's agent and instances. Hidden: it runs nothing of the user's.
+    up.add_argument("--hollow", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--no-watch", action="store_true", help="ignore edits of the recipe file")
     up.add_argument(
         "--metrics-port",
@@ -180,6 +183,10 @@ def _backend_kind(args: argparse.Namespace) -> str:
 def _launcher(args: argparse.Namespace, kind: str) -> str:
     """The launcher `up` runs with; refuses one the backend does not have."""
     native = "step" if kind == "slurm" else "process"
+    if args.hollow:
+        if kind != "local" or args.launcher not in ("auto", "agent"):
+            raise _bad("--hollow", "hollow agents simulate nodes of the local backend only")
+        return "agent"
     launcher = native if args.launcher == "auto" else str(args.launcher)
     if launcher not in (native, "agent"):
         raise _bad("--launcher", f"the {kind} backend has no {launcher!r} launcher")
@@ -187,13 +194,19 @@ def _launcher(args: argparse.Namespace, kind: str) -> str:
 
 
 def _agent_backend(
-    kind: str, backend: Backend, run_dir: Path, window: float, *, adopt: bool = False
+    kind: str,
+    backend: Backend,
+    run_dir: Path,
+    window: float,
+    *,
+    adopt: bool = False,
+    hollow: bool = False,
 ) -> AgentBackend:
     """Wrap the chosen backend: its nodes get node agents (SLURM: one srun step of them),
     and SLURM keeps a step for the instances that need one. `adopt`: the agents of the
     crashed controller of `run_dir` rejoin instead (the token is the run dir's)."""
     from srtr.backends.agent.backend import AgentBackend, read_token, route_source
-    from srtr.backends.agent.starters import LocalAgents, SlurmAgents, Starter
+    from srtr.backends.agent.starters import HollowAgents, LocalAgents, SlurmAgents, Starter
     from srtr.backends.slurm import SlurmBackend
 
     token = None
@@ -208,6 +221,8 @@ def _agent_backend(
         assert isinstance(backend, SlurmBackend)
         starter = SlurmAgents(backend.job_id, nodes, run_dir, backend.commands, adopt_window=window)
         host, steps = route_source(nodes[0].ip), backend
+    elif hollow:  # one process simulates every node (docs/agents.md, "Hollow mode")
+        starter, host, steps = HollowAgents(nodes, run_dir, adopt_window=window), "127.0.0.1", None
     else:
         starter, host, steps = LocalAgents(nodes, run_dir, adopt_window=window), "127.0.0.1", None
     return AgentBackend(
@@ -298,7 +313,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     if launcher == "agent":
         from srtr.backends.agent.backend import AgentProber
 
-        backend = agent_backend = _agent_backend(kind, backend, run_dir, args.adopt_window)
+        backend = agent_backend = _agent_backend(
+            kind, backend, run_dir, args.adopt_window, hollow=args.hollow
+        )
         prober = AgentProber(agent_backend)
     tui = not args.headless and sys.stdout.isatty()
     if tui:
@@ -454,9 +471,12 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
     prober = None
     if launcher == "agent":
         from srtr.backends.agent.backend import AgentProber
+        from srtr.backends.agent.starters import HOLLOW_CONTROL
 
+        # A hollow job's agents are one process: losing a node must not kill all of them.
+        hollow = job["backend"] == "local" and (run_dir / HOLLOW_CONTROL).exists()
         backend = agents = _agent_backend(
-            job["backend"], backend, run_dir, args.adopt_window, adopt=True
+            job["backend"], backend, run_dir, args.adopt_window, adopt=True, hollow=hollow
         )
         prober = AgentProber(agents)
     options = JobOptions(

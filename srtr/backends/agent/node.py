@@ -29,26 +29,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from srtr.backends.agent import protocol as p
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.prober import ProbeRunner
 from srtr.backends.procgroup import (
     INHERITED_ENV,
-    Attempt,
     ExitStatus,
     ProcessGroups,
     instance_command,
     instance_environment,
     process_start_time,
 )
+from srtr.resources.objects import ProbeSpec
 
 log = logging.getLogger("srtr.agent")
 
@@ -60,6 +63,73 @@ EXIT_CONNECT = 4
 
 
 _Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, float]
+
+
+class Started(Protocol):
+    """One live attempt as the agent sees it (`procgroup.Attempt`, or a simulated one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def pid(self) -> int: ...
+
+
+ExitReport = Callable[[Started, ExitStatus | None], None]
+EnvironmentOf = Callable[[LaunchSpec], dict[str, str]]
+
+
+class Runner(Protocol):
+    """What runs a node's instance attempts: `ProcessGroups` (real processes), or hollow
+    mode's simulated ones (`hollow.SimulatedProcesses`). The agent's protocol handling is the
+    same for both, so a hollow run exercises the real agent and controller code."""
+
+    def start(self, spec: LaunchSpec) -> Started: ...
+    def signal(self, name: str, signum: int) -> None: ...
+    def get(self, name: str) -> Started | None: ...
+    def names(self) -> set[str]: ...
+    def attempts(self) -> Sequence[Started]: ...
+    def start_time(self, pid: int) -> int | None: ...
+    async def close(self) -> None: ...
+
+
+# Builds a node's runner from the agent's exit report and environment builder.
+RunnerFactory = Callable[[str, ExitReport, EnvironmentOf], Runner]
+
+
+class Probes(Protocol):
+    """Runs readiness probe attempts on the node (`prober.ProbeRunner`, or simulated)."""
+
+    def forget(self, name: str) -> None: ...
+    async def check(
+        self,
+        name: str,
+        probe: ProbeSpec,
+        *,
+        node_ip: str,
+        attempt: int,
+        log_path: Path,
+        log_offset: int,
+        files_dir: Path,
+    ) -> tuple[bool, str]: ...
+
+
+class _Processes(ProcessGroups):
+    """Real process groups, their leaders dying with the agent."""
+
+    def start_time(self, pid: int) -> int | None:
+        return process_start_time(pid)
+
+
+def real_processes(node: str, on_exit: ExitReport, environment: EnvironmentOf) -> Runner:
+    return _Processes(
+        on_exit,
+        command=instance_command,
+        environment=environment,
+        owner=f"agent on {node}",
+        die_with_parent=True,
+    )
 
 
 class HandshakeError(Exception):
@@ -77,20 +147,16 @@ class Agent:
         inherit_all: bool,
         adopt_window: float = 0.0,
         rendezvous: Path | None = None,
+        runner: RunnerFactory = real_processes,
+        probes: Probes | None = None,
     ) -> None:
         self.node = node
         self._token = token
         self._window = adopt_window if rendezvous is not None else 0.0
         self._rendezvous = rendezvous
         self._inherited = _inherited_env(inherit_all, node)
-        self._groups = ProcessGroups(
-            self._exited,
-            command=instance_command,
-            environment=self._environment,
-            owner=f"agent on {node}",
-            die_with_parent=True,
-        )
-        self._probes = ProbeRunner()
+        self._groups = runner(node, self._exited, self._environment)
+        self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -172,7 +238,8 @@ class Agent:
         nonce = secrets.token_hex(16)
         proof = p.proof(self._token, "agent", challenge.nonce, self.node)
         live = [
-            [a.name, a.attempt, a.pid, process_start_time(a.pid)] for a in self._groups.attempts()
+            [a.name, a.attempt, a.pid, self._groups.start_time(a.pid)]
+            for a in self._groups.attempts()
         ]
         hello = p.Hello(node=self.node, pid=os.getpid(), nonce=nonce, proof=proof, live=live)
         self._send(hello)
@@ -231,7 +298,7 @@ class Agent:
         except LaunchError as exc:
             self._send(p.LaunchFailed(seq, spec.name, spec.attempt, str(exc)))
             return
-        start = process_start_time(attempt.pid)
+        start = self._groups.start_time(attempt.pid)
         self._send(p.Launched(seq, spec.name, spec.attempt, attempt.pid, start))
 
     async def _probe(self, request: p.Probe) -> None:
@@ -249,7 +316,7 @@ class Agent:
             ok, message = False, f"probe error on {self.node}: {exc!r}"
         self._send(p.ProbeResult(request.seq, ok, message))
 
-    def _exited(self, attempt: Attempt, status: ExitStatus | None) -> None:
+    def _exited(self, attempt: Started, status: ExitStatus | None) -> None:
         code = None if status is None else status.code
         signum = None if status is None else status.signal
         message = "exit status unknown" if status is None else status.message
@@ -259,9 +326,11 @@ class Agent:
         return instance_environment(spec, self._inherited)
 
     async def _beat(self, period: float) -> None:
+        # On whole periods of the wall clock, as every other node does: the controller then
+        # reads the heartbeats of many nodes per wake-up, not one (channel.py, "Cost").
         while True:
-            self._send(p.Heartbeat(running=len(self._groups.names())))
-            await asyncio.sleep(period)
+            self._write(_heartbeat(len(self._groups.attempts())))
+            await asyncio.sleep(period - time.time() % period)
 
     async def _stop(self) -> None:
         for task in list(self._tasks):
@@ -274,11 +343,20 @@ class Agent:
                 await self._writer.drain()
 
     def _send(self, message: p.Message) -> None:
+        self._write(p.encode(message))
+
+    def _write(self, line: bytes) -> None:
         writer = self._writer
         if writer is None or writer.is_closing():
             return
         with contextlib.suppress(OSError):
-            writer.write(p.encode(message))
+            writer.write(line)
+
+
+@functools.lru_cache(maxsize=256)
+def _heartbeat(running: int) -> bytes:
+    """The heartbeat line, encoded once per count: the same bytes every second."""
+    return p.encode(p.Heartbeat(running=running))
 
 
 def _inherited_env(inherit_all: bool, node: str) -> dict[str, str]:

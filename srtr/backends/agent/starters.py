@@ -30,6 +30,9 @@ from srtr.backends.slurm import POLL_PERIOD, SlurmCommands, SlurmError
 log = logging.getLogger("srtr")
 
 MODULE = "srtr.backends.agent.node"
+HOLLOW_MODULE = "srtr.backends.agent.hollow"
+# In the run dir: the control FIFO of a hollow process (`hollow.py`).
+HOLLOW_CONTROL = "hollow.ctl"
 # In the run dir: where a controller writes the HOST:PORT its agents dial (a new controller
 # too, when it adopts the job), and the job's agent token (mode 0600, in the 0700 run dir).
 RENDEZVOUS = "agents.addr"
@@ -142,6 +145,94 @@ class LocalAgents:
         what = status.message if status is not None else "exited"
         self._events.agent_failed(
             attempt.node, f"its agent (pid {attempt.pid}) {what}; see logs/agent-{attempt.node}.log"
+        )
+
+
+class HollowAgents:
+    """Hollow mode (`hollow.py`): ONE process here runs every node's agent, each with its own
+    connection, on simulated processes. For scale tests and benchmarks, not for jobs."""
+
+    simulated = True
+    NAME = "hollow-agents"
+
+    def __init__(self, nodes: list[NodeInfo], run_dir: Path, *, adopt_window: float = 0.0) -> None:
+        self._nodes = nodes
+        self._run_dir = run_dir
+        self._window = adopt_window
+        self._events: Events | None = None
+        self._closing = False
+        self._groups = ProcessGroups(
+            self._exited, command=_verbatim, environment=self._environment, owner="agents"
+        )
+
+    @property
+    def control(self) -> Path:
+        return self._run_dir / HOLLOW_CONTROL
+
+    async def start(
+        self, address: tuple[str, int], token: str, events: Events, *, spawn: bool = True
+    ) -> None:
+        self._events = events
+        if not spawn:
+            return
+        host, port = address
+        logs = self._run_dir / "logs"
+        argv = (
+            sys.executable,
+            "-m",
+            HOLLOW_MODULE,
+            "--controller",
+            f"{host}:{port}",
+            "--nodes",
+            ",".join(n.name for n in self._nodes),
+            "--control",
+            str(self.control.resolve()),
+            "--log-dir",
+            str(logs.resolve()),
+            "--adopt-window",
+            f"{self._window:g}",
+            "--rendezvous",
+            str((self._run_dir / RENDEZVOUS).resolve()),
+        )
+        env = {TOKEN_ENV: token, "SRTR_RUN_DIR": str(self._run_dir.resolve())}
+        self._groups.start(
+            LaunchSpec(
+                name=self.NAME,
+                node=self._nodes[0].name,
+                node_ip=self._nodes[0].ip,
+                argv=argv,
+                env=env,
+                log_path=logs / "hollow.out",
+            )
+        )
+
+    def kill(self, node: str, pid: int | None) -> None:
+        """The hollow process drops `node`'s connection and forgets its instances."""
+        try:
+            fd = os.open(self.control, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:  # ENXIO: nobody reads it (the hollow process is gone)
+            log.warning("agents: cannot kill hollow node %s: %s", node, exc)
+            return
+        try:
+            os.write(fd, f"kill {node}\n".encode())
+        finally:
+            os.close(fd)
+
+    async def close(self) -> None:
+        self._closing = True
+        await self._groups.wait_idle(EXIT_WAIT)
+        await self._groups.close()
+
+    def _environment(self, spec: LaunchSpec) -> dict[str, str]:
+        env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+        return {**env, **spec.env}
+
+    def _exited(self, attempt: Attempt, status: ExitStatus | None) -> None:
+        if self._closing or self._events is None:
+            return
+        what = status.message if status is not None else "exited"
+        self._events.agent_failed(
+            None, f"the hollow agents' process (pid {attempt.pid}) {what}; see logs/hollow.log"
         )
 
 

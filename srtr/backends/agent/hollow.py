@@ -1,0 +1,390 @@
+"""Hollow mode (kubemark-style): many node agents in one process, for scale tests.
+
+    SRTR_AGENT_TOKEN=... python -m srtr.backends.agent.hollow --controller HOST:PORT \\
+        --nodes node1,node2,... [--control FIFO] [--log-dir DIR] [--adopt-window S --rendezvous F]
+
+Each simulated node is the real `node.Agent`, with its own TCP connection, handshake and
+heartbeats: the controller cannot tell it from a real node. Only what the agent runs is
+simulated (`SimulatedProcesses`, the agent's `Runner`): an instance attempt forks nothing; it
+"runs" until it is signalled, and reports its start and exit through the agent's real code
+paths. So one machine can stand in for a thousand nodes and four thousand instances.
+
+A simulated attempt, like a process with default signal handlers:
+
+- SIGKILL ends it at once (killed by SIGKILL, 137); SIGTERM too (143), unless its
+  environment says otherwise: `SRTR_HOLLOW_ON_TERM=ignore` ignores it (the controller's grace
+  then ends in SIGKILL), `SRTR_HOLLOW_ON_TERM=SECONDS` handles it and exits 0 that much later;
+- signals whose default action is to ignore (SIGCHLD, SIGCONT, SIGURG, SIGWINCH) and the
+  stop signals do nothing; every other signal kills it;
+- it writes one line into its log (after the restart marker, as a real attempt's log has);
+- its pid is a number above Linux's largest pid, so no real process is ever named by it.
+
+Readiness probes on simulated instances succeed at once (`SimulatedProbes`): nothing listens.
+
+The control FIFO (`--control`, in the 0700 run dir) takes one command a line:
+
+- `kill NODE`: the node dies: its connection is dropped without a goodbye and its
+  instances vanish unreported, as when a machine loses power;
+- `freeze NODE`: the node goes silent (no heartbeats, no answers) with its connection open;
+- `exit INSTANCE CODE`: that instance's live attempt exits with CODE.
+
+On SIGTERM every agent stops its instances and reports their exits, and the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from srtr.backends.agent import protocol as p
+from srtr.backends.agent.node import (
+    Agent,
+    EnvironmentOf,
+    ExitReport,
+    Runner,
+    Started,
+)
+from srtr.backends.base import LaunchError, LaunchSpec
+from srtr.backends.procgroup import ExitStatus
+from srtr.reconciler.rundir import restart_marker
+from srtr.resources.objects import ProbeSpec
+
+log = logging.getLogger("srtr.agent")
+
+ON_TERM_ENV = "SRTR_HOLLOW_ON_TERM"
+# Above Linux's largest pid (2^22): a simulated pid can never name a real process.
+_Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, float]
+_PIDS = itertools.count(1 << 23)
+_IGNORED = frozenset(
+    {signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH, signal.SIGSTOP}
+    | {signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
+)
+# At most this many agents do their handshake at once: a thousand at the same moment only
+# overflow the controller's accept queue and wait for TCP's SYN retries.
+JOIN_GATE = 64
+
+
+@dataclass(eq=False)
+class SimulatedAttempt:
+    name: str
+    attempt: int
+    pid: int
+    start: int  # stands for the kernel start time adoption compares
+    on_term: str  # "die", "ignore", or the seconds until it exits 0
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+
+def _status(signum: int) -> ExitStatus:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return ExitStatus(128 + signum, signum, f"killed by {name}")
+
+
+class SimulatedProcesses:
+    """A node's instance attempts, simulated: the `node.Runner` of hollow mode."""
+
+    def __init__(self, node: str, on_exit: ExitReport, environment: EnvironmentOf) -> None:
+        self._node = node
+        self._on_exit = on_exit
+        self._environment = environment
+        self._live: dict[str, SimulatedAttempt] = {}
+        self._closed = False
+
+    def start(self, spec: LaunchSpec) -> Started:
+        if self._closed:
+            raise LaunchError(f"cannot start {spec.name!r}: the hollow agent is closed")
+        previous = self._live.get(spec.name)
+        if previous is not None:
+            raise LaunchError(
+                f"cannot start {spec.name!r} attempt {spec.attempt}: attempt {previous.attempt}"
+                f" (pid {previous.pid}) has not exited yet"
+            )
+        on_term = spec.env.get(ON_TERM_ENV, "die")
+        attempt = SimulatedAttempt(
+            spec.name, spec.attempt, next(_PIDS), time.monotonic_ns() // 10_000_000, on_term
+        )
+        _write_log(spec, self._node, attempt.pid)
+        self._live[spec.name] = attempt
+        return attempt
+
+    def signal(self, name: str, signum: int) -> None:
+        attempt = self._live.get(name)
+        if attempt is None or signum == 0 or signum in _IGNORED:
+            return
+        loop = asyncio.get_running_loop()
+        if signum != signal.SIGTERM or attempt.on_term == "die":
+            # Later, as a reaped process is seen later: never inside the signal's handling.
+            loop.call_soon(self._end, attempt, _status(signum))
+        elif attempt.on_term != "ignore" and attempt.timer is None:
+            seconds = _seconds(attempt.on_term)
+            done = ExitStatus(0, None, "exited with code 0")
+            attempt.timer = loop.call_later(seconds, self._end, attempt, done)
+
+    def exit(self, name: str, code: int) -> bool:
+        """Have `name`'s live attempt exit with `code` (the control FIFO's `exit`)."""
+        attempt = self._live.get(name)
+        if attempt is None:
+            return False
+        self._end(attempt, ExitStatus(code, None, f"exited with code {code}"))
+        return True
+
+    def get(self, name: str) -> Started | None:
+        return self._live.get(name)
+
+    def names(self) -> set[str]:
+        return set(self._live)
+
+    def attempts(self) -> Sequence[Started]:
+        return list(self._live.values())
+
+    def start_time(self, pid: int) -> int | None:
+        for attempt in self._live.values():
+            if attempt.pid == pid:
+                return attempt.start
+        return None
+
+    async def close(self) -> None:
+        """SIGKILL every attempt; each exit is reported before this returns."""
+        self._closed = True
+        for attempt in list(self._live.values()):
+            self._end(attempt, _status(signal.SIGKILL))
+
+    def vanish(self) -> None:
+        """The node died: its attempts are gone and nobody hears of it."""
+        self._closed = True
+        for attempt in self._live.values():
+            if attempt.timer is not None:
+                attempt.timer.cancel()
+        self._live.clear()
+
+    def _end(self, attempt: SimulatedAttempt, status: ExitStatus) -> None:
+        if self._live.get(attempt.name) is not attempt:
+            return  # already ended (a SIGKILL after the SIGTERM that ended it)
+        del self._live[attempt.name]
+        if attempt.timer is not None:
+            attempt.timer.cancel()
+        self._on_exit(attempt, status)
+
+
+def _seconds(text: str) -> float:
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        return 0.0
+
+
+def _write_log(spec: LaunchSpec, node: str, pid: int) -> None:
+    """What a real attempt leaves in its log, in short: the restart marker, then one line."""
+    lines = ""
+    if spec.attempt > 0:
+        lines = restart_marker(
+            instance=spec.name, attempt=spec.attempt, node=node, at=datetime.now(UTC)
+        )
+    lines += f"hollow: {spec.name} attempt {spec.attempt} simulated on {node} (pid {pid})\n"
+    try:
+        fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        spec.log_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise LaunchError(f"cannot open log {spec.log_path}: {exc.strerror}") from exc
+    try:
+        os.write(fd, lines.encode())
+    finally:
+        os.close(fd)
+
+
+class SimulatedProbes:
+    """Every probe attempt on a simulated instance succeeds: nothing really listens."""
+
+    def forget(self, name: str) -> None:
+        pass
+
+    async def check(
+        self,
+        name: str,
+        probe: ProbeSpec,
+        *,
+        node_ip: str,
+        attempt: int,
+        log_path: Path,
+        log_offset: int,
+        files_dir: Path,
+    ) -> tuple[bool, str]:
+        return True, f"simulated {probe.kind.value} probe (hollow node)"
+
+
+class HollowAgent(Agent):
+    """The real agent on simulated processes; it can also die or go silent on request."""
+
+    def __init__(
+        self,
+        node: str,
+        token: str,
+        gate: asyncio.Semaphore,
+        *,
+        adopt_window: float,
+        rendezvous: Path | None,
+    ) -> None:
+        self.processes: SimulatedProcesses | None = None
+        self._gate = gate
+        self.frozen = False
+        super().__init__(
+            node,
+            token,
+            inherit_all=False,
+            adopt_window=adopt_window,
+            rendezvous=rendezvous,
+            runner=self._runner,
+            probes=SimulatedProbes(),
+        )
+
+    def _runner(self, node: str, on_exit: ExitReport, environment: EnvironmentOf) -> Runner:
+        self.processes = SimulatedProcesses(node, on_exit, environment)
+        return self.processes
+
+    async def _join(self, host: str, port: int, within: float) -> _Session:
+        async with self._gate:
+            return await super()._join(host, port, within)
+
+    async def _rejoin(self, deadline: float) -> _Session | None:
+        # A frozen node stays dead: it does not call the next controller either.
+        return None if self.frozen else await super()._rejoin(deadline)
+
+    def _write(self, line: bytes) -> None:
+        if not self.frozen:
+            super()._write(line)
+
+    def sever(self) -> None:
+        """Drop the connection at once, no goodbye (the caller cancels `run`)."""
+        self.frozen = True
+        if self._writer is not None:
+            self._writer.transport.abort()
+        if self.processes is not None:
+            self.processes.vanish()
+
+
+class Hollow:
+    """The simulated nodes of one hollow process and their control FIFO."""
+
+    def __init__(self, nodes: list[str], token: str, args: argparse.Namespace) -> None:
+        gate = asyncio.Semaphore(JOIN_GATE)
+        rendezvous = Path(args.rendezvous) if args.rendezvous else None
+        self.agents = {
+            node: HollowAgent(
+                node, token, gate, adopt_window=args.adopt_window, rendezvous=rendezvous
+            )
+            for node in nodes
+        }
+        self.tasks: dict[str, asyncio.Task[int]] = {}
+
+    async def run(self, host: str, port: int) -> int:
+        self.tasks = {
+            node: asyncio.create_task(agent.run(host, port)) for node, agent in self.agents.items()
+        }
+        done = await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        codes = [c for c in done if isinstance(c, int) and c != 0]
+        return codes[0] if codes else 0
+
+    def stop(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+
+    def command(self, line: str) -> str:
+        """One control line; what it did, for the log."""
+        words = line.split()
+        if len(words) == 2 and words[0] in ("kill", "freeze") and words[1] in self.agents:
+            agent = self.agents[words[1]]
+            if words[0] == "freeze":
+                agent.frozen = True
+                return f"froze {words[1]}"
+            agent.sever()
+            self.tasks[words[1]].cancel()
+            return f"killed {words[1]}"
+        if len(words) == 3 and words[0] == "exit" and words[2].lstrip("-").isdigit():
+            for agent in self.agents.values():
+                if agent.processes is not None and agent.processes.exit(words[1], int(words[2])):
+                    return f"{words[1]} exited with code {words[2]}"
+            return f"no live instance {words[1]!r}"
+        return f"not a command: {line!r}"
+
+
+def _open_control(path: Path, hollow: Hollow) -> int:
+    """Read control lines from FIFO `path` (made here, owner only) as they come."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    os.mkfifo(path, 0o600)
+    # Read-write, so that the FIFO never reads as closed between two writers.
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    pending = bytearray()
+
+    def readable() -> None:
+        with contextlib.suppress(BlockingIOError):
+            pending.extend(os.read(fd, 65536))
+        while b"\n" in pending:
+            line, _, rest = bytes(pending).partition(b"\n")
+            pending[:] = rest
+            log.warning("hollow: %s", hollow.command(line.decode(errors="replace")))
+
+    asyncio.get_running_loop().add_reader(fd, readable)
+    return fd
+
+
+async def _main(args: argparse.Namespace, token: str) -> int:
+    nodes = [n for n in args.nodes.split(",") if n]
+    hollow = Hollow(nodes, token, args)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(signum, hollow.stop)
+    control = _open_control(Path(args.control), hollow) if args.control else None
+    host, _, port = args.controller.rpartition(":")
+    log.info("hollow: %d simulated nodes, controller %s", len(nodes), args.controller)
+    try:
+        return await hollow.run(host.strip("[]"), int(port))
+    finally:
+        if control is not None:
+            loop.remove_reader(control)
+            os.close(control)
+            with contextlib.suppress(OSError):
+                os.unlink(args.control)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m srtr.backends.agent.hollow")
+    parser.add_argument("--controller", required=True, metavar="HOST:PORT")
+    parser.add_argument("--nodes", required=True, help="the simulated nodes, comma-separated")
+    parser.add_argument("--control", metavar="FIFO", help="read control commands here")
+    parser.add_argument("--log-dir", metavar="DIR", help="log to DIR/hollow.log")
+    parser.add_argument("--adopt-window", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--rendezvous", metavar="FILE")
+    args = parser.parse_args(argv)
+    handler: logging.Handler = (
+        logging.FileHandler(Path(args.log_dir) / "hollow.log")
+        if args.log_dir
+        else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    # Two lines per node at INFO: a thousand nodes' worth is still a small log.
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+    token = os.environ.pop(p.TOKEN_ENV, "")
+    if not token:
+        log.error("hollow: %s is not set", p.TOKEN_ENV)
+        return 2
+    return asyncio.run(_main(args, token))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

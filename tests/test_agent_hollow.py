@@ -1,0 +1,245 @@
+"""Hollow mode end to end (`srtr up --hollow`): ONE process runs every node's real agent, each
+with its own connection to the controller, on simulated processes (no fork). What the
+controller does with them is srtr's real behaviour: restarts, node loss, teardown."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_util import Run, cmdlines_with, events, instance, wait_for
+
+pytestmark = pytest.mark.e2e
+HOLLOW = "srtr.backends.agent.hollow"
+SIMULATED_PIDS = 1 << 23  # above Linux's largest pid: hollow.py's first simulated pid
+
+finish = functools.partial(Run.finish, gone_within=15.0)
+
+
+def hollow_pids(run: Run) -> list[int]:
+    return [pid for pid, line in cmdlines_with(HOLLOW) if str(run.run_dir) in line]
+
+
+def control(run: Run, line: str) -> None:
+    """One line to the hollow process's control FIFO (docs/agents.md, "Hollow mode")."""
+    fd = os.open(run.run_dir / "hollow.ctl", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def up(state: dict[str, Any], count: int) -> bool:
+    live = [i for i in state["instances"] if i["phase"] in ("Running", "Ready")]
+    return state["job"]["phase"] == "Running" and len(live) == count
+
+
+FLEET = """
+name: hfleet
+services:
+  - name: base
+    command: ["sleep", "infinity"]
+    nodes: 64
+  - name: web
+    command: ["python3", "-m", "http.server", "9930", "--bind", "{node_ip}"]
+    placement: {pool: base}
+    readiness: {tcp: {port: 9930}, timeout_seconds: 30, interval_seconds: 0.2}
+  - name: side1
+    command: ["sleep", "infinity"]
+    placement: {pool: base}
+  - name: side2
+    command: ["sleep", "infinity"]
+    placement: {pool: base}
+"""
+
+
+def test_64_hollow_nodes_run_256_instances_in_one_process_and_stop_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    run = Run(tmp_path, FLEET, "--hollow")
+    try:
+        state = run.wait_state(lambda s: up(s, 256), timeout=120, what="256 instances up")
+        assert state["job"]["launcher"] == "agent"
+        # One hollow process, no per-node agent, and nothing forked per instance.
+        assert len(hollow_pids(run)) == 1
+        assert not [p for p, line in cmdlines_with("agent.node") if str(run.run_dir) in line]
+        assert not cmdlines_with("http.server 9930")
+        assert all(i["pid"] >= SIMULATED_PIDS for i in state["instances"])
+        # The tcp probes ran (simulated, on the node's agent): every web instance is Ready.
+        state = run.wait_state(
+            lambda s: all(i["phase"] == "Ready" for i in s["instances"] if i["service"] == "web"),
+            what="every web instance Ready",
+        )
+        log = (run.run_dir / "logs" / "service_web_node7.out").read_text()
+        assert "service_web_node7 attempt 0 simulated on node7" in log
+        agents = (run.run_dir / "logs" / "hollow.log").read_text()
+        assert agents.count("serving the controller") == 64
+        run.signal(signal.SIGTERM)
+        assert finish(run, timeout=60) == 143
+    finally:
+        run.close()
+    assert not hollow_pids(run)
+    exits = [e for e in events(run.run_dir) if e["reason"] == "Exited"]
+    assert len(exits) == 256 and all("signal 15" in e["message"] for e in exits)
+
+
+PAIR = """
+name: hpair
+services:
+  - name: owner
+    command: ["sleep", "infinity"]
+    nodes: 4
+  - name: rider
+    command: ["sleep", "infinity"]
+    placement: {pool: owner}
+    restart: {policy: on-failure, backoff_seconds: 0.1}
+"""
+
+
+def test_a_hollow_instance_told_to_exit_non_zero_is_restarted(tmp_path: Path) -> None:
+    run = Run(tmp_path, PAIR, "--hollow")
+    try:
+        before = run.wait_state(lambda s: up(s, 8), what="8 instances up")
+        control(run, "exit service_rider_node3 7")
+        state = run.wait_state(
+            lambda s: (
+                instance(s, "service_rider_node3")["restarts"] == 1
+                and instance(s, "service_rider_node3")["phase"] == "Running"
+            ),
+            what="the rider restarted",
+        )
+        old = instance(before, "service_rider_node3")["pid"]
+        assert instance(state, "service_rider_node3")["pid"] not in (None, old)
+        exits = [
+            e["message"]
+            for e in events(run.run_dir)
+            if (e["reason"], e["object"]) == ("Exited", "instance/service_rider_node3")
+        ]
+        assert exits and "code 7" in exits[0], exits
+        log = (run.run_dir / "logs" / "service_rider_node3.out").read_text()
+        assert "attempt 1 starting on node3" in log
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
+    finally:
+        run.close()
+
+
+@pytest.mark.parametrize(
+    ("verb", "why"), [("kill", "closed the connection"), ("freeze", "was silent for")]
+)
+def test_a_killed_or_frozen_hollow_node_is_lost(tmp_path: Path, verb: str, why: str) -> None:
+    """kill: the node's connection drops (a dead machine's agent); freeze: its agent goes
+    silent with the connection open (a hung node), which only the heartbeats reveal."""
+    run = Run(tmp_path, PAIR, "--hollow")
+    try:
+        run.wait_state(lambda s: up(s, 8), what="8 instances up")
+        control(run, f"{verb} node2")
+
+        def lost() -> list[dict[str, Any]]:
+            found = [e for e in events(run.run_dir) if e["reason"] == "NodeLost"]
+            return found if len(found) == 2 else []
+
+        seen = wait_for(lost, 30, "node2's two instances lost")
+        assert {e["object"] for e in seen} == {
+            "instance/service_owner_node2",
+            "instance/service_rider_node2",
+        }
+        assert all(why in e["message"] for e in seen), seen
+        state = run.wait_state(
+            lambda s: instance(s, "service_owner_node2")["phase"] == "Lost", what="Lost"
+        )
+        assert instance(state, "service_owner_node1")["phase"] == "Running"
+        run.signal(signal.SIGINT)
+        finish(run)
+    finally:
+        run.close()
+    assert not hollow_pids(run)
+
+
+GRACE = """
+name: hgrace
+services:
+  - name: plain
+    command: ["sleep", "infinity"]
+  - name: stubborn
+    command: ["sleep", "infinity"]
+    env: {SRTR_HOLLOW_ON_TERM: ignore}
+    stop_grace_seconds: 0.5
+  - name: tidy
+    command: ["sleep", "infinity"]
+    env: {SRTR_HOLLOW_ON_TERM: "0.2"}
+"""
+
+
+def test_hollow_instances_honour_sigterm_and_the_grace_like_processes(tmp_path: Path) -> None:
+    run = Run(tmp_path, GRACE, "--hollow")
+    try:
+        run.wait_state(lambda s: up(s, 3), what="3 instances up")
+        run.signal(signal.SIGTERM)
+        assert finish(run) == 143
+    finally:
+        run.close()
+    exits = {
+        e["object"].removeprefix("instance/"): e["message"]
+        for e in events(run.run_dir)
+        if e["reason"] == "Exited"
+    }
+    assert "signal 15" in exits["service_plain"], exits
+    assert "signal 9" in exits["service_stubborn"], exits  # ignored SIGTERM: killed at grace
+    assert "code 0" in exits["service_tidy"], exits  # handled SIGTERM, exited by itself
+
+
+def test_hollow_is_for_the_local_backend_only(tmp_path: Path) -> None:
+    run = Run(tmp_path, PAIR, "--hollow", "--launcher", "process")
+    assert run.wait(30) == 2
+    assert "--hollow" in run.err and "Traceback" not in run.err
+
+
+def test_an_adopted_hollow_job_keeps_its_instances_and_loses_one_node_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """kill -9 the controller; `srtr up --adopt` rejoins the hollow agents (same simulated
+    pids, no restart), and `lose-node` then takes one node, not the whole hollow process."""
+    import subprocess
+    import sys
+
+    from srtr.runtime.control import send
+
+    run = Run(tmp_path, PAIR, "--hollow")
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        state = run.wait_state(lambda s: up(s, 8), what="8 instances up")
+        pids = {i["name"]: i["pid"] for i in state["instances"]}
+        hollow = hollow_pids(run)
+        run.proc.kill()
+        run.wait(30)
+        second = subprocess.Popen(
+            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        state = run.wait_state(
+            lambda s: s["job"]["controller_pid"] == second.pid and up(s, 8),
+            what="the new controller to adopt every instance",
+        )
+        assert {i["name"]: i["pid"] for i in state["instances"]} == pids
+        assert all(i["restarts"] == 0 for i in state["instances"])
+        assert hollow_pids(run) == hollow
+        send(run.run_dir, "lose-node", node="node2")
+        state = run.wait_state(
+            lambda s: instance(s, "service_owner_node2")["phase"] == "Lost", what="node2 lost"
+        )
+        assert instance(state, "service_owner_node1")["phase"] == "Running"
+        assert hollow_pids(run) == hollow  # the other nodes' agents live on
+        second.send_signal(signal.SIGINT)
+        assert second.wait(60) == 130
+    finally:
+        run.close()
+        if second is not None and second.poll() is None:
+            second.kill()
+            second.wait()
+    wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
