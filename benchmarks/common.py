@@ -1,6 +1,6 @@
-"""Shared pieces of the benchmark harness: figures, srtr jobs, /proc sampling, supervisord.
+"""Shared pieces of the benchmark harness: figures, srtr jobs, /proc sampling, metrics.
 
-Nothing here is imported by srtr or by the tests. Every scenario module exposes
+Nothing here is imported by srtr. Every scenario module exposes
 `run(ctx: Context) -> list[Figure]`; `benchmarks.run` calls them and prints the table.
 """
 
@@ -29,6 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class Skip(Exception):
+    """A scenario that cannot run here (no SLURM, ...). `benchmarks.run` records the reason
+    and exits non-zero: a skipped scenario is a missing number, not a pass."""
 
 
 # --- figures ------------------------------------------------------------------------------------
@@ -125,6 +130,8 @@ class Context:
     helper: str
     log: Callable[[str], None]
     shared: dict[str, Any] = field(default_factory=dict)
+    # Run when the whole run ends, last added first (e.g. bringing a SLURM cluster down).
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
 
     def dir(self, name: str) -> Path:
         path = self.scratch / name
@@ -250,7 +257,10 @@ class Job:
         metrics: bool = False,
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
+        inherit_env: bool = True,
     ) -> None:
+        """`env` is added to the harness's environment, or replaces it (`inherit_env=False`,
+        e.g. to keep an outer SLURM_JOB_ID from reaching a job that allocates its own)."""
         self.recipe = recipe
         self.run_dir = run_dir
         argv = [*srtr_argv(), "up", str(recipe), "--headless", "--run-dir", str(run_dir)]
@@ -268,7 +278,7 @@ class Job:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=str(recipe.parent),
-            env={**os.environ, **(env or {})},
+            env={**(os.environ if inherit_env else {}), **(env or {})},
         )
         self.pid = self.proc.pid
         self.events: list[dict[str, Any]] = []
@@ -474,99 +484,3 @@ def merge_histograms(per: dict[str, dict[float, float]]) -> dict[float, float]:
         for le, n in buckets.items():
             merged[le] = merged.get(le, 0.0) + n
     return merged
-
-
-# --- supervisord (the baseline process manager) ---------------------------------------------------
-
-
-class Supervisor:
-    """supervisord (PyPI `supervisor`) managing `programs` {name: command line} in `where`."""
-
-    def __init__(self, where: Path, programs: dict[str, str], *, autorestart: bool = True) -> None:
-        self.where = where
-        self.sock = where / "supervisor.sock"
-        (where / "logs").mkdir(parents=True, exist_ok=True)
-        lines = [
-            "[supervisord]",
-            "nodaemon=true",
-            f"logfile={where / 'supervisord.log'}",
-            f"pidfile={where / 'supervisord.pid'}",
-            f"childlogdir={where / 'logs'}",
-            "loglevel=warn",
-            f"minfds={min(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 4 * len(programs) + 64)}",
-            "[unix_http_server]",
-            f"file={self.sock}",
-            "[rpcinterface:supervisor]",
-            "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
-        ]
-        for name, command in programs.items():
-            lines += [
-                f"[program:{name}]",
-                f"command={command}",
-                f"autorestart={'true' if autorestart else 'false'}",
-                "startsecs=0",
-                "startretries=1000000",
-                "stopwaitsecs=30",
-                "redirect_stderr=true",
-                f"stdout_logfile={where / 'logs' / (name + '.out')}",
-                "stdout_logfile_backups=0",
-            ]
-        self.conf = where / "supervisord.conf"
-        self.conf.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        binary = shutil.which("supervisord")
-        if binary is None:
-            raise RuntimeError("supervisord not found: pip install 'srtr[bench]'")
-        self.started = time.time()
-        self.proc = subprocess.Popen(
-            [binary, "-n", "-c", str(self.conf)],
-            stdout=open(where / "supervisord.stdout", "wb"),
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        self.pid = self.proc.pid
-
-    def rpc(self) -> Any:
-        from xmlrpc.client import ServerProxy
-
-        from supervisor.xmlrpc import SupervisorTransport
-
-        transport = SupervisorTransport(None, None, f"unix://{self.sock}")
-        return ServerProxy("http://127.0.0.1", transport=transport)
-
-    def wait_rpc(self, timeout: float = 120) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                server = self.rpc()
-                server.supervisor.getState()
-                return server
-            except Exception:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("supervisord exited early") from None
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def infos(self) -> list[dict[str, Any]]:
-        return list(self.wait_rpc().supervisor.getAllProcessInfo())
-
-    def shutdown(self, timeout: float = 120) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> Supervisor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(Exception):
-                for info in self.rpc().supervisor.getAllProcessInfo():
-                    if info["pid"]:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(info["pid"], signal.SIGKILL)
-        self.shutdown()

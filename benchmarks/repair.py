@@ -22,12 +22,12 @@ from benchmarks.common import (
     Context,
     Figure,
     Job,
-    Supervisor,
     median,
     percentile,
     read_marks,
     write_yaml,
 )
+from benchmarks.supervisor import Supervisor
 
 POLL = 0.002
 
@@ -101,6 +101,7 @@ def srtr_repair(ctx: Context, where: Path, kills: int) -> tuple[list[float], lis
 def supervisor_repair(ctx: Context, where: Path, kills: int) -> list[float]:
     marks = where / "supervisor.marks"
     with Supervisor(where / "supervisor", {"victim": f"{ctx.helper} mark {marks}"}) as sup:
+        ctx.log(f"repair: supervisord settings: {sup.settings}")
         sup.wait_rpc()
         return kill_loop(marks, kills, (0.02, 0.06))
 
