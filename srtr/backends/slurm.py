@@ -43,6 +43,7 @@ from srtr.backends.base import (
     Observation,
     ObservationKind,
 )
+from srtr.backends.pdeathsig import dies_with_us
 from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, exited, kill_group
 
 log = logging.getLogger("srtr")
@@ -176,26 +177,37 @@ def allocate(
     partition: str | None,
     account: str | None,
     time_limit: str | None,
+    output: int | None = None,
 ) -> Allocation:
-    """`salloc --no-shell`: blocks until granted; returns the allocation srtr now owns."""
+    """`salloc --no-shell`: blocks until granted; returns the allocation srtr now owns.
+
+    salloc's stderr, which names the job (`Pending job allocation N` while it waits,
+    `Granted job allocation N`), goes to `output` when given: a memfd the job's guard holds
+    too, started before salloc, so the guard knows the job whenever srtr dies (see
+    `runtime.guard`). The kernel writes it; no srtr code has to run in between.
+    """
     argv = slurm_cmd.salloc_argv(
         nodes=nodes, job_name=job_name, partition=partition, account=account, time_limit=time_limit
     )
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    fd = output if output is not None else os.memfd_create("srtr-salloc", os.MFD_CLOEXEC)
     try:
-        _, stderr = proc.communicate()
-    except BaseException:
-        # Ctrl+C while the job is pending: cancel what salloc may have asked for.
-        proc.kill()
-        _, stderr = proc.communicate()
-        pending = slurm_cmd.parse_salloc_pending_job_id(
-            stderr or ""
-        ) or slurm_cmd.parse_salloc_job_id(stderr or "")
-        if pending:
-            commands.run(slurm_cmd.scancel_job_argv(pending), check=False)
-        raise
+        proc = subprocess.Popen(
+            dies_with_us(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fd
+        )
+        try:
+            proc.wait()
+        except BaseException:
+            # Ctrl+C while the job is pending: cancel what salloc may have asked for.
+            proc.kill()
+            proc.wait()
+            pending = salloc_job_id(read_output(fd))
+            if pending is not None:
+                release(commands, pending)
+            raise
+        stderr = read_output(fd)
+    finally:
+        if output is None:
+            os.close(fd)
     job_id = slurm_cmd.parse_salloc_job_id(stderr)
     if proc.returncode != 0 or job_id is None:
         raise SlurmError(f"salloc failed ({proc.returncode}): {stderr.strip()}")
@@ -209,6 +221,16 @@ def allocate(
     except BaseException:
         release(commands, job_id)
         raise
+
+
+def read_output(fd: int) -> str:
+    """Everything written to the memfd `fd` so far."""
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+
+def salloc_job_id(stderr: str) -> str | None:
+    """The job salloc asked for, granted or still pending, from what it printed."""
+    return slurm_cmd.parse_salloc_job_id(stderr) or slurm_cmd.parse_salloc_pending_job_id(stderr)
 
 
 def release(commands: SlurmCommands, job_id: str) -> None:

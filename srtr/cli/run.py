@@ -7,6 +7,7 @@ verbs that look at a run dir (status, logs, tui, down) are in `status.py`.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from srtr.backends.base import Backend
     from srtr.backends.slurm import SlurmBackend
     from srtr.resources.recipe import Recipe
+    from srtr.runtime.guard import Started
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -153,6 +155,11 @@ def _metrics_listen(text: str) -> tuple[str, int]:
 
 
 def _make_run_dir(args: argparse.Namespace, name: str) -> Path:
+    return _create_run_dir(_run_dir_path(args, name))
+
+
+def _run_dir_path(args: argparse.Namespace, name: str) -> Path:
+    """The run dir `up` will use, refused when a running job has it; not created yet."""
     if args.run_dir:
         run_dir = Path(args.run_dir)
     else:
@@ -165,6 +172,10 @@ def _make_run_dir(args: argparse.Namespace, name: str) -> Path:
                 "--run-dir",
                 f"{run_dir} belongs to a running job (controller pid {state.controller_pid})",
             )
+    return run_dir
+
+
+def _create_run_dir(run_dir: Path) -> Path:
     # The run dir holds env values (recipe.yaml, state.json): only its owner may read it.
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     run_dir.chmod(0o700)
@@ -230,17 +241,27 @@ def _agent_backend(
     )
 
 
-def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> SlurmBackend:
-    """Discover the allocation we run in, or get one with salloc (released at the end)."""
+def _slurm_backend(
+    args: argparse.Namespace, recipe: Any, count: int, run_dir: Path
+) -> tuple[SlurmBackend, Started | None]:
+    """Discover the allocation we run in, or get one with salloc (released at the end).
+
+    For salloc the job's guard starts first, holding the memfd salloc's stderr goes to:
+    from then on a kill -9 of srtr cannot leave the allocation behind, pending or granted
+    (returned second; the job's lifecycle adopts it)."""
     from srtr.backends import slurm
+    from srtr.runtime import guard
 
     commands = slurm.SlurmCommands()
+    early = None
     try:
         if slurm.in_allocation():
             allocation = slurm.discover(commands)
         else:
             res = recipe.resources
             print(f"srtr: asking SLURM for {count} node(s) (salloc)...", file=sys.stderr)
+            output = os.memfd_create("srtr-salloc", os.MFD_CLOEXEC)
+            early = guard.start_mirrored(run_dir, args.adopt_window, salloc_output=output)
             allocation = slurm.allocate(
                 commands,
                 nodes=count,
@@ -248,7 +269,9 @@ def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> SlurmBa
                 partition=args.partition or res.partition,
                 account=args.account or res.account,
                 time_limit=args.time or res.time_limit,
+                output=output,
             )
+            os.close(output)
             print(
                 f"srtr: got allocation {allocation.job_id}: "
                 f"{', '.join(n.name for n in allocation.nodes)}",
@@ -256,20 +279,21 @@ def _slurm_backend(args: argparse.Namespace, recipe: Any, count: int) -> SlurmBa
             )
     except slurm.SlurmError as exc:
         raise _bad("slurm", str(exc)) from None
-    return slurm.SlurmBackend(allocation, commands=commands, pyxis=slurm.pyxis_available(commands))
+    pyxis = slurm.pyxis_available(commands)
+    return slurm.SlurmBackend(allocation, commands=commands, pyxis=pyxis), early
 
 
 def _base_backend(
-    args: argparse.Namespace, kind: str, recipe: Any, count: int
-) -> tuple[Backend, SlurmBackend | None]:
+    args: argparse.Namespace, kind: str, recipe: Any, count: int, run_dir: Path
+) -> tuple[Backend, SlurmBackend | None, Started | None]:
     """The local backend on `count` simulated nodes, or the SLURM backend (also returned
-    second: it may own an allocation to release)."""
+    second: it may own an allocation to release) and the guard started for its salloc."""
     if kind == "slurm":
-        slurm_backend = _slurm_backend(args, recipe, count)
-        return slurm_backend, slurm_backend
+        slurm_backend, early = _slurm_backend(args, recipe, count, run_dir)
+        return slurm_backend, slurm_backend, early
     from srtr.backends.local import LocalBackend
 
-    return LocalBackend(count), None
+    return LocalBackend(count), None, None
 
 
 def _isolate_nodes(backend: Backend, run_dir: Path) -> None:
@@ -299,11 +323,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     count = args.nodes or allocation_size(recipe)
     kind = _backend_kind(args)
     launcher = _launcher(args, kind)
-    backend, slurm_backend = _base_backend(args, kind, recipe, count)
+    run_dir = _run_dir_path(args, recipe.name)
+    backend, slurm_backend, early_guard = _base_backend(args, kind, recipe, count, run_dir)
     allocation = [(n.name, n.ip) for n in backend.nodes()]
     try:
         _, desired = plan_text_source(text, args.recipe, allocation)
-        run_dir = _make_run_dir(args, recipe.name)
+        _create_run_dir(run_dir)
         _isolate_nodes(backend, run_dir)
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
@@ -335,6 +360,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         slurm_job_id=slurm_backend.job_id if slurm_backend is not None else None,
         adopt_window=args.adopt_window,
         launcher=launcher,
+        early_guard=early_guard,
     )
     if tui:
         return run_with_tui(run_dir, run_job(desired, run_dir, backend, options, prober))

@@ -1,17 +1,26 @@
 """The job's guard: if the controller dies without cleaning up, kill what it left behind.
 
-`srtr up` starts one guard per job (`python -m srtr.runtime.guard RUN_DIR PID WINDOW`, in its own
-session so Ctrl+C does not reach it). It blocks on the controller's pidfd (no polling while
-the controller lives). When the controller exits:
+`srtr up` starts one guard per job (`python -m srtr.runtime.guard RUN_DIR PID WINDOW
+[MIRROR_FD] [--slurm-job ID] [--salloc-output FD]`, in its own session so Ctrl+C does not
+reach it). It blocks on the controller's pidfd (no polling while the controller lives).
+When the controller exits:
 
-- the job ended normally (state.json phase Succeeded/Failed): nothing to do;
 - another controller adopted the run dir within WINDOW seconds (`srtr up --adopt`): that
   controller has its own guard, this one leaves;
+- the job ended normally (state.json phase Succeeded/Failed): no instance is killed;
+- no state.json was ever written (the controller died while allocating or planning): nobody
+  can adopt such a job, so the guard acts at once;
 - otherwise: SIGKILL every recorded instance process group whose pid still has the recorded
-  kernel start time, and release a SLURM allocation srtr made. So instances outlive a
-  crashed controller by at most WINDOW seconds, which is the adoption window. Instances
-  under node agents (identity marked `agent`) are their agents' to stop: an agent waits
-  the same window.
+  kernel start time. So instances outlive a crashed controller by at most WINDOW seconds,
+  which is the adoption window. Instances under node agents (identity marked `agent`) are
+  their agents' to stop: an agent waits the same window.
+
+In every case but adoption it also cancels the SLURM allocation srtr made: the one named by
+`--slurm-job`, the one salloc named in `--salloc-output` and the one the state records as
+owned (scancel of a released job is a no-op). `srtr up` starts the guard before salloc, with
+salloc's stderr going to a memfd the guard holds (`--salloc-output`): whenever the controller
+dies, pending or granted, the guard finds the job salloc asked for, even if the controller
+never read salloc's answer.
 
 The controller also mirrors every state.json it writes into a memfd the guard holds
 (`StateMirror`): a run dir removed right after a kill -9 (a purged scratch dir) would
@@ -20,6 +29,7 @@ otherwise leave the guard only its last periodic read, which can predate the new
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -28,10 +38,15 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from srtr.backends.procgroup import process_start_time
-from srtr.backends.slurm_cmd import scancel_job_argv
+from srtr.backends.slurm_cmd import (
+    parse_salloc_job_id,
+    parse_salloc_pending_job_id,
+    scancel_job_argv,
+)
 from srtr.reconciler.rundir import STATE_FILE, RunState, StateFileError, pid_alive, read_state
 
 ADOPT_WINDOW = 60.0
@@ -133,69 +148,138 @@ def reap_orphans(state: RunState) -> int:
                 killed += 1
             except (ProcessLookupError, PermissionError):
                 pass
-    job = state.job
-    if job.get("backend") == "slurm" and job.get("slurm_job_id") and job.get("owns_allocation"):
-        # One try, no retries: the guard is a tiny process that must not linger.
-        subprocess.run(
-            scancel_job_argv(str(job["slurm_job_id"])), check=False, capture_output=True, timeout=60
-        )
     return killed
 
 
-def guard(run_dir: Path, controller: int, window: float, mirror_fd: int | None = None) -> int:
+def salloc_job(fd: int | None) -> str | None:
+    """The job salloc named (granted or pending) in the memfd that took its stderr."""
+    if fd is None:
+        return None
+    try:
+        text = os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+    except OSError:
+        return None
+    return parse_salloc_job_id(text) or parse_salloc_pending_job_id(text)
+
+
+def owned_allocations(state: RunState | None, controller: int, *named: str | None) -> list[str]:
+    """The SLURM jobs srtr made for this job: those `named` (argv, salloc) and the state's.
+
+    An ended state written by another controller (an old job's state.json in a reused run
+    dir) says nothing about ours: its allocation was released long ago, and its job id may
+    have been given to someone else's job since (a restarted cluster counts from 1 again).
+    """
+    jobs = [job for job in named if job]
+    if state is None or (state.ended and state.controller_pid != controller):
+        return jobs
+    job = state.job
+    if job.get("backend") == "slurm" and job.get("slurm_job_id") and job.get("owns_allocation"):
+        jobs.append(str(job["slurm_job_id"]))
+    return list(dict.fromkeys(jobs))
+
+
+def release_allocations(jobs: list[str]) -> None:
+    for job_id in jobs:
+        # One try, no retries: the guard is a tiny process that must not linger.
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(scancel_job_argv(job_id), check=False, capture_output=True, timeout=60)
+
+
+def guard(
+    run_dir: Path,
+    controller: int,
+    window: float,
+    mirror_fd: int | None = None,
+    slurm_job: str | None = None,
+    salloc_fd: int | None = None,
+) -> int:
     last = _LastState(run_dir, mirror_fd)
     if mirror_fd is None:
         last.refresh()  # with a mirror, reading once after the controller exits is enough
     wait_exit(controller, None if mirror_fd is not None else last)
     last.refresh()
-    state = _wait_for_adoption(run_dir, controller, window, last)
-    if state is None:
+    adopted, state = _wait_for_adoption(run_dir, controller, window, last)
+    if adopted:
         return 0
-    killed = reap_orphans(state)
-    log_path = run_dir / "logs" / "srtr.log"
-    with contextlib.suppress(OSError), open(log_path, "a", encoding="utf-8") as log:
-        log.write(
+    killed = reap_orphans(state) if state is not None and not state.ended else 0
+    jobs = owned_allocations(state, controller, slurm_job, salloc_job(salloc_fd))
+    release_allocations(jobs)
+    released = f"; cancelled SLURM job {', '.join(jobs)}" if jobs else ""
+    if state is None and jobs:
+        _note(run_dir, f"guard: controller {controller} ended before any state.json{released}")
+    elif state is not None and not state.ended:
+        _note(
+            run_dir,
             f"guard: controller {controller} died and nobody adopted the job within "
-            f"{window:g}s; killed {killed} instance group(s)\n"
+            f"{window:g}s; killed {killed} instance group(s){released}",
         )
     return 0
 
 
+def _note(run_dir: Path, line: str) -> None:
+    with (
+        contextlib.suppress(OSError),
+        open(run_dir / "logs" / "srtr.log", "a", encoding="utf-8") as log,
+    ):
+        log.write(line + "\n")
+
+
 def _wait_for_adoption(
     run_dir: Path, controller: int, window: float, last: _LastState
-) -> RunState | None:
-    """The state to reap when nobody adopts the job in time; None when there is nothing to do.
+) -> tuple[bool, RunState | None]:
+    """(adopted, the state to act on): adopted when a successor took the job over in time.
 
-    A run dir that vanished cannot be adopted (`srtr up --adopt` needs it): the last state
-    the guard read is reaped at once, so nothing of the job outlives it.
+    A run dir that vanished cannot be adopted (`srtr up --adopt` needs it), nor can one whose
+    controller died before it wrote a state.json: the last state the guard read (or None) is
+    acted on at once, so nothing of the job outlives it. Nor can an ended job.
     """
     deadline = time.monotonic() + window
     while True:
         if not run_dir.exists():
-            return last.state
+            return False, last.state
         # Adoption shows in state.json, which a successor writes (the mirror is ours alone).
         on_disk = _state(run_dir) if last.mirror_fd is not None else last.refresh()
         state = last.state if on_disk is None else on_disk
-        if state is None or state.ended or (last.state is not None and last.state.ended):
-            return None
+        if state is None:
+            return False, None
+        if state.ended or (last.state is not None and last.state.ended):
+            return False, state if state.ended else last.state
         successor = state.controller_pid
         if successor and successor != controller and pid_alive(successor):
-            return None  # adopted: the new controller runs its own guard
+            return True, None  # adopted: the new controller runs its own guard
         if time.monotonic() >= deadline:
-            return last.state
+            return False, last.state
         time.sleep(0.5)  # only inside the adoption window, after the controller is gone
 
 
+@dataclass(frozen=True)
+class Started:
+    """A running guard and the memory file it reads the controller's state from."""
+
+    process: subprocess.Popen[bytes]
+    mirror: StateMirror
+
+
 def start(
-    run_dir: Path, window: float = ADOPT_WINDOW, mirror: StateMirror | None = None
+    run_dir: Path,
+    window: float = ADOPT_WINDOW,
+    mirror: StateMirror | None = None,
+    slurm_job: str | None = None,
+    salloc_output: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start the guard of the calling controller."""
+    """Start the guard of the calling controller; `slurm_job`: the allocation srtr made;
+    `salloc_output`: the memfd salloc writes its stderr to, for one srtr is making."""
     argv = [sys.executable, "-m", "srtr.runtime.guard", str(run_dir), str(os.getpid()), str(window)]
+    fds = [fd for fd in (mirror.fd if mirror else None, salloc_output) if fd is not None]
     if mirror is not None:
         argv.append(str(mirror.fd))
+    if slurm_job is not None:
+        argv += ["--slurm-job", slurm_job]
+    if salloc_output is not None:
+        argv += ["--salloc-output", str(salloc_output)]
     return subprocess.Popen(
         argv,
-        pass_fds=(mirror.fd,) if mirror is not None else (),
+        pass_fds=fds,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -203,6 +287,32 @@ def start(
     )
 
 
+def start_mirrored(
+    run_dir: Path, window: float, slurm_job: str | None = None, salloc_output: int | None = None
+) -> Started:
+    """A guard with its state mirror, for a controller that starts it before its job runs."""
+    mirror = StateMirror()
+    return Started(start(run_dir, window, mirror, slurm_job, salloc_output), mirror)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m srtr.runtime.guard")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("controller", type=int)
+    parser.add_argument("window", type=float)
+    parser.add_argument("mirror_fd", type=int, nargs="?")
+    parser.add_argument("--slurm-job")
+    parser.add_argument("--salloc-output", type=int)
+    args = parser.parse_args(argv)
+    return guard(
+        args.run_dir,
+        args.controller,
+        args.window,
+        args.mirror_fd,
+        args.slurm_job,
+        args.salloc_output,
+    )
+
+
 if __name__ == "__main__":
-    mirror_arg = int(sys.argv[4]) if len(sys.argv) > 4 else None
-    sys.exit(guard(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), mirror_arg))
+    sys.exit(main(sys.argv[1:]))

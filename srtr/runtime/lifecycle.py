@@ -58,6 +58,8 @@ class JobOptions:
     adopt_from: the state.json of a crashed controller's job, to take it over.
     metrics_listen: (host, port) to serve srtr's own metrics on.
     launcher: how the backend starts instances (process, step, agent), for state.json.
+    early_guard: the job's guard when `srtr up` started it before the job (at salloc time);
+        None: the lifecycle starts it.
     """
 
     progress: bool = True
@@ -71,6 +73,7 @@ class JobOptions:
     adopt_window: float = guard.ADOPT_WINDOW
     metrics_listen: tuple[str, int] | None = None
     launcher: str = ""
+    early_guard: guard.Started | None = None
 
 
 class SideTask(Protocol):
@@ -141,7 +144,7 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
     tasks += [Announcement(ctx), Exporters(ctx), StopSignals(ctx)]
     if options.adopt_from is not None:
         tasks.append(Adoption(ctx, options.adopt_from))
-    tasks += [Guard(ctx, options.adopt_window, state), Walltime(ctx), FirstWrite(state)]
+    tasks += [Guard(ctx, options, state), Walltime(ctx), FirstWrite(state)]
     if options.recipe is not None:
         tasks.append(RecipeWatch(ctx, options))
     return tasks

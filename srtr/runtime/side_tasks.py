@@ -314,20 +314,25 @@ class Adoption:
 
 
 class Guard:
-    """The job's guard process: kills orphans if no controller adopts them in time."""
+    """The job's guard process: kills orphans if no controller adopts them in time, and
+    releases the allocation srtr made. `srtr up` may have started it already (before salloc
+    was granted: `options.early_guard`); then this only hands it the state mirror."""
 
     name = "guard"
 
-    def __init__(self, ctx: Ctx, window: float, state: StateFile) -> None:
+    def __init__(self, ctx: Ctx, options: JobOptions, state: StateFile) -> None:
         self.ctx = ctx
-        self.window = window
+        self.options = options
         self.state = state
         self.process: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
-        mirror = guard.StateMirror()
-        self.state.mirror_to(mirror)
-        self.process = guard.start(self.ctx.run_dir, self.window, mirror)
+        started = self.options.early_guard
+        if started is None:
+            owned = self.options.slurm_job_id if self.ctx.backend.owns_allocation else None
+            started = guard.start_mirrored(self.ctx.run_dir, self.options.adopt_window, owned)
+        self.state.mirror_to(started.mirror)
+        self.process = started.process
 
     async def stop(self) -> None:
         if self.process is not None:
