@@ -20,21 +20,21 @@ from e2e_util import cmdlines_with, processes_with
 from e2e_util import wait_for_async as wait_for
 
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.backend import AgentBackend, AgentProber
+from srtr.backends.agent.backend import MAX_RESPAWNS, AgentBackend, AgentProber
 from srtr.backends.agent.starters import LocalAgents
 from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo, Observation, ObservationKind
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, node_count: int) -> None:
+    def __init__(self, tmp_path: Path, node_count: int, *, respawn: bool = False) -> None:
         self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
         (self.run_dir / "logs").mkdir(parents=True)
         self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}\0"
         self.token = uuid.uuid4().hex
         self.nodes = [NodeInfo(f"node{k}", f"127.0.0.{k + 1}") for k in range(1, node_count + 1)]
         self.backend = AgentBackend(
-            self.nodes, LocalAgents(self.nodes, self.run_dir), token=self.token
+            self.nodes, LocalAgents(self.nodes, self.run_dir, respawn=respawn), token=self.token
         )
         self.observations: list[Observation] = []
         self.backend.set_listener(self.observations.append)
@@ -74,9 +74,15 @@ class Harness:
         await wait_for(lambda: not processes_with(self.marker), 10, "every process to be gone")
 
 
-def run(tmp_path: Path, body: Callable[[Harness], Awaitable[None]], node_count: int = 2) -> None:
+def run(
+    tmp_path: Path,
+    body: Callable[[Harness], Awaitable[None]],
+    node_count: int = 2,
+    *,
+    respawn: bool = False,
+) -> None:
     async def main() -> None:
-        harness = Harness(tmp_path, node_count)
+        harness = Harness(tmp_path, node_count, respawn=respawn)
         try:
             await body(harness)
         finally:
@@ -223,6 +229,42 @@ def test_a_killed_agent_loses_its_node_and_takes_its_instances(tmp_path: Path) -
             raise AssertionError("a lost node must refuse launches")
 
     run(tmp_path, body)
+
+
+def test_a_dead_agent_is_replaced_until_its_nodes_budget_is_spent(tmp_path: Path) -> None:
+    """Where the starter can (SLURM: a one-node step; here, LocalAgents(respawn=True)), a
+    killed agent's node lives on: its instances are reported killed with it, a new agent
+    comes, launches go through it; the death after MAX_RESPAWNS loses the node."""
+
+    async def body(h: Harness) -> None:
+        await h.launch("victim", ["sleep", "1000"], node=2)
+        await h.launch("bystander", ["sleep", "1000"], node=1)
+        for attempt in range(1, MAX_RESPAWNS + 1):
+            agent = h.backend.agent_pid("node2")
+            assert agent is not None
+            os.kill(agent, signal.SIGKILL)
+            await wait_for(
+                lambda n=attempt: len(h.seen("victim", ObservationKind.EXITED)) == n,
+                10,
+                "the victim reported killed with its agent",
+            )
+            exited = h.seen("victim", ObservationKind.EXITED)[-1]
+            assert exited.signal == 9 and "with its agent" in exited.message, exited
+            await h.launch("victim", ["sleep", "1000"], node=2, attempt=attempt)
+            assert h.backend.agent_pid("node2") not in (None, agent)
+        os.kill(h.backend.agent_pid("node2") or 0, signal.SIGKILL)
+        lost = await h.wait_seen("victim", ObservationKind.LOST)
+        assert "node2" in lost.message
+        assert h.backend.running() == {"bystander"}
+        assert not h.seen("bystander", ObservationKind.EXITED)
+        try:
+            await h.launch("victim", ["sleep", "1000"], node=2, attempt=MAX_RESPAWNS + 1)
+        except LaunchError as exc:
+            assert "lost" in str(exc)
+        else:
+            raise AssertionError("a lost node must refuse launches")
+
+    run(tmp_path, body, respawn=True)
 
 
 def test_a_silent_agent_loses_its_node_within_three_seconds(tmp_path: Path) -> None:

@@ -16,6 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 finish = functools.partial(Run.finish, gone_within=10.0)
 
+# The tests that matter run under both local launchers: a process group per instance, and a
+# node agent per simulated node (issue 15; the agent's own tests: test_agent_e2e_local.py).
+LAUNCHERS = pytest.mark.parametrize("launcher", ["process", "agent"])
+
 
 def test_seed_pools_recipe_runs_and_writes_the_seed_logs(tmp_path: Path) -> None:
     recipe = (ROOT / "examples" / "pools.yaml").read_text()
@@ -56,8 +60,9 @@ services:
 """
 
 
-def test_terminal_pool_ends_the_job_with_the_worst_code(tmp_path: Path) -> None:
-    run = Run(tmp_path, TERMINAL)
+@LAUNCHERS
+def test_terminal_pool_ends_the_job_with_the_worst_code(tmp_path: Path, launcher: str) -> None:
+    run = Run(tmp_path, TERMINAL, "--launcher", launcher)
     assert finish(run) == 3
     state = run.state()
     assert state is not None
@@ -80,8 +85,9 @@ services:
 """
 
 
-def test_killed_rider_is_restarted_and_shows_it(tmp_path: Path) -> None:
-    run = Run(tmp_path, RIDER)
+@LAUNCHERS
+def test_killed_rider_is_restarted_and_shows_it(tmp_path: Path, launcher: str) -> None:
+    run = Run(tmp_path, RIDER, "--launcher", launcher)
     try:
         state = run.wait_state(lambda s: s["job"]["phase"] == "Running", what="job running")
         victim = instance(state, "service_rider_node2")
@@ -97,6 +103,12 @@ def test_killed_rider_is_restarted_and_shows_it(tmp_path: Path) -> None:
         reasons = [(e["reason"], e["object"]) for e in events(run.run_dir)]
         assert ("BackOff", "instance/service_rider_node2") in reasons
         assert ("Restarting", "instance/service_rider_node2") in reasons
+        exits = [
+            e["message"]
+            for e in events(run.run_dir)
+            if (e["reason"], e["object"]) == ("Exited", "instance/service_rider_node2")
+        ]
+        assert exits and "signal 9" in exits[0], exits
         log = (run.run_dir / "logs" / "service_rider_node2.out").read_text()
         assert "attempt 1 starting on node2" in log
         run.signal(signal.SIGINT)
@@ -117,12 +129,16 @@ services:
 """
 
 
-def test_critical_exit_fails_the_job_and_tears_everything_down(tmp_path: Path) -> None:
-    run = Run(tmp_path, CRITICAL)
+@LAUNCHERS
+def test_critical_exit_fails_the_job_and_tears_everything_down(
+    tmp_path: Path, launcher: str
+) -> None:
+    run = Run(tmp_path, CRITICAL, "--launcher", launcher)
     assert finish(run) == 1
     state = run.state()
     assert state is not None
-    assert state["job"]["phase"] == "Failed"
+    assert state["job"]["phase"] == "Failed" and state["job"]["launcher"] == launcher
+    assert instance(state, "service_db")["exit_code"] == 3
     assert instance(state, "service_app")["phase"] == "Stopped"
     assert "critical instance service_db" in state["job"]["reason"]
 

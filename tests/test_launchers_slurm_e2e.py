@@ -3,17 +3,17 @@ secret in any command line, and (issue 15) the node agents."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import signal
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import slurm_util
-from e2e_util import Run, cmdlines_with, events, instance, processes_with, tier_order, wait_for
+from e2e_util import Run, cmdlines_with, events, instance, processes_with, wait_for
 
 from srtr.backends.agent.protocol import TOKEN_ENV
 
@@ -58,28 +58,35 @@ def check_secret_delivered(run: Run, name: str, secret: str) -> None:
     assert digest in (run.run_dir / "logs" / f"{name}.out").read_text()
 
 
-def test_a_secret_reaches_its_step_and_no_command_line(tmp_path: Path) -> None:
-    """The step's env rides in the srun client's environment, never in argv."""
+@pytest.mark.parametrize("launcher", ["step", "agent"])
+def test_a_secret_reaches_its_instance_and_no_command_line(tmp_path: Path, launcher: str) -> None:
+    """A step's env rides in its srun client's environment; an agent's instance's over the
+    agents' channel, and the agents' token in their srun client's environment: never argv."""
     secret = secret_value()
     run = Run(
         tmp_path,
         SECRET_RECIPE.format(secret=secret),
         "--backend",
         "slurm",
+        "--launcher",
+        launcher,
         env=slurm_util.outside_env(),
     )
     try:
         run.wait_state(
             lambda s: (
                 instance(s, "service_holder")["phase"] == "Ready"
-                and instance(s, "service_holder")["step"] is not None
+                and (launcher == "agent" or instance(s, "service_holder")["step"] is not None)
             ),
             60,
-            "the holder step registered and ready",
+            "the holder ready",
         )
         check_secret_delivered(run, "service_holder", secret)
         assert cmdlines_with(secret) == []
         assert cmdlines_with(secret[:20]) == []
+        if launcher == "agent":
+            assert len(agent_pids(run)) == 1
+            assert cmdlines_with(TOKEN_ENV) == []
         run.signal(signal.SIGINT)
         assert finish(run) == 130
     finally:
@@ -144,7 +151,7 @@ def agents_up(state: dict) -> bool:
     )
 
 
-def test_agents_on_every_node_run_restart_and_tear_down_by_tier(tmp_path: Path) -> None:
+def test_agents_on_every_node_and_steps_where_slurm_must_see_an_instance(tmp_path: Path) -> None:
     run = Run(tmp_path, HOLD, *AGENT, env=slurm_util.outside_env())
     try:
         state = run.wait_state(agents_up, 60, "every instance running")
@@ -162,45 +169,11 @@ def test_agents_on_every_node_run_restart_and_tear_down_by_tier(tmp_path: Path) 
             log = (run.run_dir / "logs" / f"service_owner_node{k}.out").read_text()
             # A step of one task on its node, as its own step would show it; not the agents'.
             assert f"on=node{k} want=node{k} tasks=1 rank=0" in log
-        victim = instance(state, "service_rider_node3")
-        os.kill(victim["pid"], signal.SIGKILL)
-        state = run.wait_state(
-            lambda s: (
-                instance(s, "service_rider_node3")["restarts"] == 1
-                and instance(s, "service_rider_node3")["phase"] == "Running"
-            ),
-            30,
-            "the rider restarted by its agent",
-        )
-        assert instance(state, "service_rider_node3")["pid"] != victim["pid"]
         run.signal(signal.SIGINT)
         assert finish(run) == 130
     finally:
         run.close()
-    seen = events(run.run_dir)
-    tier0_exits, tier1 = tier_order(seen)
-    assert len(tier0_exits) == 10 and max(tier0_exits) < tier1  # 4 + 4 + tuned + the rider
     no_job_left("srtr-ahold")
-
-
-def test_a_secret_reaches_an_agents_instance_and_no_command_line(tmp_path: Path) -> None:
-    secret = secret_value()
-    run = Run(tmp_path, SECRET_RECIPE.format(secret=secret), *AGENT, env=slurm_util.outside_env())
-    try:
-        run.wait_state(
-            lambda s: instance(s, "service_holder")["phase"] == "Ready", 60, "holder ready"
-        )
-        check_secret_delivered(run, "service_holder", secret)
-        assert cmdlines_with(secret) == []
-        assert cmdlines_with(secret[:20]) == []
-        # The agents' token rides in their srun client's environment, not in its argv.
-        assert len(agent_pids(run)) == 1
-        assert cmdlines_with(TOKEN_ENV) == []
-        run.signal(signal.SIGINT)
-        assert finish(run) == 130
-    finally:
-        run.close()
-    no_job_left("srtr-ssecret")
 
 
 LOSS = """
@@ -216,86 +189,102 @@ services:
 """
 
 
-def check_lost_owner(run: Run) -> None:
-    state = run.state()
-    assert state is not None
-    assert instance(state, "service_owner_node2")["phase"] == "Lost"
-    assert instance(state, "service_rider_node2")["phase"] in ("Lost", "Stopped")
-    assert instance(state, "service_owner_node2")["restarts"] == 0
-    assert "critical instance service_owner_node2" in state["job"]["reason"]
-
-
-def test_a_killed_agent_loses_its_node_within_three_seconds(tmp_path: Path) -> None:
+def test_a_hung_agent_loses_its_node_through_its_silence(tmp_path: Path) -> None:
+    """A stopped agent is a hung node: connected, silent. (A killed one is a dead agent on a
+    live node, whose kernel closes its connection: it gets a new agent, below.) How soon
+    (2 s of silence) is a benchmark's figure, not this test's."""
     run = Run(tmp_path, LOSS, *AGENT, env=slurm_util.outside_env())
+    agent = None
     try:
-        run.wait_state(running, 60, "every instance running")
-        victim = agent_pids(run)["node2"]
-        killed_at = time.time()
-        os.kill(victim, signal.SIGKILL)
+        state = run.wait_state(running, 60, "every instance running")
+        node = state["carve"]["pools"]["owner"][1]  # SLURM picks the nodes
+        agent = agent_pids(run)[node]
+        os.kill(agent, signal.SIGSTOP)
+        lost_event = ("NodeLost", f"instance/service_owner_{node}")
+        wait_for(
+            lambda: lost_event in [(e["reason"], e["object"]) for e in events(run.run_dir)],
+            30,
+            "the hung node to be lost",
+        )
+        # Killed now, it lets the agents' step end (a hung node's would not: the controller
+        # waits 10 s for it, then kills the step's srun client).
+        os.kill(agent, signal.SIGKILL)
         assert run.wait(60) == 1, run.out + run.err
     finally:
+        if agent is not None:  # the job's end may have killed it already
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(agent, signal.SIGKILL)  # its instances die with it
         run.close()
-    check_lost_owner(run)
-    lost = next(
-        e
-        for e in events(run.run_dir)
-        if (e["reason"], e["object"]) == ("NodeLost", "instance/service_owner_node2")
-    )
-    assert lost["ts"] - killed_at < 3.0, lost
+    state = run.state()
+    assert state is not None
+    assert instance(state, f"service_owner_{node}")["phase"] == "Lost"
+    assert instance(state, f"service_rider_{node}")["phase"] in ("Lost", "Stopped")
+    assert instance(state, f"service_owner_{node}")["restarts"] == 0
+    assert f"critical instance service_owner_{node}" in state["job"]["reason"]
+    lost = next(e for e in events(run.run_dir) if (e["reason"], e["object"]) == lost_event)
+    assert "silent" in lost["message"], lost
     wait_for(lambda: not run.leftovers(), 30, "every process of the run to be gone")
     no_job_left("srtr-aloss")
 
 
-@pytest.mark.timeout(400)
-def test_a_dead_slurmd_loses_its_node_through_slurms_node_state(tmp_path: Path) -> None:
-    """The agent lives on, heartbeating; SLURM marks the node DOWN and srtr believes it."""
-    run = Run(tmp_path, LOSS, *AGENT, env=slurm_util.outside_env())
+JOIN = """
+name: ajoin
+services:
+  - name: owner
+    command: ["sleep", "1000"]
+    nodes: 2
+    restart: {backoff_seconds: 0.2}
+  - name: rider
+    command: ["sleep", "1000"]
+    placement: {pool: owner}
+    restart: {backoff_seconds: 0.2}
+"""
+
+
+def test_a_killed_agent_gets_a_new_one_through_a_one_node_step(tmp_path: Path) -> None:
+    """The node lives: a new agent starts there as `srun -N1 -w node2`, and the instances
+    that died with the old one are relaunched through it."""
+    run = Run(tmp_path, JOIN, *AGENT, env=slurm_util.outside_env())
     try:
-        run.wait_state(running, 60, "every instance running")
-        os.kill(slurm_util.slurmd_pid("node2"), signal.SIGKILL)
-        assert run.wait(180) == 1, run.out + run.err
-        check_lost_owner(run)
-        lost = [e["message"] for e in events(run.run_dir) if e["reason"] == "NodeLost"]
-        assert any("NOT_RESPONDING" in m or "DOWN" in m for m in lost), lost
-    finally:
-        run.close()
-        slurm_util.heal()
-    wait_for(lambda: not run.leftovers(), 180, "the lost node's processes to be cleaned up")
-    no_job_left("srtr-aloss")
-
-
-def test_adopt_through_the_agents_after_a_controller_crash(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    run = Run(tmp_path, HOLD, *AGENT, env=slurm_util.outside_env())
-    second: subprocess.Popen[bytes] | None = None
-    try:
-        state = run.wait_state(agents_up, 60, "every instance running")
-        pids = {i["name"]: i["pid"] for i in state["instances"]}
-        agents = agent_pids(run)
-        run.proc.kill()  # kill -9 the controller: the agents keep their instances
-        run.wait(30)
-        second = subprocess.Popen(
-            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=slurm_util.outside_env(),
-        )
+        state = run.wait_state(running, 60, "every instance running")
+        job_id = state["job"]["slurm_job_id"]
+        head, victim = state["carve"]["pools"]["owner"]  # SLURM picks the nodes
+        before = agent_pids(run)
+        there = {n: instance(state, f"service_{n}_{victim}")["pid"] for n in ("owner", "rider")}
+        os.kill(before[victim], signal.SIGKILL)
+        # A relaunched instance has a new pid; until then its record keeps the dead one's.
         state = run.wait_state(
-            lambda s: s["job"]["controller_pid"] == second.pid and agents_up(s),
+            lambda s: (
+                running(s)
+                and all(
+                    instance(s, f"service_{n}_{victim}")["restarts"] == 1
+                    and instance(s, f"service_{n}_{victim}")["pid"] != p
+                    for n, p in there.items()
+                )
+            ),
             60,
-            "the new controller to adopt every instance",
+            f"{victim}'s instances relaunched by its new agent",
         )
-        assert {i["name"]: i["pid"] for i in state["instances"]} == pids
-        assert all(i["restarts"] == 0 for i in state["instances"])
-        assert agent_pids(run) == agents
-        second.send_signal(signal.SIGINT)
-        assert second.wait(120) == 130
+        after = agent_pids(run)
+        assert sorted(after) == sorted([head, victim]) and after[head] == before[head]
+        assert after[victim] != before[victim]
+        assert instance(state, f"service_owner_{head}")["restarts"] == 0
+        steps = slurm_util.squeue("--steps", "-j", job_id, "-o", "%j %N").split("\n")
+        assert f"srtr-agent-{victim} {victim}" in steps, steps
+        assert any(line.startswith("srtr-agents ") for line in steps), steps
+        exits = [
+            e["message"]
+            for e in events(run.run_dir)
+            if (e["reason"], e["object"]) == ("Exited", f"instance/service_owner_{victim}")
+        ]
+        assert exits and "signal 9" in exits[0], exits
+        srtr_log = (run.run_dir / "logs" / "srtr.log").read_text()
+        assert f"agents: its agent (pid {before[victim]}) died" in srtr_log
+        reasons = [e["reason"] for e in events(run.run_dir)]
+        assert "NodeLost" not in reasons and state["job"]["phase"] == "Running"
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
     finally:
         run.close()
-        if second is not None and second.poll() is None:
-            second.kill()
-            second.wait()
     wait_for(lambda: not run.leftovers(), 30, "every process of the run to be gone")
-    no_job_left("srtr-ahold")
+    no_job_left("srtr-ajoin")

@@ -1,8 +1,8 @@
-"""The SLURM backend on a real slurmctld and real slurmd daemons (scripts/slurm-cluster)."""
+"""The SLURM backend on a real slurmctld and real slurmd daemons (scripts/slurm-cluster);
+the tests that matter run under both launchers (`slurm_launchers.LAUNCHERS`)."""
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import subprocess
@@ -13,6 +13,16 @@ import pytest
 import slurm_util
 from e2e_util import Run, events, instance, processes_with, read_state, tier_order, wait_for
 from pty_util import PtyProgram
+from slurm_launchers import (
+    HOLD,
+    LAUNCHERS,
+    finish,
+    job_steps,
+    no_job_left,
+    running,
+    second_node,
+    up,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,13 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module", autouse=True)
 def cluster(slurm_cluster: dict[str, str]) -> None:
     """Every test here runs on the cluster (see conftest.slurm_cluster)."""
-
-
-finish = functools.partial(Run.finish, timeout=120.0)
-
-
-def no_job_left(name: str) -> None:
-    wait_for(lambda: slurm_util.squeue("-n", name) == "", 30, f"SLURM job {name} to be gone")
 
 
 REPORTS = '["bash", "-c", "echo on=$SLURMD_NODENAME want={node} ip={node_ip}; exec sleep 1000"]'
@@ -57,7 +60,7 @@ benchmark:
 """
 
 
-def check_pools_run(run: Run) -> None:
+def check_pools_run(run: Run, launcher: str = "step") -> None:
     logs = run.run_dir / "logs"
     ips = {f"node{k}": f"127.0.0.{k + 1}" for k in range(1, 5)}
     for name, node in (
@@ -71,17 +74,27 @@ def check_pools_run(run: Run) -> None:
         assert f"on={node} want={node} ip={ips[node]}" in text, (name, text)
     bench = (logs / "benchmark.out").read_text()
     assert "train pool: node2,node3" in bench
-    for line in (
-        "service_train_node2 node2",
-        "service_train_node3 node3",
-        "service_napper node4",
-        "service_watcher_node3 node3",
-    ):
+    steps = (
+        ["srtr-agents node[1-4]"]
+        if launcher == "agent"
+        else [
+            "service_train_node2 node2",
+            "service_train_node3 node3",
+            "service_napper node4",
+            "service_watcher_node3 node3",
+        ]
+    )
+    for line in steps:
         assert line in bench, bench
     state = run.state()
     assert state is not None and state["job"]["backend"] == "slurm"
-    assert state["job"]["slurm_job_id"]
-    assert all(i["step"] is not None for i in state["instances"] if i["kind"] != "benchmark")
+    assert state["job"]["slurm_job_id"] and state["job"]["launcher"] == launcher
+    services = [i for i in state["instances"] if i["kind"] != "benchmark"]
+    if launcher == "agent":  # no step of their own: the agents' step runs them
+        assert "service_" not in bench, bench
+        assert all(i["step"] is None for i in services)
+    else:
+        assert all(i["step"] is not None for i in services)
 
 
 def test_pools_recipe_inside_an_allocation(tmp_path: Path) -> None:
@@ -93,41 +106,25 @@ def test_pools_recipe_inside_an_allocation(tmp_path: Path) -> None:
     no_job_left("srtr-inside")
 
 
-def test_pools_recipe_from_outside_allocates_and_releases(tmp_path: Path) -> None:
-    run = Run(tmp_path, POOLS, "--backend", "slurm", env=slurm_util.outside_env())
+@LAUNCHERS
+def test_pools_recipe_from_outside_allocates_and_releases(tmp_path: Path, launcher: str) -> None:
+    """Placement, readiness probes, a benchmark, the allocation made and given back."""
+    run = Run(tmp_path, POOLS, *up(launcher), env=slurm_util.outside_env())
     assert finish(run) == 0, run.out + run.err
-    check_pools_run(run)
+    check_pools_run(run, launcher)
     no_job_left("srtr-spools")
 
 
-HOLD = """
-name: shold
-services:
-  - name: owner
-    command: ["sleep", "1000"]
-    nodes: 2
-  - name: rider
-    command: ["sleep", "1000"]
-    placement: {pool: owner}
-    restart: {backoff_seconds: 0.2}
-  - name: base
-    command: ["sleep", "1000"]
-    start: before_workers
-"""
-
-
-def running(state: dict) -> bool:
-    return state["job"]["phase"] == "Running" and all(
-        i["step"] is not None for i in state["instances"]
-    )
-
-
-def test_ctrl_c_tears_down_by_tier_and_leaves_no_step(tmp_path: Path) -> None:
-    run = Run(tmp_path, HOLD, "--backend", "slurm", env=slurm_util.outside_env())
+@LAUNCHERS
+def test_ctrl_c_tears_down_by_tier_and_leaves_no_step(tmp_path: Path, launcher: str) -> None:
+    run = Run(tmp_path, HOLD, *up(launcher), env=slurm_util.outside_env())
     try:
-        state = run.wait_state(running, 60, "every step registered")
-        job_id = state["job"]["slurm_job_id"]
-        assert len(slurm_util.squeue("--steps", "-j", job_id).splitlines()) >= 5
+        state = run.wait_state(running, 60, "every instance running")
+        names = sorted(line.split()[0] for line in job_steps(state))
+        if launcher == "agent":
+            assert names == ["srtr-agents"], names
+        else:
+            assert sum(n.startswith("service_") for n in names) == 5, names
         run.signal(signal.SIGINT)
         assert finish(run) == 130
     finally:
@@ -160,23 +157,32 @@ def test_closing_the_terminal_of_the_tui_releases_everything(tmp_path: Path) -> 
     assert state is not None and state["job"]["exit_code"] == 129
 
 
-def test_killed_rider_step_is_restarted(tmp_path: Path) -> None:
-    run = Run(tmp_path, HOLD, "--backend", "slurm", env=slurm_util.outside_env())
+@LAUNCHERS
+def test_killed_rider_is_restarted(tmp_path: Path, launcher: str) -> None:
+    run = Run(tmp_path, HOLD, *up(launcher), env=slurm_util.outside_env())
     try:
-        state = run.wait_state(running, 60, "every step registered")
-        job_id = state["job"]["slurm_job_id"]
-        step = instance(state, "service_rider_node2")["step"]
-        subprocess.run(["scancel", "--signal=KILL", "--full", f"{job_id}.{step}"], check=True)
+        state = run.wait_state(running, 60, "every instance running")
+        name = f"service_rider_{second_node(state)}"
+        rider = instance(state, name)
+        if launcher == "agent":
+            os.kill(rider["pid"], signal.SIGKILL)  # its agent's child, on its node
+        else:
+            job_id = state["job"]["slurm_job_id"]
+            argv = ["scancel", "--signal=KILL", "--full", f"{job_id}.{rider['step']}"]
+            subprocess.run(argv, check=True)
         state = run.wait_state(
             lambda s: (
-                instance(s, "service_rider_node2")["restarts"] == 1
-                and instance(s, "service_rider_node2")["step"] not in (None, step)
+                instance(s, name)["restarts"] == 1
+                and instance(s, name)["pid"] not in (None, rider["pid"])
+                and running(s)
             ),
             60,
-            "rider restarted as a new step",
+            "the rider relaunched",
         )
+        if launcher == "step":
+            assert instance(state, name)["step"] != rider["step"]
         reasons = [(e["reason"], e["object"]) for e in events(run.run_dir)]
-        assert ("BackOff", "instance/service_rider_node2") in reasons
+        assert ("BackOff", f"instance/{name}") in reasons
         run.signal(signal.SIGINT)
         assert finish(run) == 130
     finally:
@@ -204,44 +210,6 @@ def test_critical_failure_releases_the_allocation(tmp_path: Path) -> None:
     no_job_left("srtr-scrit")
 
 
-LOSS = """
-name: sloss
-services:
-  - name: owner
-    command: ["sleep", "1000"]
-    nodes: 2
-    critical: true
-  - name: rider
-    command: ["sleep", "1000"]
-    placement: {pool: owner}
-"""
-
-
-@pytest.mark.timeout(400)
-def test_a_dead_slurmd_loses_its_instances_and_fails_a_critical_owner(tmp_path: Path) -> None:
-    run = Run(tmp_path, LOSS, "--backend", "slurm", env=slurm_util.outside_env())
-    try:
-        run.wait_state(running, 60, "every step registered")
-        os.kill(slurm_util.slurmd_pid("node2"), signal.SIGKILL)
-        code = run.wait(180)
-        assert code == 1, run.out + run.err
-        state = run.state()
-        assert state is not None
-        assert instance(state, "service_owner_node2")["phase"] == "Lost"
-        assert instance(state, "service_rider_node2")["phase"] in ("Lost", "Stopped")
-        assert instance(state, "service_rider_node2")["restarts"] == 0
-        assert "critical instance service_owner_node2" in state["job"]["reason"]
-        reasons = [(e["reason"], e["object"]) for e in events(run.run_dir)]
-        assert ("NodeLost", "instance/service_owner_node2") in reasons
-    finally:
-        run.close()
-        # The tasks on the "dead" node live on (it is this machine) until its slurmd is
-        # back and learns that their job has ended.
-        slurm_util.heal()
-    wait_for(lambda: not run.leftovers(), 180, "the lost node's tasks to be cleaned up")
-    no_job_left("srtr-sloss")
-
-
 def test_submit_runs_the_job_in_a_batch_allocation(tmp_path: Path) -> None:
     import json
     import sys
@@ -251,7 +219,10 @@ def test_submit_runs_the_job_in_a_batch_allocation(tmp_path: Path) -> None:
     run_dir = tmp_path / "submitted"
     done = subprocess.run(
         [sys.executable, "-m", "srtr", "submit", str(recipe), "--run-dir", str(run_dir)],
-        capture_output=True, text=True, check=True, env=slurm_util.outside_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        env=slurm_util.outside_env(),
     )
     assert "submitted job" in done.stdout and str(run_dir) in done.stdout
 
@@ -280,8 +251,7 @@ services:
 
 @pytest.mark.timeout(300)
 def test_walltime_teardown_starts_before_the_time_limit(tmp_path: Path) -> None:
-    run = Run(tmp_path, WALLTIME, "--backend", "slurm", "--time", "1",
-              env=slurm_util.outside_env())
+    run = Run(tmp_path, WALLTIME, "--backend", "slurm", "--time", "1", env=slurm_util.outside_env())
     try:
         state = run.wait_state(running, 60, "every step registered")
         assert state["job"]["end_time"] is not None
@@ -310,30 +280,44 @@ SIDE = """
 """
 
 
-def test_live_edit_adds_and_removes_a_rider_as_steps(tmp_path: Path) -> None:
+@LAUNCHERS
+def test_live_edit_adds_and_removes_a_rider(tmp_path: Path, launcher: str) -> None:
     import textwrap
 
-    run = Run(tmp_path, EDIT, "--backend", "slurm", env=slurm_util.outside_env())
+    run = Run(tmp_path, EDIT, *up(launcher), env=slurm_util.outside_env())
     try:
-        state = run.wait_state(running, 60, "every step registered")
+        state = run.wait_state(running, 60, "every instance running")
         before = {i["name"]: i["pid"] for i in state["instances"]}
         run.recipe.write_text(textwrap.dedent(EDIT + SIDE))
         state = run.wait_state(
-            lambda s: s["job"]["observed_generation"] == 2 and running(s), 60, "rider added")
+            lambda s: s["job"]["observed_generation"] == 2 and running(s), 60, "rider added"
+        )
         sides = [i for i in state["instances"] if i["service"] == "side"]
         assert sorted(i["node"] for i in sides) == ["node1", "node2", "node3", "node4"]
-        assert {n: p for n, p in ((i["name"], i["pid"]) for i in state["instances"])
-                if n in before} == before
-        job_id = state["job"]["slurm_job_id"]
-        names = slurm_util.squeue("--steps", "-j", job_id, "-o", "%j")
-        assert all(f"service_side_node{k}" in names for k in range(1, 5))
+        now = {i["name"]: i["pid"] for i in state["instances"]}
+        assert {n: p for n, p in now.items() if n in before} == before
+        names = [line.split()[0] for line in job_steps(state)]
+        if launcher == "agent":  # started by the agents: no step of their own
+            assert names == ["srtr-agents"], names
+        else:
+            assert all(f"service_side_node{k}" in names for k in range(1, 5)), names
         run.recipe.write_text(textwrap.dedent(EDIT))
-        run.wait_state(lambda s: s["job"]["observed_generation"] == 3
-                       and not any(i["service"] == "side" for i in s["instances"]), 60,
-                       "rider removed")
-        wait_for(lambda: "service_side" not in slurm_util.squeue("--steps", "-j", job_id,
-                                                                  "-o", "%j"),
-                 30, "the rider steps to be gone")
+        run.wait_state(
+            lambda s: (
+                s["job"]["observed_generation"] == 3
+                and not any(i["service"] == "side" for i in s["instances"])
+            ),
+            60,
+            "rider removed",
+        )
+        wait_for(
+            lambda: (
+                not any("service_side" in line for line in job_steps(state))
+                and not any(pid_alive(i["pid"]) for i in sides)
+            ),
+            30,
+            "the riders (and their steps) to be gone",
+        )
         run.signal(signal.SIGINT)
         assert finish(run) == 130
     finally:
@@ -341,75 +325,13 @@ def test_live_edit_adds_and_removes_a_rider_as_steps(tmp_path: Path) -> None:
     no_job_left("srtr-sedit")
 
 
-def test_adopt_after_a_controller_crash_keeps_every_step(tmp_path: Path) -> None:
-    import sys
-
-    run = Run(tmp_path, HOLD, "--backend", "slurm", env=slurm_util.outside_env())
-    second: subprocess.Popen[str] | None = None
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not): on the test cluster every node is this machine."""
     try:
-        state = run.wait_state(running, 60, "every step registered")
-        steps = {i["name"]: i["step"] for i in state["instances"]}
-        run.proc.kill()  # kill -9 the controller; its srun clients and steps live on
-        run.wait(30)
-        second = subprocess.Popen(
-            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=slurm_util.outside_env(),
-        )
-        state = run.wait_state(
-            lambda s: s["job"]["controller_pid"] == second.pid and running(s), 60,
-            "the new controller to adopt the steps")
-        assert {i["name"]: i["step"] for i in state["instances"]} == steps
-        assert all(i["restarts"] == 0 for i in state["instances"])
-        second.send_signal(signal.SIGINT)
-        assert second.wait(60) == 130
-    finally:
-        run.close()
-        if second is not None and second.poll() is None:
-            second.kill()
-            second.wait()
-    wait_for(lambda: not run.leftovers(), 30, "every process of the run to be gone")
-    no_job_left("srtr-shold")
-
-
-REPLACE = """
-name: srepl
-services:
-  - name: owner
-    command: ["sleep", "1000"]
-    nodes: 2
-    critical: true
-    replace_lost: true
-  - name: rider
-    command: ["sleep", "1000"]
-    placement: {pool: owner}
-"""
-
-
-@pytest.mark.timeout(400)
-def test_replace_lost_puts_a_spare_in_the_dead_nodes_place(tmp_path: Path) -> None:
-    run = Run(tmp_path, REPLACE, "--backend", "slurm", "--nodes", "3",
-              env=slurm_util.outside_env())
-    try:
-        state = run.wait_state(running, 60, "every step registered")
-        assert state["carve"]["spares"] == ["node3"]
-        os.kill(slurm_util.slurmd_pid("node2"), signal.SIGKILL)
-        state = run.wait_state(
-            lambda s: any(i["name"] == "service_owner_node3" and i["phase"] == "Running"
-                          for i in s["instances"])
-            and any(i["name"] == "service_rider_node3" and i["phase"] == "Running"
-                    for i in s["instances"]), 120, "the spare to take node2's place")
-        assert state["job"]["phase"] == "Running"
-        assert state["carve"]["pools"]["owner"] == ["node1", "node3"]
-        assert state["carve"]["lost"] == ["node2"]
-        assert "Replaced" in [e["reason"] for e in events(run.run_dir)]
-        run.signal(signal.SIGINT)
-        assert run.wait(120) == 130
-    finally:
-        run.close()
-        slurm_util.heal()
-    wait_for(lambda: not run.leftovers(), 180, "the lost node's tasks to be cleaned up")
-    no_job_left("srtr-srepl")
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return stat not in ("Z", "X")
 
 
 GROW = """
@@ -433,28 +355,46 @@ def test_live_edits_restart_grow_and_reject_on_slurm(tmp_path: Path) -> None:
         tmp.write_text(textwrap.dedent(text))
         tmp.replace(run.recipe)
 
-    run = Run(tmp_path, GROW.format(nodes=2, level=1), "--backend", "slurm", "--nodes", "3",
-              env=slurm_util.outside_env())
+    run = Run(
+        tmp_path,
+        GROW.format(nodes=2, level=1),
+        "--backend",
+        "slurm",
+        "--nodes",
+        "3",
+        env=slurm_util.outside_env(),
+    )
     try:
         state = run.wait_state(running, 60, "every step registered")
         before = {i["name"]: i["step"] for i in state["instances"]}
+        first, (spare,) = state["carve"]["pools"]["pool"][0], state["carve"]["spares"]
         save(GROW.format(nodes=2, level=2))  # env change: only the riders restart
-        state = run.wait_state(lambda s: s["job"]["observed_generation"] == 2 and running(s),
-                               60, "env change rolled out")
+        state = run.wait_state(
+            lambda s: s["job"]["observed_generation"] == 2 and running(s),
+            60,
+            "env change rolled out",
+        )
         steps = {i["name"]: i["step"] for i in state["instances"]}
-        assert steps["service_pool_node1"] == before["service_pool_node1"]
-        assert steps["service_side_node1"] != before["service_side_node1"]
+        assert steps[f"service_pool_{first}"] == before[f"service_pool_{first}"]
+        assert steps[f"service_side_{first}"] != before[f"service_side_{first}"]
         save(GROW.format(nodes=2, level=2) + "  - name: [broken\n")  # rejected, nothing moves
-        wait_for(lambda: any(e["reason"] == "RecipeRejected" for e in events(run.run_dir)),
-                 30, "the broken edit to be rejected")
+        wait_for(
+            lambda: any(e["reason"] == "RecipeRejected" for e in events(run.run_dir)),
+            30,
+            "the broken edit to be rejected",
+        )
         save(GROW.format(nodes=3, level=2))  # grow onto the spare
         state = run.wait_state(
-            lambda s: s["job"]["observed_generation"] == 3 and running(s)
-            and {"service_pool_node3", "service_side_node3"} <= {i["name"]
-                                                                   for i in s["instances"]},
-            60, "the pool to grow onto node3")
-        assert {i["name"]: i["step"] for i in state["instances"]
-                if i["name"] in steps} == steps
+            lambda s: (
+                s["job"]["observed_generation"] == 3
+                and running(s)
+                and {f"service_pool_{spare}", f"service_side_{spare}"}
+                <= {i["name"] for i in s["instances"]}
+            ),
+            60,
+            f"the pool to grow onto {spare}",
+        )
+        assert {i["name"]: i["step"] for i in state["instances"] if i["name"] in steps} == steps
         run.signal(signal.SIGINT)
         assert finish(run) == 130
     finally:

@@ -7,14 +7,8 @@ so the signal reaches the task and not the srun client, which would abort the st
 lost steps and DOWN nodes are noticed: one poller runs `squeue --steps -j JOB` and
 `scontrol show node` for the whole job once per period, never one call per instance.
 
-Allocation handling lives here too: discovery inside an allocation (`SLURM_JOB_ID`,
-`SLURM_JOB_NODELIST`, NodeAddr from scontrol) and `salloc --no-shell` from outside, with the
-allocation released whatever way the job ends.
-
-Every call to a SLURM command goes through `SlurmCommands.run`, which retries transient
-failures ("Socket timed out", "Unable to contact slurm controller") with tenacity, with a
-bounded exponential backoff, and logs each retry; a command that still fails is reported,
-never raised into the controller loop.
+Allocations (discovery, salloc, release) and the retrying command runner live in
+`slurm_alloc`; they are re-exported here, the backend's one public module.
 """
 
 from __future__ import annotations
@@ -24,13 +18,10 @@ import contextlib
 import dataclasses
 import logging
 import os
-import subprocess
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
-
-import tenacity
+from typing import Any
 
 from srtr.backends import slurm_cmd
 from srtr.backends.base import (
@@ -43,210 +34,40 @@ from srtr.backends.base import (
     Observation,
     ObservationKind,
 )
-from srtr.backends.pdeathsig import dies_with_us
 from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, exited, kill_group
+from srtr.backends.slurm_alloc import (
+    Allocation,
+    SlurmCommands,
+    SlurmError,
+    allocate,
+    discover,
+    in_allocation,
+    node_infos,
+    pyxis_available,
+    read_output,
+    release,
+    salloc_job_id,
+)
+
+__all__ = [
+    "Allocation",
+    "SlurmBackend",
+    "SlurmCommands",
+    "SlurmError",
+    "allocate",
+    "discover",
+    "in_allocation",
+    "node_infos",
+    "pyxis_available",
+    "read_output",
+    "release",
+    "salloc_job_id",
+]
 
 log = logging.getLogger("srtr")
 
-TRANSIENT = (
-    "socket timed out",
-    "unable to contact slurm controller",
-    "connection refused",
-    "slurm_receive_msg",
-    "resource temporarily unavailable",
-    "try again",
-    "send/recv operation timed out",
-)
 POLL_PERIOD = 2.0
 STEP_GONE_TIMEOUT = 15.0
-
-
-class SlurmError(Exception):
-    """A SLURM command failed for good; the message carries its stderr."""
-
-
-class _Transient(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class Allocation:
-    job_id: str
-    nodes: list[NodeInfo]
-    owned: bool  # srtr asked for it (salloc) and must release it
-
-
-class SlurmCommands:
-    """Runs SLURM client commands with retries on transient failures."""
-
-    def __init__(self, *, attempts: int = 5, max_wait: float = 8.0, timeout: float = 30.0) -> None:
-        self.attempts = attempts
-        self.max_wait = max_wait
-        self.timeout = timeout
-
-    def run(
-        self, argv: Sequence[str], *, check: bool = True, retry: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        """Run `argv`; retry transient failures; raise SlurmError on a final failure.
-
-        `retry=False` is for a command that is not idempotent (sbatch): after a timeout it
-        may have taken effect, so it runs once and a transient failure is final.
-        """
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.attempts if retry else 1),
-            wait=tenacity.wait_exponential(multiplier=0.25, max=self.max_wait),
-            retry=tenacity.retry_if_exception_type(_Transient),
-            before_sleep=lambda state: log.warning(
-                "slurm: %s failed (attempt %d): %s; retrying",
-                argv[0],
-                state.attempt_number,
-                state.outcome.exception() if state.outcome else "",
-            ),
-            reraise=True,
-        )
-        try:
-            return retrying(self._once, list(argv), check)
-        except _Transient as exc:
-            if not retry:
-                raise SlurmError(f"{argv[0]} failed: {exc}") from None
-            raise SlurmError(f"{argv[0]} kept failing: {exc}") from None
-
-    def _once(self, argv: list[str], check: bool) -> subprocess.CompletedProcess[str]:
-        try:
-            done = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise _Transient(f"{argv[0]} timed out after {self.timeout:g}s") from None
-        except FileNotFoundError:
-            raise SlurmError(f"{argv[0]} not found: is SLURM installed?") from None
-        if done.returncode != 0:
-            text = (done.stderr or done.stdout).strip()
-            if any(marker in text.lower() for marker in TRANSIENT):
-                raise _Transient(text)
-            if check:
-                raise SlurmError(f"{' '.join(argv[:3])} failed ({done.returncode}): {text}")
-        return done
-
-    async def arun(
-        self, argv: Sequence[str], *, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        # A thread, not asyncio subprocesses: asyncio's child watcher on 3.11 starts a thread
-        # per child anyway, and this keeps one code path for the sync callers.
-        return await asyncio.to_thread(self.run, argv, check=check)
-
-
-# --- allocation ------------------------------------------------------------------------------
-
-
-def in_allocation() -> bool:
-    return bool(os.environ.get("SLURM_JOB_ID"))
-
-
-def node_infos(commands: SlurmCommands, names: list[str]) -> list[NodeInfo]:
-    """NodeInfo in allocation order, IPs from each node's NodeAddr."""
-    done = commands.run(slurm_cmd.scontrol_show_node_argv(names))
-    rows = slurm_cmd.parse_scontrol_nodes(done.stdout)
-    missing = [n for n in names if n not in rows]
-    if missing:
-        raise SlurmError(f"scontrol does not know node(s) {', '.join(missing)}")
-    return [NodeInfo(name=n, ip=rows[n].addr or n) for n in names]
-
-
-def discover(commands: SlurmCommands) -> Allocation:
-    """The allocation this process runs in (SLURM_JOB_ID and SLURM_JOB_NODELIST)."""
-    job_id = os.environ["SLURM_JOB_ID"]
-    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
-    if not nodelist:
-        raise SlurmError("SLURM_JOB_NODELIST not set - are we running in SLURM?")
-    done = commands.run(slurm_cmd.scontrol_show_hostnames_argv(nodelist))
-    names = slurm_cmd.parse_hostnames(done.stdout)
-    return Allocation(job_id=job_id, nodes=node_infos(commands, names), owned=False)
-
-
-def allocate(
-    commands: SlurmCommands,
-    *,
-    nodes: int,
-    job_name: str,
-    partition: str | None,
-    account: str | None,
-    time_limit: str | None,
-    output: int | None = None,
-) -> Allocation:
-    """`salloc --no-shell`: blocks until granted; returns the allocation srtr now owns.
-
-    salloc's stderr, which names the job (`Pending job allocation N` while it waits,
-    `Granted job allocation N`), goes to `output` when given: a memfd the job's guard holds
-    too, started before salloc, so the guard knows the job whenever srtr dies (see
-    `runtime.guard`). The kernel writes it; no srtr code has to run in between.
-    """
-    argv = slurm_cmd.salloc_argv(
-        nodes=nodes, job_name=job_name, partition=partition, account=account, time_limit=time_limit
-    )
-    fd = output if output is not None else os.memfd_create("srtr-salloc", os.MFD_CLOEXEC)
-    try:
-        proc = subprocess.Popen(
-            dies_with_us(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fd
-        )
-        try:
-            proc.wait()
-        except BaseException:
-            # Ctrl+C while the job is pending: cancel what salloc may have asked for.
-            proc.kill()
-            proc.wait()
-            pending = salloc_job_id(read_output(fd))
-            if pending is not None:
-                release(commands, pending)
-            raise
-        stderr = read_output(fd)
-    finally:
-        if output is None:
-            os.close(fd)
-    job_id = slurm_cmd.parse_salloc_job_id(stderr)
-    if proc.returncode != 0 or job_id is None:
-        raise SlurmError(f"salloc failed ({proc.returncode}): {stderr.strip()}")
-    try:
-        done = commands.run(slurm_cmd.squeue_nodes_argv(job_id))
-        hostlist = slurm_cmd.parse_squeue_nodes(done.stdout)
-        names = slurm_cmd.parse_hostnames(
-            commands.run(slurm_cmd.scontrol_show_hostnames_argv(hostlist)).stdout
-        )
-        return Allocation(job_id=job_id, nodes=node_infos(commands, names), owned=True)
-    except BaseException:
-        release(commands, job_id)
-        raise
-
-
-def read_output(fd: int) -> str:
-    """Everything written to the memfd `fd` so far."""
-    return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
-
-
-def salloc_job_id(stderr: str) -> str | None:
-    """The job salloc asked for, granted or still pending, from what it printed."""
-    return slurm_cmd.parse_salloc_job_id(stderr) or slurm_cmd.parse_salloc_pending_job_id(stderr)
-
-
-def release(commands: SlurmCommands, job_id: str) -> None:
-    with contextlib.suppress(SlurmError):
-        commands.run(slurm_cmd.scancel_job_argv(job_id), check=False)
-
-
-def pyxis_available(commands: SlurmCommands) -> bool:
-    try:
-        done = commands.run(slurm_cmd.srun_help_argv(), check=False)
-    except SlurmError:
-        return False
-    return slurm_cmd.parse_pyxis(done.stdout)
-
-
-# --- the backend -----------------------------------------------------------------------------
 
 
 class SlurmBackend:
@@ -275,11 +96,12 @@ class SlurmBackend:
         self._steps: dict[str, str] = {}  # instance name → step id of its live attempt
         self._seen: set[str] = set()  # names whose step squeue has shown
         self._missing: dict[str, int] = {}  # name → polls its step was not listed
-        self._lost: set[tuple[str, int]] = set()  # (name, attempt) reported Lost
+        self._lost: dict[tuple[str, int], str] = {}  # (name, attempt) → why it is lost
         self._down: dict[str, str] = {}  # node → state, while down
         self._node: dict[str, str] = {}  # instance name → node of its live attempt
         self._log: dict[str, tuple[Path, int]] = {}  # name → (log, size when it started)
         self._poller: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()  # adopted exits, lost steps' scancel
 
     @property
     def owns_allocation(self) -> bool:
@@ -399,26 +221,47 @@ class SlurmBackend:
         if self._listener is None:
             return
         if status is None:
-            # An adopted srun client is not our child, so its status is unknown. Its step and
-            # a loss noted by _lose are not looked up (they never were): an adopted step whose
-            # node died reads as an exit of unknown status, not as LOST.
-            self._listener(exited(attempt, None))
+            # An adopted srun client is not our child: its status is unknown, and whether its
+            # node died takes a look at SLURM (`_adopted_exit`), later, off this callback.
+            self._later(self._adopted_exit(attempt))
             return
         self._listener(self._exit_observation(attempt, status))
+
+    async def _adopted_exit(self, attempt: Attempt) -> None:
+        """Report an adopted srun client's exit: LOST when its node was lost (noted by the
+        poller, or DOWN in `scontrol` now), else an exit of unknown status."""
+        node = self._node.get(attempt.name) or attempt.node
+        why = self._lost.pop((attempt.name, attempt.attempt), None)
+        if why is None and node in self._down:
+            why = f"node {node} is {self._down[node]}"
+        elif why is None and node:
+            row = (await self._node_rows([node])).get(node)
+            why = f"node {node} is {row.state}" if row is not None and row.down else None
+        observation = dataclasses.replace(
+            exited(attempt, None), step=self._steps.pop(attempt.name, None)
+        )
+        if why is not None:
+            observation = dataclasses.replace(
+                observation, kind=ObservationKind.LOST, exit_code=None, message=why
+            )
+        if self._listener is not None:
+            self._listener(observation)
+
+    async def _node_rows(self, nodes: list[str]) -> dict[str, slurm_cmd.NodeRow]:
+        try:
+            done = await self.commands.arun(slurm_cmd.scontrol_show_node_argv(nodes), check=False)
+        except SlurmError as exc:
+            log.warning("slurm: %s", exc)
+            return {}
+        return slurm_cmd.parse_scontrol_nodes(done.stdout) if done.returncode == 0 else {}
 
     def _exit_observation(self, attempt: Attempt, status: ExitStatus) -> Observation:
         """What a reaped srun client means: LOST with its node, else the step's exit."""
         step = self._steps.pop(attempt.name, None)
-        if (attempt.name, attempt.attempt) in self._lost:
-            self._lost.discard((attempt.name, attempt.attempt))
-            return Observation(
-                kind=ObservationKind.LOST,
-                name=attempt.name,
-                attempt=attempt.attempt,
-                pid=attempt.pid,
-                step=step,
-                message="its node was lost",
-            )
+        why = self._lost.pop((attempt.name, attempt.attempt), None)
+        if why is not None:
+            lost = ObservationKind.LOST
+            return Observation(lost, attempt.name, attempt.attempt, attempt.pid, step, message=why)
         failed_node = _node_failure_in_log(*self._log.get(attempt.name, (None, 0)))
         if failed_node is not None:
             return Observation(
@@ -491,10 +334,24 @@ class SlurmBackend:
         if attempt is None or (name, attempt.attempt) in self._lost:
             return
         log.warning("slurm: %s lost: %s", name, why)
-        self._lost.add((name, attempt.attempt))
+        self._lost[(name, attempt.attempt)] = why
         # The srun client may hang on a dead node for minutes; its exit, reported as LOST by
         # _exit_observation, is what frees the instance.
         kill_group(attempt.pgid)
+        step = self._steps.get(name)
+        if step is not None:
+            # A node that is lost but alive (drained) would run the step's tasks on until the
+            # allocation ends: cancel the step too (a dead node's slurmctld does that later).
+            self._later(self._cancel(step))
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _cancel(self, step: str) -> None:
+        with contextlib.suppress(SlurmError):  # best effort: the allocation's end does it too
+            await self.commands.arun(slurm_cmd.scancel_step_argv(self.job_id, step, 9), check=False)
 
     def _report(self, kind: ObservationKind, name: str, *, step: str | None = None) -> None:
         attempt = self._groups.get(name)
@@ -530,6 +387,8 @@ class SlurmBackend:
             with contextlib.suppress(SlurmError):
                 await self.commands.arun(argv, check=False)
         await self._groups.close()
+        if self._pending:  # adopted exits still being looked into: report them first
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
         await self._wait_steps_gone()
         await asyncio.to_thread(self.release_allocation)
 

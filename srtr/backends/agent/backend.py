@@ -57,6 +57,9 @@ ANSWER_TIMEOUT = 30.0  # for an agent to answer a launch
 CLOSE_TIMEOUT = 10.0  # for the agents to report their last exits after a Shutdown
 REJOIN_WAIT = 15.0  # adoption: for a crashed controller's agents to rejoin
 UNCLAIMED_AFTER = 5.0  # adoption: then what no record claimed is killed
+# A node whose agent died this many times (each replaced through a one-node step) is lost:
+# something there kills agents, and a fourth one would die too.
+MAX_RESPAWNS = 3
 
 
 @dataclass
@@ -66,6 +69,7 @@ class _Node:
     ready: asyncio.Event = field(default_factory=asyncio.Event)  # connected, lost or failed
     lost: str | None = None  # why the node is lost: nothing launches there again
     failed: str | None = None  # why its agent never came (launches there fail)
+    respawns: int = 0  # new agents started here through a one-node step
 
 
 @dataclass(frozen=True)
@@ -327,12 +331,16 @@ class AgentBackend:
         elif not isinstance(message, p.Heartbeat | p.Bye):
             log.warning("agents: %s sent an unexpected %s", conn.node, type(message).__name__)
 
-    def gone(self, conn: Connection, why: str) -> None:
+    def gone(self, conn: Connection, why: str, *, silent: bool = False) -> None:
+        """A closed connection is a dead agent on a live node (the node's kernel closed it):
+        where the starter can, a new agent takes its place. A silent one is a lost node."""
         state = self._nodes[conn.node]
         if state.conn is conn:
             state.conn = None
         if not self._closing:
-            self._lose(conn.node, f"node {conn.node} was lost: {why}")
+            died = f"its agent (pid {conn.pid}) died: {why}"
+            if silent or not self._respawn(conn.node, died):
+                self._lose(conn.node, f"node {conn.node} was lost: {why}")
         self._note_connections()
 
     # -- the starter's events -------------------------------------------------------------
@@ -360,6 +368,8 @@ class AgentBackend:
         if self._adopting:
             await self._await_rejoined()
         await self._start_agents()
+        if state.conn is None and state.lost is None and state.failed is not None:
+            self._respawn(node, f"it has no agent: {state.failed}")  # a node that joins late
         if state.conn is None and state.lost is None and state.failed is None:
             try:
                 async with asyncio.timeout(CONNECT_TIMEOUT):
@@ -452,6 +462,45 @@ class AgentBackend:
         )
         self._deliver(observation)
 
+    def _respawn(self, node: str, why: str) -> bool:
+        """Start a new agent on live `node` through a one-node step; its instances died with
+        the old one (their leaders' parent-death signal), so they are reported killed and
+        their restart policies relaunch them there. False when the starter cannot (simulated
+        nodes) or `node` used up `MAX_RESPAWNS`: then it is lost."""
+        state = self._nodes[node]
+        if state.lost is not None:
+            return True  # nothing to do: lost for good already
+        if not self._starter.respawns or state.respawns >= MAX_RESPAWNS:
+            return False
+        state.respawns += 1
+        state.failed = None
+        state.ready.clear()
+        log.warning(
+            "agents: %s; a new one starts there (%d of %d)", why, state.respawns, MAX_RESPAWNS
+        )
+        self._fail_waiting(node, f"the agent of {node} died while we waited")
+        for name, live in sorted(self._live.items()):
+            if live.node == node:
+                del self._live[name]
+                self._deliver(
+                    Observation(
+                        kind=ObservationKind.EXITED,
+                        name=name,
+                        attempt=live.attempt,
+                        pid=live.pid,
+                        exit_code=128 + 9,
+                        signal=9,
+                        message=f"killed by signal 9 with its agent: {why}",
+                    )
+                )
+        self._starter.respawn(node)
+        return True
+
+    def _fail_waiting(self, node: str, why: str) -> None:
+        for where, future in list(self._answers.values()):
+            if where == node and not future.done():
+                future.set_exception(LaunchError(why))
+
     def _lose(self, node: str, why: str) -> None:
         """`node` is lost: its instances are LOST, its agent told to kill them, for good."""
         state = self._nodes[node]
@@ -463,9 +512,7 @@ class AgentBackend:
         if state.conn is not None:
             state.conn.send(p.Shutdown(why))
             state.conn = None
-        for where, future in list(self._answers.values()):
-            if where == node and not future.done():
-                future.set_exception(LaunchError(f"node {node} was lost while we waited: {why}"))
+        self._fail_waiting(node, f"node {node} was lost while we waited: {why}")
         for name, live in sorted(self._live.items()):
             if live.node == node:
                 del self._live[name]

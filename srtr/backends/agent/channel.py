@@ -68,7 +68,10 @@ class Handler(Protocol):
 
     def received(self, conn: Connection, message: p.Message) -> None: ...
 
-    def gone(self, conn: Connection, why: str) -> None: ...
+    def gone(self, conn: Connection, why: str, *, silent: bool = False) -> None:
+        """`conn` ended: its agent closed it or broke it (the agent died; its node's kernel
+        lives, as it answered), or, `silent`, it stopped talking (a hung or dead node)."""
+        ...
 
     def refuse(self, node: str) -> str | None:
         """Why an agent of `node` may not connect now, or None when it may."""
@@ -145,13 +148,13 @@ class AgentServer:
         self._conns.add(conn)
         self._handler.connected(conn)
 
-    def _end(self, conn: Connection, why: str) -> None:
+    def _end(self, conn: Connection, why: str, *, silent: bool = False) -> None:
         self._conns.discard(conn)
         if conn.gone:
             return
         conn.gone = True
         conn.close()
-        self._handler.gone(conn, why)
+        self._handler.gone(conn, why, silent=silent)
 
     async def _watch(self) -> None:
         period = min(WATCH, self.heartbeat / 2)
@@ -166,7 +169,8 @@ class AgentServer:
                     # We were not running: the agents' lines may be waiting unread.
                     conn.last_seen = max(conn.last_seen, now - period)
                 elif now - conn.last_seen > self.silence:
-                    self._end(conn, f"its agent was silent for {now - conn.last_seen:.1f}s")
+                    silence = now - conn.last_seen
+                    self._end(conn, f"its agent was silent for {silence:.1f}s", silent=True)
 
 
 # Every connection reads into this one buffer: the loop fills it and hands it over in the

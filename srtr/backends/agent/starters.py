@@ -23,7 +23,7 @@ from typing import Protocol
 
 from srtr.backends import slurm_cmd
 from srtr.backends.agent.protocol import TOKEN_ENV
-from srtr.backends.base import LaunchSpec, NodeInfo
+from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo
 from srtr.backends.procgroup import INHERITED_ENV, Attempt, ExitStatus, ProcessGroups, kill_group
 from srtr.backends.slurm import POLL_PERIOD, SlurmCommands, SlurmError
 
@@ -55,12 +55,21 @@ class Events(Protocol):
 
 class Starter(Protocol):
     simulated: bool  # nodes are simulated: `kill` fails one on request
+    # A node whose agent died can get a new one (`respawn`). Not a simulated node: its agent
+    # is the node, and its death is the node's loss.
+    respawns: bool
 
     async def start(
         self, address: tuple[str, int], token: str, events: Events, *, spawn: bool = True
     ) -> None:
         """Start one agent per node, dialling `address`; with `spawn` False (adoption: the
         agents of a crashed controller rejoin), only watch the nodes."""
+        ...
+
+    def respawn(self, node: str) -> None:
+        """Start a new agent on `node` alone (its agent died, or never came), after `start`.
+        From now on, the end of an older agent of `node` is old news; a failure to start
+        this one is `Events.agent_failed(node, ...)`."""
         ...
 
     def kill(self, node: str, pid: int | None) -> None:
@@ -91,11 +100,25 @@ class LocalAgents:
 
     simulated = True
 
-    def __init__(self, nodes: list[NodeInfo], run_dir: Path, *, adopt_window: float = 0.0) -> None:
+    def __init__(
+        self,
+        nodes: list[NodeInfo],
+        run_dir: Path,
+        *,
+        adopt_window: float = 0.0,
+        respawn: bool = False,
+    ) -> None:
+        """`respawn`: a node whose agent died gets a new one, as on SLURM. Off by default,
+        where a simulated node's agent is the node (its death is the node's loss); on in
+        tests of the backend's side of respawning."""
         self._nodes = nodes
         self._run_dir = run_dir
         self._window = adopt_window
+        self.respawns = respawn
         self._events: Events | None = None
+        self._dial: tuple[tuple[str, int], str] | None = None
+        self._current: dict[str, str] = {}  # node → process group of its latest agent
+        self._respawned = 0
         self._closing = False
         self._groups = ProcessGroups(
             self._exited, command=_verbatim, environment=self._environment, owner="agents"
@@ -105,25 +128,42 @@ class LocalAgents:
         self, address: tuple[str, int], token: str, events: Events, *, spawn: bool = True
     ) -> None:
         self._events = events
-        if not spawn:
-            return
+        self._dial = (address, token)
+        for node in self._nodes if spawn else []:
+            self._start_one(node)
+
+    def _start_one(self, node: NodeInfo, group: str | None = None) -> None:
+        assert self._dial is not None
+        address, token = self._dial
         env = {TOKEN_ENV: token, "SRTR_RUN_DIR": str(self._run_dir.resolve())}
-        for node in self._nodes:
-            where = ("--node", node.name, "--inherit", "minimal")
-            argv = _agent_command(address, self._run_dir, self._window, *where)
-            self._groups.start(
-                LaunchSpec(
-                    name=f"agent-{node.name}",
-                    node=node.name,
-                    node_ip=node.ip,
-                    argv=argv,
-                    env=env,
-                    log_path=self._run_dir / "logs" / f"agent-{node.name}.log",
-                )
+        where = ("--node", node.name, "--inherit", "minimal")
+        argv = _agent_command(address, self._run_dir, self._window, *where)
+        self._current[node.name] = group = group or f"agent-{node.name}"
+        self._groups.start(
+            LaunchSpec(
+                name=group,
+                node=node.name,
+                node_ip=node.ip,
+                argv=argv,
+                env=env,
+                log_path=self._run_dir / "logs" / f"agent-{node.name}.log",
             )
+        )
+
+    def respawn(self, node: str) -> None:
+        if not self.respawns:
+            raise ValueError("a simulated node's agent is the node: it is lost, not respawned")
+        if self._closing or self._events is None:
+            return
+        self._respawned += 1  # a name of its own: the dead one may not be reaped yet
+        try:
+            info = next(n for n in self._nodes if n.name == node)
+            self._start_one(info, f"agent-{node}.{self._respawned}")
+        except LaunchError as exc:
+            self._events.agent_failed(node, f"its new agent could not be started: {exc}")
 
     def kill(self, node: str, pid: int | None) -> None:
-        attempt = self._groups.get(f"agent-{node}")
+        attempt = self._groups.get(self._current.get(node, f"agent-{node}"))
         if attempt is not None:
             kill_group(attempt.pgid)
         elif pid is not None:  # an agent a crashed controller started: it is on this machine
@@ -142,6 +182,8 @@ class LocalAgents:
     def _exited(self, attempt: Attempt, status: ExitStatus | None) -> None:
         if self._closing or self._events is None:
             return
+        if self._current.get(attempt.node) != attempt.name:  # an older agent: old news
+            return
         what = status.message if status is not None else "exited"
         self._events.agent_failed(
             attempt.node, f"its agent (pid {attempt.pid}) {what}; see logs/agent-{attempt.node}.log"
@@ -153,6 +195,7 @@ class HollowAgents:
     connection, on simulated processes. For scale tests and benchmarks, not for jobs."""
 
     simulated = True
+    respawns = False  # a hollow node's agent is the node, as a local one's is
     NAME = "hollow-agents"
 
     def __init__(self, nodes: list[NodeInfo], run_dir: Path, *, adopt_window: float = 0.0) -> None:
@@ -206,6 +249,9 @@ class HollowAgents:
             )
         )
 
+    def respawn(self, node: str) -> None:
+        raise ValueError("a hollow node's agent is the node: it is lost, not respawned")
+
     def kill(self, node: str, pid: int | None) -> None:
         """The hollow process drops `node`'s connection and forgets its instances."""
         try:
@@ -237,9 +283,14 @@ class HollowAgents:
 
 
 class SlurmAgents:
-    """One srun step runs an agent on every node of the allocation; one srun client here."""
+    """One srun step runs an agent on every node of the allocation; one srun client here.
+
+    A node whose agent died (or never came) gets a new one through a one-node step of its
+    own (`respawn`): `srun --overlap -N1 -w NODE`, named `srtr-agent-NODE`.
+    """
 
     simulated = False
+    respawns = True
     STEP_NAME = "srtr-agents"
 
     def __init__(
@@ -259,6 +310,10 @@ class SlurmAgents:
         self._commands = commands
         self._poll_period = poll_period
         self._events: Events | None = None
+        self._dial: tuple[tuple[str, int], str] | None = None  # (address, token) once started
+        self._spawned: dict[str, str] = {}  # node → process group of its latest one-node step
+        self._respawned = 0
+        self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self._poller: asyncio.Task[None] | None = None
         self._groups = ProcessGroups(
@@ -269,13 +324,35 @@ class SlurmAgents:
         self, address: tuple[str, int], token: str, events: Events, *, spawn: bool = True
     ) -> None:
         self._events = events
+        self._dial = (address, token)
         self._poller = asyncio.create_task(self._poll_forever())
         if spawn:
-            await self._spawn(address, token)
+            await self._spawn(self._nodes, self.STEP_NAME, self.STEP_NAME)
 
-    async def _spawn(self, address: tuple[str, int], token: str) -> None:
-        names = [n.name for n in self._nodes]
-        rows = await self._node_rows()
+    def respawn(self, node: str) -> None:
+        if self._dial is None or self._closing:
+            return
+        info = next(n for n in self._nodes if n.name == node)
+        self._respawned += 1  # names stay unique while an older step lingers
+        group = f"srtr-agent-{node}.{self._respawned}"
+        self._spawned[node] = group
+        task = asyncio.get_running_loop().create_task(self._respawn(info, group))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _respawn(self, node: NodeInfo, group: str) -> None:
+        try:
+            await self._spawn([node], f"srtr-agent-{node.name}", group)
+        except Exception as exc:  # a node's new agent failing must not take the job down
+            log.exception("agents: cannot start a new agent on %s", node.name)
+            if self._events is not None:
+                self._events.agent_failed(node.name, f"its new agent could not start: {exc}")
+
+    async def _spawn(self, nodes: list[NodeInfo], step_name: str, group: str) -> None:
+        assert self._dial is not None
+        address, token = self._dial
+        names = [n.name for n in nodes]
+        rows = await self._node_rows(names)
         cpus = [rows[n].cpus for n in names if n in rows]
         logs = self._run_dir / "logs"
         where = ("--node-env", "SLURMD_NODENAME", "--inherit", "all", "--log-dir", str(logs))
@@ -283,7 +360,7 @@ class SlurmAgents:
         argv = slurm_cmd.agents_srun_argv(
             job_id=self._job_id,
             nodes=names,
-            step_name=self.STEP_NAME,
+            step_name=step_name,
             log_path=logs / "agents.out",
             command=command,
             cpus_per_task=min(c for c in cpus if c) if all(cpus) and cpus else None,
@@ -291,9 +368,9 @@ class SlurmAgents:
         env = {TOKEN_ENV: token, "SRTR_RUN_DIR": str(self._run_dir.resolve())}
         self._groups.start(
             LaunchSpec(
-                name=self.STEP_NAME,
+                name=group,
                 node=names[0],
-                node_ip=self._nodes[0].ip,
+                node_ip=nodes[0].ip,
                 argv=tuple(argv),
                 env=env,
                 log_path=logs / "agents.out",
@@ -320,12 +397,19 @@ class SlurmAgents:
         if self._closing or self._events is None:
             return
         what = status.message if status is not None else "exited"
-        self._events.agent_failed(
-            None, f"the agents' step (srun pid {attempt.pid}) {what}; see logs/agents.out"
-        )
+        if attempt.name == self.STEP_NAME:
+            self._events.agent_failed(
+                None, f"the agents' step (srun pid {attempt.pid}) {what}; see logs/agents.out"
+            )
+        elif self._spawned.get(attempt.node) == attempt.name:  # an older one's end is old news
+            self._events.agent_failed(
+                attempt.node,
+                f"its agent's step (srun pid {attempt.pid}) {what}; see logs/agents.out",
+            )
 
-    async def _node_rows(self) -> dict[str, slurm_cmd.NodeRow]:
-        argv = slurm_cmd.scontrol_show_node_argv([n.name for n in self._nodes])
+    async def _node_rows(self, nodes: list[str] | None = None) -> dict[str, slurm_cmd.NodeRow]:
+        names = nodes if nodes is not None else [n.name for n in self._nodes]
+        argv = slurm_cmd.scontrol_show_node_argv(names)
         try:
             done = await self._commands.arun(argv, check=False)
         except SlurmError as exc:
