@@ -19,9 +19,12 @@ Measured on the head node (the one machine), once every instance runs:
 - SIGTERM to `srtr up` → every process of the job gone (the controller, srun clients,
   agents, instances, found by a tag in their environment);
 - time from `srtr up` starting to the 256th `Launched` event.
-Then, in a second job of the same recipe, a node is killed: its slurmd, its slurmstepd
-processes and every process of the job on it (on one machine this is what losing the node
-means); the figure is the kill → the first `NodeLost` event. The cluster is healed after
+Then, in a second job of the same recipe, a node dies: its slurmd, its slurmstepd processes
+and every process of the job on it are frozen with SIGSTOP at once. That is what a dead host
+looks like from the others (it sends nothing, not even a FIN or RST); SIGKILL would not be:
+the kernel, still alive on one machine, would close the agent's connection, which srtr reads
+as an agent that died on a live node (it starts a new one). The figure is the freeze → the
+first `NodeLost` event. Afterwards the frozen processes are killed and the cluster healed
 (`scripts/slurm-cluster up` restarts the slurmd). How long `srtr up` then takes to exit on
 SIGINT is printed too (no target).
 
@@ -302,10 +305,10 @@ def main_job(ctx: Context, bench: Cluster, launcher: str, kills: int) -> dict[st
     return out
 
 
-def kill_node(bench: Cluster, tag: str, node: str) -> float:
-    """SIGKILL everything of `node` at once: its slurmd, the job's processes there (found by
+def freeze_node(bench: Cluster, tag: str, node: str) -> tuple[float, list[int]]:
+    """SIGSTOP everything of `node` at once: its slurmd, the job's processes there (found by
     SLURMD_NODENAME, which SLURM sets for every task) and their slurmstepd. Returns when the
-    first kill was sent."""
+    first signal was sent, and the frozen pids (`thaw_and_kill` ends them)."""
     procs = scan(tag)
     here = [p for p in procs if p.env("SLURMD_NODENAME") == node and not is_srun(p)]
     stepds = set()
@@ -318,17 +321,25 @@ def kill_node(bench: Cluster, tag: str, node: str) -> float:
     t0 = time.time()
     for pid in victims:
         with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    return t0, victims
+
+
+def thaw_and_kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    return t0
+            os.kill(pid, signal.SIGCONT)
 
 
 def node_loss(ctx: Context, bench: Cluster, launcher: str, timeout: float) -> dict[str, Any]:
     where = ctx.dir(f"slurm_scale/{launcher}-loss")
     run = start(ctx, bench, launcher, where)
     job = run.job
+    frozen: list[int] = []
     try:
         time.sleep(1.0)
-        t0 = kill_node(bench, run.tag, VICTIM_NODE)
+        t0, frozen = freeze_node(bench, run.tag, VICTIM_NODE)
         try:
             lost = job.wait(lambda ev: job.first("NodeLost"), timeout=timeout, step=0.01)
             out: dict[str, Any] = {"lost_s": lost["ts"] - t0, "message": lost["message"]}
@@ -345,8 +356,9 @@ def node_loss(ctx: Context, bench: Cluster, launcher: str, timeout: float) -> di
         out["stop_after_loss_s"] = time.time() - stopping
     finally:
         job.kill()
+        thaw_and_kill(frozen)
         bench.heal()
-    ctx.log(f"slurm_scale {launcher}: node {VICTIM_NODE} killed → NodeLost: {out}")
+    ctx.log(f"slurm_scale {launcher}: node {VICTIM_NODE} frozen → NodeLost: {out}")
     return out
 
 
@@ -397,7 +409,7 @@ def figures(got: dict[str, dict[str, Any]], kills: int) -> list[Figure]:
         Figure("slurm_scale", f"{n} agent: RSS of one agent (on its node), max of {NODES}",
                max(agent["agent_mb"], default=None), "MB", target=30,
                note=f"median {median(agent['agent_mb']):.1f} MB; {agent['agents']} agents"),
-        Figure("slurm_scale", f"{n} agent: node killed → NodeLost", agent["loss"]["lost_s"], "s",
+        Figure("slurm_scale", f"{n} agent: node dead → NodeLost", agent["loss"]["lost_s"], "s",
                baseline=step["loss"]["lost_s"], baseline_label=label + " (SLURM's node state)",
                target=3),
         Figure("slurm_scale", f"{n} agent: after the node loss, SIGINT → `srtr up` exited",

@@ -29,10 +29,13 @@ benchmark:
 """
 
 
-def test_each_simulated_node_has_its_own_tmp(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["process", "agent"])
+def test_each_simulated_node_has_its_own_tmp(tmp_path: Path, launcher: str) -> None:
+    """Under `--launcher agent` each node's agent starts in its node's view, and its
+    instances inherit it."""
     shared = tmp_path / "shared"
     shared.mkdir()
-    run = Run(tmp_path, RECIPE % {"shared": shared})
+    run = Run(tmp_path, RECIPE % {"shared": shared}, "--launcher", launcher)
     assert Run.finish(run, timeout=60) == 0, run.out + run.err
     nodes = run.run_dir / "nodes"
     assert (nodes / "isolation.txt").read_text() == (

@@ -84,6 +84,11 @@ class LocalBackend:
         self._node_tmp = NodeTmp(root)
         return (root / "isolation.txt").read_text().strip()
 
+    @property
+    def node_tmp(self) -> NodeTmp | None:
+        """The nodes' temp dirs once `isolate_nodes` ran (node agents start inside them)."""
+        return self._node_tmp
+
     def _command(self, spec: LaunchSpec) -> list[str]:
         argv = instance_command(spec)
         if self._node_tmp is None or shutil.which(argv[0], path=spec.env.get("PATH")) is None:

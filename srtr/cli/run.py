@@ -218,6 +218,7 @@ def _agent_backend(
     crashed controller of `run_dir` rejoin instead (the token is the run dir's)."""
     from srtr.backends.agent.backend import AgentBackend, read_token, route_source
     from srtr.backends.agent.starters import HollowAgents, LocalAgents, SlurmAgents, Starter
+    from srtr.backends.local import LocalBackend
     from srtr.backends.slurm import SlurmBackend
 
     token = None
@@ -235,7 +236,9 @@ def _agent_backend(
     elif hollow:  # one process simulates every node (docs/agents.md, "Hollow mode")
         starter, host, steps = HollowAgents(nodes, run_dir, adopt_window=window), "127.0.0.1", None
     else:
-        starter, host, steps = LocalAgents(nodes, run_dir, adopt_window=window), "127.0.0.1", None
+        node_tmp = backend.node_tmp if isinstance(backend, LocalBackend) else None
+        starter = LocalAgents(nodes, run_dir, adopt_window=window, node_tmp=node_tmp)
+        host, steps = "127.0.0.1", None
     return AgentBackend(
         nodes, starter, steps=steps, host=host, token=token, run_dir=run_dir, adopt=adopt
     )

@@ -34,7 +34,13 @@ from typing import Protocol
 
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.channel import AgentServer, Connection
-from srtr.backends.agent.starters import RENDEZVOUS, TOKEN_FILE, Starter
+from srtr.backends.agent.starters import (
+    EXIT_WAIT,
+    EXIT_WAIT_AFTER_GOODBYES,
+    RENDEZVOUS,
+    TOKEN_FILE,
+    Starter,
+)
 from srtr.backends.base import (
     Backend,
     Capabilities,
@@ -238,12 +244,14 @@ class AgentBackend:
             if state.conn is not None:
                 state.conn.send(p.Shutdown("the job ended"))
         self._note_connections()
+        within = EXIT_WAIT
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 await self._no_agents.wait()
+            within = EXIT_WAIT_AFTER_GOODBYES
         except TimeoutError:
             log.warning("agents: not every agent said goodbye within %gs", CLOSE_TIMEOUT)
-        await self._starter.close()
+        await self._starter.close(within)
         if self._server is not None:
             await self._server.close()
         if self._steps is not None:

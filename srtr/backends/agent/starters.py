@@ -24,6 +24,7 @@ from typing import Protocol
 from srtr.backends import slurm_cmd
 from srtr.backends.agent.protocol import TOKEN_ENV
 from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo
+from srtr.backends.node_tmp import NodeTmp
 from srtr.backends.procgroup import INHERITED_ENV, Attempt, ExitStatus, ProcessGroups, kill_group
 from srtr.backends.slurm import POLL_PERIOD, SlurmCommands, SlurmError
 
@@ -39,6 +40,9 @@ RENDEZVOUS = "agents.addr"
 TOKEN_FILE = "agents.token"
 # How long agents get to exit by themselves after a Shutdown before they are killed.
 EXIT_WAIT = 10.0
+# Every live agent said goodbye: what the srun client still waits for is a lost node's task,
+# which may never report (a dead host). A moment for the exits in flight, then it is killed.
+EXIT_WAIT_AFTER_GOODBYES = 1.0
 
 
 class Events(Protocol):
@@ -77,8 +81,9 @@ class Starter(Protocol):
         agent's own, for one this starter did not start (adopted)."""
         ...
 
-    async def close(self) -> None:
-        """Wait a little for the agents to exit (after Shutdown), then kill what is left."""
+    async def close(self, within: float = EXIT_WAIT) -> None:
+        """Wait up to `within` seconds for the agents to exit (after Shutdown), then kill what
+        is left."""
         ...
 
 
@@ -107,10 +112,13 @@ class LocalAgents:
         *,
         adopt_window: float = 0.0,
         respawn: bool = False,
+        node_tmp: NodeTmp | None = None,
     ) -> None:
         """`respawn`: a node whose agent died gets a new one, as on SLURM. Off by default,
         where a simulated node's agent is the node (its death is the node's loss); on in
-        tests of the backend's side of respawning."""
+        tests of the backend's side of respawning. `node_tmp`: each agent, and so every
+        instance it starts, runs in its node's temp dir and private /tmp (`node_tmp`)."""
+        self._node_tmp = node_tmp
         self._nodes = nodes
         self._run_dir = run_dir
         self._window = adopt_window
@@ -138,6 +146,9 @@ class LocalAgents:
         env = {TOKEN_ENV: token, "SRTR_RUN_DIR": str(self._run_dir.resolve())}
         where = ("--node", node.name, "--inherit", "minimal")
         argv = _agent_command(address, self._run_dir, self._window, *where)
+        if self._node_tmp is not None:  # the agent's children inherit its view and TMPDIR
+            env["TMPDIR"] = self._node_tmp.tmpdir(node.name)
+            argv = tuple(self._node_tmp.wrap(node.name, list(argv)))
         self._current[node.name] = group = group or f"agent-{node.name}"
         self._groups.start(
             LaunchSpec(
@@ -170,9 +181,9 @@ class LocalAgents:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
-    async def close(self) -> None:
+    async def close(self, within: float = EXIT_WAIT) -> None:
         self._closing = True
-        await self._groups.wait_idle(EXIT_WAIT)
+        await self._groups.wait_idle(within)
         await self._groups.close()
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
@@ -264,9 +275,9 @@ class HollowAgents:
         finally:
             os.close(fd)
 
-    async def close(self) -> None:
+    async def close(self, within: float = EXIT_WAIT) -> None:
         self._closing = True
-        await self._groups.wait_idle(EXIT_WAIT)
+        await self._groups.wait_idle(within)
         await self._groups.close()
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
@@ -380,13 +391,13 @@ class SlurmAgents:
     def kill(self, node: str, pid: int | None) -> None:
         raise ValueError("SLURM nodes are real: they fail by themselves, never on request")
 
-    async def close(self) -> None:
+    async def close(self, within: float = EXIT_WAIT) -> None:
         self._closing = True
         if self._poller is not None:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
-        await self._groups.wait_idle(EXIT_WAIT)
+        await self._groups.wait_idle(within)
         await self._groups.close()
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
