@@ -85,6 +85,37 @@ def test_tcp_connects_to_a_listener_and_reports_refusal() -> None:
     asyncio.run(main())
 
 
+def test_a_tcp_probe_of_several_ports_needs_each_in_turn(tmp_path: Path) -> None:
+    """mooncake-master's probe (S-40): 8700, 8701, 8702 in turn; the first closed one says."""
+    from srtr.backends.prober import ProbeRunner
+    from srtr.resources.objects import ProbeKind, ProbeSpec
+
+    async def main() -> None:
+        runner = ProbeRunner()
+        closed = free_port()
+        async with serving(just_close) as first, serving(just_close) as second:
+
+            async def check(*more: int) -> tuple[bool, str]:
+                spec = ProbeSpec(ProbeKind.TCP, 5.0, 0.5, port=first, more_ports=more)
+                return await runner.check(
+                    "m",
+                    spec,
+                    node_ip=NODE_IP,
+                    attempt=1,
+                    log_path=tmp_path / "m.out",
+                    log_offset=0,
+                    files_dir=tmp_path,
+                )
+
+            assert await check(second) == (True, f"tcp {NODE_IP}:{second}: connected")
+            assert await check(closed, second) == (
+                False,
+                f"tcp {NODE_IP}:{closed}: connection refused",
+            )
+
+    asyncio.run(main())
+
+
 def test_http_compares_the_status_code() -> None:
     async def main() -> None:
         async with serving(health_server) as port:

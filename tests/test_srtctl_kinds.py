@@ -202,7 +202,13 @@ def test_t59_mooncake_master_then_one_store_per_role_node() -> None:
         "--enable_metric_reporting=true",
         "--metrics_port=8702",
     )
-    assert master.probe is not None and (master.probe.kind, master.probe.port) == ("tcp", 8700)
+    assert master.probe is not None
+    assert (master.probe.kind, master.probe.port, master.probe.more_ports) == (
+        "tcp",
+        8700,
+        (8701, 8702),
+    )
+    assert master.probe.describe() == "tcp/8700,8701,8702"  # in turn, as srtctl's
     assert prefill.argv == ("python", "-m", "mooncake.mooncake_store_service")
     assert prefill.probe is None  # the store has no default probe
     assert dict(prefill.env) == {

@@ -50,7 +50,10 @@ class ProbeRunner:
         """One attempt of `probe` for attempt `attempt` of instance `name`."""
         if probe.kind is ProbeKind.TCP:
             assert probe.port is not None
-            result = await probe_tcp(node_ip, probe.port, min(1.0, probe.interval_seconds))
+            for port in (probe.port, *probe.more_ports):  # in turn: the first closed one says
+                result = await probe_tcp(node_ip, port, min(1.0, probe.interval_seconds))
+                if not result.ok:
+                    break
         elif probe.kind is ProbeKind.HTTP:
             assert probe.port is not None and probe.path is not None
             result = await probe_http(

@@ -347,7 +347,7 @@ class _Expander:
                 continue  # a clone or build listens on nothing
             ports = set(metrics_ports.get(spec.service, []))
             if spec.probe is not None and spec.probe.port is not None:
-                ports.add(spec.probe.port)
+                ports.update((spec.probe.port, *spec.probe.more_ports))
             for port in sorted(ports):
                 first = taken.setdefault((spec.node, port), spec)
                 if first is spec or (first.service, spec.service, port) in reported:

@@ -49,11 +49,14 @@ class ProbeSpec:
     path: str | None = None  # http path, or the file probe's path (rendered)
     status: int | None = None
     pattern: str | None = None
+    # A tcp probe passes once `port` and then each of these accept, in turn (a server that
+    # opens several ports, such as mooncake-master's 8700, 8701, 8702, reference S-40).
+    more_ports: tuple[int, ...] = ()
 
     def describe(self, ip: str = "<node_ip>") -> str:
         """Short text used in plan output and in readiness failure messages (S-61)."""
         if self.kind is ProbeKind.TCP:
-            return f"tcp/{self.port}"
+            return "tcp/" + ",".join(str(p) for p in (self.port, *self.more_ports))
         if self.kind is ProbeKind.HTTP:
             return f"http://{ip}:{self.port}{self.path} -> {self.status}"
         if self.kind is ProbeKind.LOG:
@@ -118,9 +121,11 @@ class InstanceSpec:
         ("hot") without touching the process.
         """
         probe = self.probe
-        target = (
-            (probe.kind, probe.port, probe.path, probe.status, probe.pattern) if probe else None
-        )
+        target: tuple[object, ...] | None = None
+        if probe is not None:
+            target = (probe.kind, probe.port, probe.path, probe.status, probe.pattern)
+            if probe.more_ports:  # only then: every other hash stays what it was
+                target = (*target, probe.more_ports)
         payload = json.dumps(
             [
                 self.argv,

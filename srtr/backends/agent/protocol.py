@@ -267,7 +267,8 @@ def spec_from_json(doc: dict[str, Any]) -> LaunchSpec:
 
 
 def _probe_from_json(doc: dict[str, Any]) -> ProbeSpec:
-    return ProbeSpec(**{**doc, "kind": ProbeKind(doc["kind"])})
+    more = tuple(doc.get("more_ports", ()))  # JSON has lists; the spec is frozen and hashable
+    return ProbeSpec(**{**doc, "kind": ProbeKind(doc["kind"]), "more_ports": more})
 
 
 def _plain(value: Any) -> Any:

@@ -11,8 +11,9 @@ rules that read the backend read the declared `mooncake-master` instead.
 
 from __future__ import annotations
 
-from srtr.resources.kinds.base import Kind, Options, file_probe, http_probe, register, tcp_probe
-from srtr.resources.recipe import Recipe, Service
+from srtr.resources.kinds.base import Kind, Options, file_probe, http_probe, register
+from srtr.resources.objects import ProbeKind, ProbeSpec
+from srtr.resources.recipe import Readiness, Recipe, Service
 
 MOONCAKE_MASTER_PORT = 8700
 MOONCAKE_METADATA_PORT = 8701
@@ -70,6 +71,25 @@ def _master_command(options: Options) -> list[str]:
     ]
 
 
+def _master_probe(options: Options) -> ProbeSpec:
+    ports = (
+        (MOONCAKE_METRICS_PORT,)
+        if is_trtllm(options)
+        else (
+            MOONCAKE_METADATA_PORT,
+            MOONCAKE_METRICS_PORT,
+        )
+    )
+    fields = Readiness.model_fields  # the recipe model's defaults: 120 s, every 2 s
+    return ProbeSpec(
+        ProbeKind.TCP,
+        fields["timeout_seconds"].default,
+        fields["interval_seconds"].default,
+        port=MOONCAKE_MASTER_PORT,
+        more_ports=ports,
+    )
+
+
 def _master_env(service: Service, recipe: Recipe) -> dict[str, str]:
     if not is_trtllm(service.options):
         return {}
@@ -117,9 +137,9 @@ register(
             "store_role",
         ),
         binary="mooncake_master",  # or trtllm-serve: the program that argv[0] names
-        # srtctl probes 8700, 8701 and 8702 in turn; one srtr probe is one port: the RPC
-        # port, which is the one stores and workers dial.
-        default_readiness=lambda o: tcp_probe(MOONCAKE_MASTER_PORT),
+        # srtctl probes 8700, 8701 and 8702 in turn (RPC, metadata, metrics); the TensorRT-LLM
+        # master opens no metadata server, so its RPC and metrics ports.
+        instance_probe=lambda o, _index: _master_probe(o),
         default_env=_master_env,
         default_srun_options=lambda o: {"mpi": "none"} if is_trtllm(o) else {},
         default_preamble=lambda o: (
