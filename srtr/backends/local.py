@@ -23,7 +23,6 @@ the adoption window, so nothing outlives a crashed controller for long.
 from __future__ import annotations
 
 import ipaddress
-import os
 import shutil
 from pathlib import Path
 
@@ -39,11 +38,11 @@ from srtr.backends.base import (
 )
 from srtr.backends.node_tmp import NodeTmp
 from srtr.backends.procgroup import (
-    INHERITED_ENV,
     Attempt,
     ExitStatus,
     ProcessGroups,
     exited,
+    inherited_environment,
     instance_command,
     instance_environment,
     kill_group,
@@ -98,7 +97,7 @@ class LocalBackend:
         return self._node_tmp.wrap(spec.node, argv)
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
-        inherited = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+        inherited = inherited_environment()
         if self._node_tmp is not None:
             inherited["TMPDIR"] = self._node_tmp.tmpdir(spec.node)
         return instance_environment(spec, inherited)

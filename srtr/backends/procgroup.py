@@ -42,6 +42,13 @@ CLOSE_TIMEOUT = 5.0
 # Only these are taken from the starting process's environment by default: anything else
 # (tokens, SLURM_*, the user's experiments) must come from the recipe so a run is reproducible.
 INHERITED_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR", "PYTHONPATH")
+
+
+def inherited_environment() -> dict[str, str]:
+    """The `INHERITED_ENV` variables this process has."""
+    return {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+
+
 _PR_SET_PDEATHSIG = 1
 # Below this many lingering groups, pruning is not worth a syscall per group.
 _PRUNE_MIN = 64

@@ -487,20 +487,8 @@ class AgentBackend:
             "agents: %s; a new one starts there (%d of %d)", why, state.respawns, MAX_RESPAWNS
         )
         self._fail_waiting(node, f"the agent of {node} died while we waited")
-        for name, live in sorted(self._live.items()):
-            if live.node == node:
-                del self._live[name]
-                self._deliver(
-                    Observation(
-                        kind=ObservationKind.EXITED,
-                        name=name,
-                        attempt=live.attempt,
-                        pid=live.pid,
-                        exit_code=128 + 9,
-                        signal=9,
-                        message=f"killed by signal 9 with its agent: {why}",
-                    )
-                )
+        why_exit = f"killed by signal 9 with its agent: {why}"
+        self._end_live(node, ObservationKind.EXITED, why_exit, exit_code=128 + 9, signal=9)
         self._starter.respawn(node)
         return True
 
@@ -521,16 +509,29 @@ class AgentBackend:
             state.conn.send(p.Shutdown(why))
             state.conn = None
         self._fail_waiting(node, f"node {node} was lost while we waited: {why}")
+        self._end_live(node, ObservationKind.LOST, why)
+
+    def _end_live(
+        self,
+        node: str,
+        kind: ObservationKind,
+        why: str,
+        exit_code: int | None = None,
+        signal: int | None = None,
+    ) -> None:
+        """Every instance known to run on `node` is over: forget it and report it so."""
         for name, live in sorted(self._live.items()):
             if live.node == node:
                 del self._live[name]
                 self._deliver(
                     Observation(
-                        kind=ObservationKind.LOST,
+                        kind=kind,
                         name=name,
                         attempt=live.attempt,
                         pid=live.pid,
                         message=why,
+                        exit_code=exit_code,
+                        signal=signal,
                     )
                 )
 

@@ -44,9 +44,9 @@ from srtr.backends.agent import protocol as p
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.prober import ProbeRunner
 from srtr.backends.procgroup import (
-    INHERITED_ENV,
     ExitStatus,
     ProcessGroups,
+    inherited_environment,
     instance_command,
     instance_environment,
     process_start_time,
@@ -362,7 +362,7 @@ def _heartbeat(running: int) -> bytes:
 def _inherited_env(inherit_all: bool, node: str) -> dict[str, str]:
     if inherit_all:
         return one_task_view({k: v for k, v in os.environ.items() if k != p.TOKEN_ENV}, node)
-    return {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+    return inherited_environment()
 
 
 # What SLURM tells a task about the layout of its step. The agent is one task of a step over

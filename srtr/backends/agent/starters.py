@@ -25,7 +25,13 @@ from srtr.backends import slurm_cmd
 from srtr.backends.agent.protocol import TOKEN_ENV
 from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo
 from srtr.backends.node_tmp import NodeTmp
-from srtr.backends.procgroup import INHERITED_ENV, Attempt, ExitStatus, ProcessGroups, kill_group
+from srtr.backends.procgroup import (
+    Attempt,
+    ExitStatus,
+    ProcessGroups,
+    inherited_environment,
+    kill_group,
+)
 from srtr.backends.slurm import POLL_PERIOD, SlurmCommands, SlurmError
 
 log = logging.getLogger("srtr")
@@ -91,6 +97,11 @@ def _verbatim(spec: LaunchSpec) -> list[str]:
     return list(spec.argv)
 
 
+def _local_environment(spec: LaunchSpec) -> dict[str, str]:
+    """A local agent process's environment: the inherited few, then the spec's (the token)."""
+    return {**inherited_environment(), **spec.env}
+
+
 def _agent_command(
     address: tuple[str, int], run_dir: Path, window: float, *where: str
 ) -> tuple[str, ...]:
@@ -129,7 +140,7 @@ class LocalAgents:
         self._respawned = 0
         self._closing = False
         self._groups = ProcessGroups(
-            self._exited, command=_verbatim, environment=self._environment, owner="agents"
+            self._exited, command=_verbatim, environment=_local_environment, owner="agents"
         )
 
     async def start(
@@ -186,10 +197,6 @@ class LocalAgents:
         await self._groups.wait_idle(within)
         await self._groups.close()
 
-    def _environment(self, spec: LaunchSpec) -> dict[str, str]:
-        env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
-        return {**env, **spec.env}
-
     def _exited(self, attempt: Attempt, status: ExitStatus | None) -> None:
         if self._closing or self._events is None:
             return
@@ -216,7 +223,7 @@ class HollowAgents:
         self._events: Events | None = None
         self._closing = False
         self._groups = ProcessGroups(
-            self._exited, command=_verbatim, environment=self._environment, owner="agents"
+            self._exited, command=_verbatim, environment=_local_environment, owner="agents"
         )
 
     @property
@@ -279,10 +286,6 @@ class HollowAgents:
         self._closing = True
         await self._groups.wait_idle(within)
         await self._groups.close()
-
-    def _environment(self, spec: LaunchSpec) -> dict[str, str]:
-        env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
-        return {**env, **spec.env}
 
     def _exited(self, attempt: Attempt, status: ExitStatus | None) -> None:
         if self._closing or self._events is None:
