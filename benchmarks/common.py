@@ -342,6 +342,15 @@ class Job:
                 return e
         return None
 
+    def all_launched(self, total: int, timeout: float, step: float) -> tuple[float, float]:
+        """Wait for `total` Launched events; seconds from `srtr up` starting, and from the
+        first stage's PhaseStarted, to the last of them."""
+        self.wait(lambda ev: self.count("Launched") >= total, timeout=timeout, step=step)
+        last = max(e["ts"] for e in self.events if e["reason"] == "Launched")
+        begin = self.first("PhaseStarted", contains="stage 1/")
+        assert begin is not None
+        return last - self.started, last - begin["ts"]
+
     def tail(self, lines: int = 15) -> str:
         self.out.flush()
         path = self.run_dir.parent / f"{self.run_dir.name}.stdout"

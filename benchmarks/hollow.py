@@ -93,12 +93,8 @@ def hollow_run(ctx: Context, where: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"instances": total, "nodes": nodes}
     run_dir = where / "run"
     with Job(path, run_dir, extra=["--hollow"]) as job:
-        job.wait(lambda ev: job.count("Launched") >= total, timeout=300, step=0.1)
-        launched = [e["ts"] for e in job.events if e["reason"] == "Launched"]
-        begin = job.first("PhaseStarted", contains="stage 1/")
-        assert begin is not None
-        out["all_running_from_up_s"] = max(launched) - job.started
-        out["all_running_from_stage_s"] = max(launched) - begin["ts"]
+        from_up, from_stage = job.all_launched(total, timeout=300, step=0.1)
+        out["all_running_from_up_s"], out["all_running_from_stage_s"] = from_up, from_stage
         ctx.log(
             f"hollow: {total} Running on {nodes} hollow nodes "
             f"{out['all_running_from_up_s']:.2f}s after `srtr up` "

@@ -75,12 +75,8 @@ def srtr_scale(ctx: Context, where: Path) -> dict[str, Any]:
     path = recipe(where / "scale.yaml", nodes)
     out: dict[str, Any] = {"instances": total}
     with Job(path, where / "run", metrics=True) as job:
-        job.wait(lambda ev: job.count("Launched") >= total, timeout=600, step=0.2)
-        launched = [e["ts"] for e in job.events if e["reason"] == "Launched"]
-        begin = job.first("PhaseStarted", contains="stage 1/")
-        assert begin is not None
-        out["all_running_from_up_s"] = max(launched) - job.started
-        out["all_running_from_stage_s"] = max(launched) - begin["ts"]
+        from_up, from_stage = job.all_launched(total, timeout=600, step=0.2)
+        out["all_running_from_up_s"], out["all_running_from_stage_s"] = from_up, from_stage
         ctx.log(
             f"scale: {total} Running {out['all_running_from_up_s']:.2f}s after `srtr up` "
             f"({out['all_running_from_stage_s']:.2f}s after the first stage began)"
