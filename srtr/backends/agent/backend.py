@@ -320,6 +320,9 @@ class AgentBackend:
             return f"{node} has an agent already (pid {state.conn.pid})"
         return None
 
+    def awaiting(self) -> bool:
+        return bool(self._answers)
+
     def connected(self, conn: Connection) -> None:
         state = self._nodes[conn.node]
         state.conn, state.failed = conn, None

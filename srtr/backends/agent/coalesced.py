@@ -1,0 +1,121 @@
+"""Read many agents' sockets in batches: one wake-up of the event loop per burst of lines.
+
+Why: the heartbeats of 1,024 agents arrive spread over tens of milliseconds (the nodes'
+clocks and paths differ a little; the hollow process writes them one after another), and a
+loop that reads each socket as its line arrives wakes about 500 times a second. Those
+wake-ups (a context switch and a loop iteration each), not the reads, were most of the
+controller's idle CPU (benchmarks/README.md). As a network card moderates its interrupts, the
+first line to arrive opens a short window, and every socket readable when it closes is read
+in one go: a line from an agent waits at most `window` seconds longer than it would.
+
+Except when the controller awaits an answer (`urgent()`: a launch or a probe asked of an
+agent): then lines are read as they come, or launching 4,096 instances one after another
+would pay a window per answer.
+
+The sockets stay owned by their asyncio transports (which still write, and close them); only
+their reading moves here. Level-triggered epoll: a socket with more than one buffer's worth
+waiting is simply read again at the next batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import select
+from collections.abc import Callable
+from typing import Protocol
+
+WINDOW = 0.004  # seconds a batch stays open after its first line arrived
+
+
+class Sink(Protocol):
+    def buffer_updated(self, nbytes: int) -> None:
+        """`nbytes` were read into the reader's buffer."""
+        ...
+
+    def ended(self, exc: OSError | None) -> None:
+        """The socket reached its end (None: the peer closed it) or failed; it was removed."""
+        ...
+
+
+class CoalescedReader:
+    """Reads the sockets added to it, a batch per `window`, into one shared buffer."""
+
+    def __init__(
+        self, buffer: bytearray, urgent: Callable[[], bool], *, window: float = WINDOW
+    ) -> None:
+        self._buffers = [buffer]
+        self._urgent = urgent
+        self._window = window
+        self._epoll = select.epoll()
+        self._sinks: dict[int, Sink] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._batch: asyncio.TimerHandle | None = None
+        self.batches = 0  # windows read so far
+
+    def add(self, fd: int, sink: Sink) -> None:
+        """Read `fd` (a non-blocking socket) from now on, handing what arrives to `sink`."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self._epoll.fileno(), self._arrived)
+        self._epoll.register(fd, select.EPOLLIN)
+        self._sinks[fd] = sink
+
+    @property
+    def watching(self) -> int:
+        """How many sockets it reads."""
+        return len(self._sinks)
+
+    def remove(self, fd: int) -> None:
+        """Stop reading `fd`; call before its socket is closed (the number may be reused)."""
+        if self._sinks.pop(fd, None) is not None:
+            with contextlib.suppress(OSError):
+                self._epoll.unregister(fd)
+
+    def close(self) -> None:
+        if self._epoll.closed:
+            return
+        if self._batch is not None:
+            self._batch.cancel()
+            self._batch = None
+        elif self._loop is not None:
+            self._loop.remove_reader(self._epoll.fileno())
+        self._sinks.clear()
+        self._epoll.close()
+
+    def _arrived(self) -> None:
+        assert self._loop is not None
+        if self._urgent():
+            self._read()
+            return
+        self._loop.remove_reader(self._epoll.fileno())
+        self._batch = self._loop.call_later(self._window, self._read_batch)
+
+    def _read_batch(self) -> None:
+        assert self._loop is not None
+        self._batch = None
+        self.batches += 1
+        self._read()
+        if not self._epoll.closed:  # a sink may have closed the server
+            self._loop.add_reader(self._epoll.fileno(), self._arrived)
+
+    def _read(self) -> None:
+        """Read once from every socket with something to read."""
+        for fd, _ in self._epoll.poll(0, max(1, len(self._sinks))):
+            sink = self._sinks.get(fd)
+            if sink is None:
+                continue
+            try:
+                nbytes = os.readv(fd, self._buffers)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError as exc:
+                self.remove(fd)
+                sink.ended(exc)
+                continue
+            if nbytes == 0:
+                self.remove(fd)
+                sink.ended(None)
+            else:
+                sink.buffer_updated(nbytes)
