@@ -33,8 +33,10 @@ def pids(state: dict) -> dict[str, int]:
 
 def crash(run: Run) -> dict:
     state = run.wait_state(
-        lambda s: s["job"]["phase"] == "Running"
-        and all(i["identity"] for i in s["instances"]), 30, "running")
+        lambda s: s["job"]["phase"] == "Running" and all(i["identity"] for i in s["instances"]),
+        30,
+        "running",
+    )
     run.proc.kill()  # kill -9 the controller
     run.wait(30)
     return state
@@ -48,20 +50,29 @@ def test_adopt_takes_over_with_zero_restarts(tmp_path: Path) -> None:
         assert all(pid_alive(p) for p in before.values())
         second = subprocess.Popen(
             [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         state = run.wait_state(
-            lambda s: s["job"]["controller_pid"] == second.pid
-            and s["job"]["phase"] == "Running", 30, "the new controller to take over")
+            lambda s: s["job"]["controller_pid"] == second.pid and s["job"]["phase"] == "Running",
+            30,
+            "the new controller to take over",
+        )
         assert pids(state) == before
         assert all(i["restarts"] == 0 for i in state["instances"])
         adopted = [e for e in events(run.run_dir) if e["reason"] == "Adopted"]
         assert adopted and "4 instance(s) adopted, 0 gone" in adopted[0]["message"]
         # The adopted rider still falls to its restart policy when it dies.
         os.kill(before["service_rider_node1"], signal.SIGKILL)
-        run.wait_state(lambda s: instance(s, "service_rider_node1")["restarts"] == 1
-                       and instance(s, "service_rider_node1")["phase"] == "Running", 30,
-                       "the adopted rider to be restarted")
+        run.wait_state(
+            lambda s: (
+                instance(s, "service_rider_node1")["restarts"] == 1
+                and instance(s, "service_rider_node1")["phase"] == "Running"
+            ),
+            30,
+            "the adopted rider to be restarted",
+        )
         second.send_signal(signal.SIGINT)
         assert second.wait(60) == 130
     finally:
@@ -108,14 +119,19 @@ def test_adopt_refuses_a_finished_or_running_job(tmp_path: Path) -> None:
         run.wait_state(lambda s: s["job"]["phase"] == "Running", 30, "running")
         busy = subprocess.run(
             [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir)],
-            capture_output=True, text=True)
+            capture_output=True,
+            text=True,
+        )
         assert busy.returncode == 2 and "belongs to a running job" in busy.stderr
         run.signal(signal.SIGINT)
         run.wait(60)
     finally:
         run.close()
-    ended = subprocess.run([sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir)],
-                           capture_output=True, text=True)
+    ended = subprocess.run(
+        [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir)],
+        capture_output=True,
+        text=True,
+    )
     assert ended.returncode == 2 and "nothing to adopt" in ended.stderr
 
 

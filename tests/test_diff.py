@@ -31,11 +31,15 @@ def state(text: str, nodes: int = 4, previous: DesiredState | None = None) -> De
 
 def test_adding_a_rider_adds_one_instance_per_pool_node_and_restarts_nothing() -> None:
     old = state(BASE)
-    new = state(BASE + """
+    new = state(
+        BASE
+        + """
   - name: shipper
     command: [ship]
     placement: {pool: train}
-""", previous=old)
+""",
+        previous=old,
+    )
     plan = diff(old, new)
     assert [c.name for c in plan.add] == [f"service_shipper_node{k}" for k in range(1, 5)]
     assert not plan.restart and not plan.remove and not plan.refused
@@ -64,8 +68,10 @@ def test_probe_timing_and_restart_policy_are_hot_changes() -> None:
     edited = BASE + "    readiness: {port: 80, timeout_seconds: 5}\n"
     probed = state(edited, previous=old)
     assert len(diff(old, probed).restart) == 4  # a new probe target restarts
-    faster = state(edited.replace("timeout_seconds: 5", "timeout_seconds: 9")
-                   + "    restart: always\n", previous=probed)
+    faster = state(
+        edited.replace("timeout_seconds: 5", "timeout_seconds: 9") + "    restart: always\n",
+        previous=probed,
+    )
     plan = diff(probed, faster)
     assert not plan.restart and len(plan.hot) == 4
     assert "probe" in plan.hot[0].detail and "restart" in plan.hot[0].detail
@@ -108,7 +114,9 @@ def test_shrinking_a_pool_frees_its_last_nodes() -> None:
     plan = diff(old, new)
     # a one-node pool names its instance without the node suffix
     assert {c.name for c in plan.remove} == {
-        "service_train_node1", "service_train_node2", "service_watcher_node1",
+        "service_train_node1",
+        "service_train_node2",
+        "service_watcher_node1",
         "service_watcher_node2",
     }
     assert {c.name for c in plan.add} == {"service_train", "service_watcher"}
@@ -116,8 +124,9 @@ def test_shrinking_a_pool_frees_its_last_nodes() -> None:
 
 def test_growing_past_the_allocation_is_refused() -> None:
     old = state(GROW.format(n=2), nodes=4)
-    with pytest.raises(ExpandError, match="pool train would grow past the allocation: it "
-                       "needs 2 more node"):
+    with pytest.raises(
+        ExpandError, match="pool train would grow past the allocation: it needs 2 more node"
+    ):
         state(GROW.format(n=4), nodes=4, previous=old)
 
 

@@ -25,11 +25,20 @@ BASE: dict[str, Any] = {
     "resources": {"gpus_per_node": 8},
     "roles": {"agg": {"nodes": 1, "workers": 1, "gpus": 8, "command": ["serve"]}},
     "services": [
-        {"name": "train", "command": ["sleep", "inf"], "nodes": 2,
-         "readiness": {"port": 9000, "timeout_seconds": 30}},
+        {
+            "name": "train",
+            "command": ["sleep", "inf"],
+            "nodes": 2,
+            "readiness": {"port": 9000, "timeout_seconds": 30},
+        },
         {"name": "napper", "command": ["sleep", "inf"], "nodes": 1},
-        {"name": "watcher", "command": ["sleep", "inf"], "placement": {"pool": "train"},
-         "env": {"A": "{node_ip}"}, "restart": {"backoff_seconds": 0.5}},
+        {
+            "name": "watcher",
+            "command": ["sleep", "inf"],
+            "placement": {"pool": "train"},
+            "env": {"A": "{node_ip}"},
+            "restart": {"backoff_seconds": 0.5},
+        },
     ],
     "benchmark": {"type": "custom", "command": "echo $SRT_SERVICE_TRAIN_NODES"},
     "environment": {"X": "1"},
@@ -37,17 +46,49 @@ BASE: dict[str, Any] = {
 ALLOCATION = local_allocation(6)
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 70000), st.floats(allow_nan=True),
-    st.text(max_size=12), st.sampled_from(["head", "workers", "train", "trian", "../x",
-                                           "a/b", "x;rm", "{node}", "never", "always"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 70000),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(
+        ["head", "workers", "train", "trian", "../x", "a/b", "x;rm", "{node}", "never", "always"]
+    ),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-    max_leaves=6)
-keys = st.sampled_from(["name", "nodes", "command", "placement", "pool", "node", "readiness",
-                        "port", "env", "restart", "terminal", "critical", "start", "metrics",
-                        "plcement", "type", "services", "roles", "benchmark", "args",
-                        "shutdown_tier", "stop_grace_seconds", "unknown"])
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+keys = st.sampled_from(
+    [
+        "name",
+        "nodes",
+        "command",
+        "placement",
+        "pool",
+        "node",
+        "readiness",
+        "port",
+        "env",
+        "restart",
+        "terminal",
+        "critical",
+        "start",
+        "metrics",
+        "plcement",
+        "type",
+        "services",
+        "roles",
+        "benchmark",
+        "args",
+        "shutdown_tier",
+        "stop_grace_seconds",
+        "unknown",
+    ]
+)
 
 
 def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -102,8 +143,13 @@ def _check(text: str, previous: Any = None) -> Any:
 
 
 def fuzz_recipes(cases: int, derandomize: bool = False) -> None:
-    @settings(max_examples=cases, deadline=None, database=None, derandomize=derandomize,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=cases,
+        deadline=None,
+        database=None,
+        derandomize=derandomize,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(mutated())
     def run(text: str) -> None:
         _check(text)
@@ -115,8 +161,13 @@ def fuzz_edits(cases: int, derandomize: bool = False) -> None:
     base = _check(yaml.safe_dump(BASE, sort_keys=False))
     assert base is not None
 
-    @settings(max_examples=cases, deadline=None, database=None, derandomize=derandomize,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=cases,
+        deadline=None,
+        database=None,
+        derandomize=derandomize,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(mutated())
     def run(text: str) -> None:
         new = _check(text, base.nodes)

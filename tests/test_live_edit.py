@@ -69,8 +69,11 @@ def test_rider_add_change_remove_and_pool_growth(tmp_path: Path) -> None:
         save(run, POOL.format(nodes=2, level=1) + SHIPPER)
         state = run.wait_state(generation_applied(run, 2), what="rider added")
         state = run.wait_state(
-            lambda s: all(instance(s, f"service_shipper_node{k}")["phase"] == "Running"
-                          for k in (1, 2)), what="shippers running")
+            lambda s: all(
+                instance(s, f"service_shipper_node{k}")["phase"] == "Running" for k in (1, 2)
+            ),
+            what="shippers running",
+        )
         assert {n: p for n, p in pids(state).items() if n in before} == before
 
         save(run, POOL.format(nodes=2, level=2) + SHIPPER)
@@ -84,19 +87,26 @@ def test_rider_add_change_remove_and_pool_growth(tmp_path: Path) -> None:
 
         save(run, POOL.format(nodes=2, level=2))
         state = run.wait_state(
-            lambda s: generation_applied(run, 4)(s)
-            and not any(i["service"] == "shipper" for i in s["instances"]),
-            what="shipper removed")
-        stopped = [e for e in events(run.run_dir) if e["reason"] == "Stopped"
-                   and "shipper" in e["object"]]
+            lambda s: (
+                generation_applied(run, 4)(s)
+                and not any(i["service"] == "shipper" for i in s["instances"])
+            ),
+            what="shipper removed",
+        )
+        stopped = [
+            e for e in events(run.run_dir) if e["reason"] == "Stopped" and "shipper" in e["object"]
+        ]
         assert len(stopped) == 2
 
         save(run, POOL.format(nodes=3, level=2))
         state = run.wait_state(
-            lambda s: generation_applied(run, 5)(s)
-            and instance(s, "service_train_node3")["phase"] == "Running"
-            and instance(s, "service_watcher_node3")["phase"] == "Running",
-            what="pool grown onto the spare node")
+            lambda s: (
+                generation_applied(run, 5)(s)
+                and instance(s, "service_train_node3")["phase"] == "Running"
+                and instance(s, "service_watcher_node3")["phase"] == "Running"
+            ),
+            what="pool grown onto the spare node",
+        )
         assert state["carve"]["pools"]["train"] == ["node1", "node2", "node3"]
         assert (run.run_dir / "recipes" / "gen-5.yaml").read_text() == run.recipe.read_text()
         assert (run.run_dir / "recipes" / "gen-1.yaml").exists()
@@ -114,11 +124,17 @@ def test_broken_edits_are_rejected_and_touch_nothing(tmp_path: Path) -> None:
         before = pids(state)
 
         save(run, good + "  - name: [unclosed\n")
-        wait_for(lambda: any(e["reason"] == "RecipeRejected" for e in events(run.run_dir)),
-                 10, "broken YAML rejected")
+        wait_for(
+            lambda: any(e["reason"] == "RecipeRejected" for e in events(run.run_dir)),
+            10,
+            "broken YAML rejected",
+        )
         save(run, good.replace("placement: {pool: train}", "placement: {pool: trian}"))
-        wait_for(lambda: sum(e["reason"] == "RecipeRejected" for e in events(run.run_dir)) == 2,
-                 10, "invalid recipe rejected")
+        wait_for(
+            lambda: sum(e["reason"] == "RecipeRejected" for e in events(run.run_dir)) == 2,
+            10,
+            "invalid recipe rejected",
+        )
         rejected = [e for e in events(run.run_dir) if e["reason"] == "RecipeRejected"]
         assert "invalid YAML" in rejected[0]["message"]
         assert "'trian' names no service that declares nodes" in rejected[1]["message"]
@@ -150,9 +166,19 @@ def test_plan_against_a_running_job_previews_without_applying(tmp_path: Path) ->
 
         def preview(*output: str) -> str:
             return subprocess.run(
-                [sys.executable, "-m", "srtr", "plan", str(run.recipe), "--against",
-                 str(run.run_dir), *output],
-                capture_output=True, text=True, check=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "srtr",
+                    "plan",
+                    str(run.recipe),
+                    "--against",
+                    str(run.run_dir),
+                    *output,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout
 
         out = preview()
@@ -169,6 +195,8 @@ def test_plan_against_a_running_job_previews_without_applying(tmp_path: Path) ->
         send(run.run_dir, "apply")
         state = run.wait_state(generation_applied(run, 2), what="the edit applied")
         assert sorted(i["name"] for i in state["instances"] if i["service"] == "shipper") == [
-            "service_shipper_node1", "service_shipper_node2"]
+            "service_shipper_node1",
+            "service_shipper_node2",
+        ]
     finally:
         stop(run)

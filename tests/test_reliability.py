@@ -81,11 +81,16 @@ def assert_torn_down_by_tier(run: Run, state: dict) -> list[int]:
     before it had exited. Returns the tiers in the order they were signalled."""
     tier_of = {i["name"]: i["shutdown_tier"] for i in state["instances"]}
     log = events(run.run_dir)
-    exited = {e["object"].removeprefix("instance/"): at
-              for at, e in enumerate(log) if e["reason"] == "Exited"}
-    signalled = [(int(e["message"].split(":")[0].removeprefix("tier ")), at)
-                 for at, e in enumerate(log)
-                 if e["reason"] == "TearingDown" and e["message"].startswith("tier ")]
+    exited = {
+        e["object"].removeprefix("instance/"): at
+        for at, e in enumerate(log)
+        if e["reason"] == "Exited"
+    }
+    signalled = [
+        (int(e["message"].split(":")[0].removeprefix("tier ")), at)
+        for at, e in enumerate(log)
+        if e["reason"] == "TearingDown" and e["message"].startswith("tier ")
+    ]
     for (lower, _), (_, next_at) in itertools.pairwise(signalled):
         members = [n for n in exited if tier_of[n] == lower]
         assert members and max(exited[n] for n in members) < next_at, log
@@ -93,11 +98,11 @@ def assert_torn_down_by_tier(run: Run, state: dict) -> list[int]:
     return [t for t, _ in signalled]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
-                         ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: signal.Signals(s).name
+)
 @pytest.mark.parametrize("phase", sorted(PHASES))
-def test_a_signal_in_any_phase_tears_down_in_order(tmp_path: Path, phase: str,
-                                                   signum: int) -> None:
+def test_a_signal_in_any_phase_tears_down_in_order(tmp_path: Path, phase: str, signum: int) -> None:
     run = Run(tmp_path, PHASES[phase])
     try:
         run.wait_state(_reached(phase), 30, phase)
@@ -126,8 +131,11 @@ services:
     try:
         run.wait_state(lambda s: instance(s, "service_deaf")["ready"], 30, "ready")
         run.signal(signal.SIGINT)
-        wait_for(lambda: any(e["message"].startswith("tier 0:") for e in events(run.run_dir)),
-                 10, "teardown started")
+        wait_for(
+            lambda: any(e["message"].startswith("tier 0:") for e in events(run.run_dir)),
+            10,
+            "teardown started",
+        )
         run.signal(signal.SIGINT)
         assert finish(run, timeout=30) == 130
     finally:
@@ -158,8 +166,11 @@ services:
 def test_no_log_line_is_lost_across_100_restarts(tmp_path: Path) -> None:
     run = Run(tmp_path, WRITER)
     try:
-        run.wait_state(lambda s: instance(s, "service_writer")["phase"] == "Failed", 120,
-                       "the writer to spend its budget")
+        run.wait_state(
+            lambda s: instance(s, "service_writer")["phase"] == "Failed",
+            120,
+            "the writer to spend its budget",
+        )
         run.signal(signal.SIGINT)
         finish(run)
     finally:
@@ -270,8 +281,15 @@ def kill_pid(victim: dict) -> bool:
     return True
 
 
-def chaos(run: Run, seconds: float, period: float, seed: int, *,
-          kill: Callable[[dict], bool] = kill_pid, handle: str = "pid") -> int:
+def chaos(
+    run: Run,
+    seconds: float,
+    period: float,
+    seed: int,
+    *,
+    kill: Callable[[dict], bool] = kill_pid,
+    handle: str = "pid",
+) -> int:
     """Kill a random running rider (that has a `handle`) every `period` s with `kill`;
     return how many kills landed."""
     rng = random.Random(seed)
@@ -280,8 +298,11 @@ def chaos(run: Run, seconds: float, period: float, seed: int, *,
     while time.monotonic() < deadline:
         state = run.state()
         assert state is not None and run.proc.poll() is None, "the controller died"
-        riders = [i for i in state["instances"]
-                  if i["kind"] == "rider" and i["phase"] == "Running" and i[handle]]
+        riders = [
+            i
+            for i in state["instances"]
+            if i["kind"] == "rider" and i["phase"] == "Running" and i[handle]
+        ]
         if riders:
             kills += kill(rng.choice(riders))
         time.sleep(period)  # the fault rate itself, not a wait for something observable
@@ -295,8 +316,10 @@ def run_chaos(tmp_path: Path, seconds: float) -> None:
         kills = chaos(run, seconds, 0.1, seed=9)
         assert kills > 0
         state = run.wait_state(
-            lambda s: all(i["phase"] == "Running" for i in s["instances"]), 60,
-            "every rider running again")
+            lambda s: all(i["phase"] == "Running" for i in s["instances"]),
+            60,
+            "every rider running again",
+        )
         restarts = sum(i["restarts"] for i in state["instances"])
         # A rider killed twice before the state file showed its new pid counts once.
         assert 0.8 * kills <= restarts <= kills
@@ -334,7 +357,7 @@ def test_regression_fuzz_key_with_a_newline_stays_on_one_line() -> None:
     from srtr.resources.errors import RecipeError
 
     with pytest.raises(RecipeError) as caught:
-        load_text("name: t\nresources:\n  ? \"a\\nb\"\n  : 1\n")
+        load_text('name: t\nresources:\n  ? "a\\nb"\n  : 1\n')
     (line,) = caught.value.lines()
     assert line.startswith("recipe.yaml:3: resources['a\\nb']: unknown key")
     assert "\n" not in line
@@ -348,25 +371,32 @@ def test_regression_chaos_unread_stdout_never_stalls_the_controller(tmp_path: Pa
     import textwrap
 
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(textwrap.dedent("""
+    recipe.write_text(
+        textwrap.dedent("""
         name: chatty
         services:
           - name: flap
             command: ["false"]
             restart: {backoff_seconds: 0, max_backoff_seconds: 0, max_restarts: 1500}
-    """))
+    """)
+    )
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "srtr", "up", str(recipe), "--run-dir", str(run_dir),
-         "--headless"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,  # stdout is never read
+        [sys.executable, "-m", "srtr", "up", str(recipe), "--run-dir", str(run_dir), "--headless"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # stdout is never read
     )
     try:
         from e2e_util import read_state
 
-        wait_for(lambda: (s := read_state(run_dir)) is not None
-                 and instance(s, "service_flap")["phase"] == "Failed", 120,
-                 "the flapping instance to spend its 1,500 restarts")
+        wait_for(
+            lambda: (
+                (s := read_state(run_dir)) is not None
+                and instance(s, "service_flap")["phase"] == "Failed"
+            ),
+            120,
+            "the flapping instance to spend its 1,500 restarts",
+        )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 130
     finally:

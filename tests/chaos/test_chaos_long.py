@@ -1,6 +1,6 @@
 """Long chaos and fuzz runs; not part of the normal test run.
 
-    python3 -m pytest -m chaos tests/chaos -p no:cacheprovider
+python3 -m pytest -m chaos tests/chaos -p no:cacheprovider
 """
 
 from __future__ import annotations
@@ -49,18 +49,26 @@ def test_chaos_60s_on_16_slurm_steps(tmp_path: Path) -> None:
             pytest.skip(reason)
     run = Run(tmp_path, SLURM_CHAOS, "--backend", "slurm", env=slurm_util.outside_env())
     try:
-        state = run.wait_state(lambda s: s["job"]["phase"] == "Running"
-                               and all(i["step"] for i in s["instances"]), 60, "running")
+        state = run.wait_state(
+            lambda s: s["job"]["phase"] == "Running" and all(i["step"] for i in s["instances"]),
+            60,
+            "running",
+        )
         job_id = state["job"]["slurm_job_id"]
 
         def scancel(victim: dict) -> bool:
-            done = subprocess.run(["scancel", "--ctld", "--signal=KILL", "--full",
-                                   f"{job_id}.{victim['step']}"], capture_output=True)
+            done = subprocess.run(
+                ["scancel", "--ctld", "--signal=KILL", "--full", f"{job_id}.{victim['step']}"],
+                capture_output=True,
+            )
             return done.returncode == 0
 
         kills = chaos(run, 60, 0.1, seed=16, kill=scancel, handle="step")
-        state = run.wait_state(lambda s: all(i["phase"] == "Running" for i in s["instances"]),
-                               120, "every rider running again")
+        state = run.wait_state(
+            lambda s: all(i["phase"] == "Running" for i in s["instances"]),
+            120,
+            "every rider running again",
+        )
         assert kills > 0 and sum(i["restarts"] for i in state["instances"]) <= kills
         run.signal(signal.SIGINT)
         assert run.wait(120) == 130
