@@ -26,19 +26,22 @@ STRICT = os.environ.get("SRTR_TEST_STRICT") == "1"
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[dict[str, str]]:
     """The local SLURM test cluster: reused when up (scripts/test starts it), else started
-    here and stopped at the end. Skips (a failure in strict mode) only when SLURM cannot be
-    installed at all. Yields the environment to run SLURM commands with."""
+    here and stopped at the end unless another session still uses it (`slurm_util.hold`).
+    Skips (a failure in strict mode) only when SLURM cannot be installed at all. Yields the
+    environment to run SLURM commands with."""
     import slurm_util
 
+    held = slurm_util.hold()
     started = False
-    if not slurm_util.cluster_up():
-        reason = slurm_util.start()
-        if reason:
-            pytest.skip(reason)
-        started = True
-    yield {**os.environ}
-    if started:
-        slurm_util.stop()
+    try:
+        if not slurm_util.cluster_up():
+            reason = slurm_util.start()
+            if reason:
+                pytest.skip(reason)
+            started = True
+        yield {**os.environ}
+    finally:
+        slurm_util.release(held, stop=started)
 
 
 def _reason(report: Any) -> str:

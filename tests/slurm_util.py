@@ -3,10 +3,15 @@
 `scripts/test` starts the cluster before the run and stops it afterwards (even on failure)
 and exports SLURM_CONF; a bare `pytest` run starts it here and stops it at the end. Tests
 skip only when SLURM cannot be installed at all.
+
+Sessions share the cluster of one SRTR_SLURM_DIR: each holds a shared lock on its
+`users.lock` while it runs (`hold`), and a session that started the cluster stops it only
+when no other session holds it (`scripts/slurm-cluster down --if-unused`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -42,8 +47,21 @@ def start() -> str | None:
     return None
 
 
-def stop() -> None:
-    subprocess.run([str(CLUSTER), "down"], capture_output=True, text=True, timeout=300)
+def hold() -> int:
+    """Mark this session as a user of the cluster until `release` (a shared flock)."""
+    DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(DIR / "users.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def release(held: int, *, stop: bool) -> None:
+    """This session no longer uses the cluster; `stop`: stop it unless another session does."""
+    os.close(held)
+    if stop:
+        subprocess.run(
+            [str(CLUSTER), "down", "--if-unused"], capture_output=True, text=True, timeout=300
+        )
 
 
 def heal() -> None:
