@@ -6,7 +6,8 @@ which argv and environment start an attempt and what an exit means.
 
 Nodes are simulated: node K is `nodeK` with the loopback IP 127.0.0.1 + K, so services that
 bind to `{node_ip}` do not collide. Once a job has a run dir (`isolate_nodes`), each node also
-gets its own temp dir, and a private /tmp where the kernel allows (`node_tmp`).
+gets its own temp dir, and a private /tmp where the kernel allows (`node_tmp`): one mount
+namespace per node, which every instance of the node enters with one exec.
 The CLI constructs this backend; controllers see it only as
 a `srtr.backends.base.Backend`.
 
@@ -80,7 +81,7 @@ class LocalBackend:
     def isolate_nodes(self, root: Path) -> str:
         """Give each simulated node its own temp dir under `root` (`<run dir>/nodes`): TMPDIR,
         and a private /tmp where the kernel allows (see `node_tmp`). Returns how."""
-        self._node_tmp = NodeTmp(root)
+        self._node_tmp = NodeTmp(root, [node.name for node in self._nodes])
         return (root / "isolation.txt").read_text().strip()
 
     @property
@@ -94,7 +95,7 @@ class LocalBackend:
             # A program that cannot be found fails the launch as it always did (LaunchError),
             # not as an exit of the wrapper's shell.
             return argv
-        return self._node_tmp.wrap(spec.node, argv)
+        return self._node_tmp.enter(spec.node, argv)
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
         inherited = inherited_environment()
@@ -156,6 +157,8 @@ class LocalBackend:
         within a few seconds (stuck in the kernel) are abandoned with a warning.
         """
         await self._groups.close()
+        if self._node_tmp is not None:
+            self._node_tmp.close()
 
     def identity(self, name: str) -> Identity | None:
         """pid and kernel start time of the live attempt: what adoption checks later."""
