@@ -129,6 +129,8 @@ class LocalBackend:
         """
         if spec.node in self._lost_nodes:
             raise LaunchError(f"cannot start {spec.name!r}: node {spec.node} is lost")
+        if self._node_tmp is not None:
+            await self._node_tmp.prepare(spec.node)
         return self._groups.start(spec).pid
 
     async def signal(self, name: str, signum: int) -> None:
