@@ -70,6 +70,7 @@ def _plan_against(args: argparse.Namespace) -> int:
     """Diff a recipe against the job running in a run dir, without applying anything."""
     from pathlib import Path
 
+    from srtr.cli.pins import read_pins
     from srtr.reconciler.rundir import StateFileError, read_state
     from srtr.resources.diff import diff, render
     from srtr.resources.loading import read_text
@@ -84,8 +85,9 @@ def _plan_against(args: argparse.Namespace) -> int:
     except (StateFileError, KeyError, TypeError) as exc:
         raise bad(str(run_dir), f"not a readable run dir: {exc}") from None
     applied = run_dir / "recipe.yaml"
-    _, old = plan_text_source(read_text(applied), str(applied), allocation, nodes)
-    _, new = plan_text_source(read_text(args.recipe), args.recipe, allocation, nodes)
+    pins = read_pins(run_dir)  # the job's: plan both sides as the job itself would
+    _, old = plan_text_source(read_text(applied), str(applied), allocation, nodes, pins=pins)
+    _, new = plan_text_source(read_text(args.recipe), args.recipe, allocation, nodes, pins=pins)
     launched = frozenset(i["name"] for i in state.instances if i.get("pid") is not None)
     plan = diff(old, new, launched=launched)
     if args.output == "json":

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from srtr.cli import StoppedBySignal, status
 from srtr.cli import bad as _bad
+from srtr.cli.pins import decide_pins, read_pins, write_pins
 from srtr.cli.status import read_run
 from srtr.reconciler.rundir import STATE_FILE, RunState
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.base import Backend
     from srtr.backends.slurm import SlurmBackend
+    from srtr.resources.pins import Pin
     from srtr.resources.recipe import Recipe
     from srtr.runtime.guard import Started
 
@@ -327,11 +329,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     kind = _backend_kind(args)
     launcher = _launcher(args, kind)
     run_dir = _run_dir_path(args, recipe.name)
+    # Before any allocation: a rev that does not resolve costs no queue time.
+    pins = decide_pins(recipe, text, args.recipe, _submitted_pins(run_dir))
     backend, slurm_backend, early_guard = _base_backend(args, kind, recipe, count, run_dir)
     allocation = [(n.name, n.ip) for n in backend.nodes()]
     try:
-        _, desired = plan_text_source(text, args.recipe, allocation)
+        _, desired = plan_text_source(text, args.recipe, allocation, pins=pins)
         _create_run_dir(run_dir)
+        write_pins(run_dir, pins)
         _isolate_nodes(backend, run_dir)
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
@@ -364,6 +369,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         adopt_window=args.adopt_window,
         launcher=launcher,
         early_guard=early_guard,
+        source_pins=pins,
     )
     if tui:
         return run_with_tui(run_dir, run_job(desired, run_dir, backend, options, prober))
@@ -372,8 +378,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     return asyncio.run(run_job(desired, run_dir, backend, options, prober))
 
 
+def _submitted_pins(run_dir: Path) -> dict[str, Pin]:
+    """The pins `srtr submit` left in the run dir it made for this job (none once a job
+    ran there: a new job in an old run dir pins afresh)."""
+    return {} if (run_dir / STATE_FILE).exists() else read_pins(run_dir)
+
+
 def _submit_plan(args: argparse.Namespace) -> tuple[Recipe, int, Path]:
-    """The recipe to submit, its node count and its run dir; refuses what cannot fit."""
+    """The recipe to submit, its node count and its run dir (with the job's source pins);
+    refuses what cannot fit and revs that do not resolve."""
     from srtr.resources.effective import allocation_size
     from srtr.resources.expand import local_allocation
     from srtr.resources.loading import load_text, read_text
@@ -383,7 +396,10 @@ def _submit_plan(args: argparse.Namespace) -> tuple[Recipe, int, Path]:
     recipe = load_text(text, args.recipe)
     count = args.nodes or allocation_size(recipe)
     plan_text_source(text, args.recipe, local_allocation(count))  # refuse what cannot fit
-    return recipe, count, _make_run_dir(args, recipe.name).resolve()
+    pins = decide_pins(recipe, text, args.recipe, {})
+    run_dir = _make_run_dir(args, recipe.name).resolve()
+    write_pins(run_dir, pins)
+    return recipe, count, run_dir
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -478,9 +494,10 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
     text = read_text(applied)
     allocation = [(n["name"], n["ip"]) for n in state.nodes]
     previous = NodeMap.from_json(state.doc["carve"], state.nodes)
+    pins = read_pins(run_dir)  # the job's, never resolved again: its clones stay as they are
     # The run dir's copy is always recipe.yaml: a recipe without `name:` keeps its job's name.
     _, desired = plan_text_source(
-        text, str(applied), allocation, previous, name=str(job.get("name") or "") or None
+        text, str(applied), allocation, previous, name=str(job.get("name") or "") or None, pins=pins
     )
     recipe_path = args.recipe or job.get("recipe_path")
     print(
@@ -519,6 +536,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         adopt_window=args.adopt_window,
         slurm_job_id=slurm_job_id,
         launcher=launcher,
+        source_pins=pins,
     )
     import asyncio
 

@@ -18,6 +18,7 @@ from srtr.reconciler.clock import Clock
 from srtr.reconciler.store import InstanceStatus, Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import ExporterSpec, InstanceSpec
+from srtr.resources.pins import Pins
 
 
 class Prober(Protocol):
@@ -59,6 +60,8 @@ class Ctx:
     on_reconciled: Callable[[str, float, int], None] | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # The job's source pins: every re-planning of its recipe applies them (resources/pins.py).
+    source_pins: Pins = field(default_factory=dict)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a side task (a probe attempt) without awaiting it in the reconcile."""

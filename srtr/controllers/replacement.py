@@ -54,7 +54,9 @@ async def reconcile(ctx: Ctx) -> Result | None:
             nodes, pools=pools, spares=nodes.spares[1:], lost=(*nodes.lost, spec.node)
         )
         try:
-            _, new = plan_text_source(store.recipe_text, "recipe.yaml", allocation, previous)
+            _, new = plan_text_source(
+                store.recipe_text, "recipe.yaml", allocation, previous, pins=ctx.source_pins
+            )
         except RecipeError as exc:
             store.record(
                 f"pool/{spec.pool}",

@@ -13,6 +13,7 @@ from srtr.resources.errors import RecipeError
 from srtr.resources.expand import ExpandError, expand, local_allocation
 from srtr.resources.loading import attach_line, load_marked, read_text
 from srtr.resources.objects import DesiredState, NodeMap
+from srtr.resources.pins import Pins, apply_pins
 from srtr.resources.recipe import Recipe
 
 
@@ -23,15 +24,18 @@ def plan_text_source(
     previous: NodeMap | None = None,
     *,
     name: str | None = None,
+    pins: Pins | None = None,
 ) -> tuple[Recipe, DesiredState]:
     """Validate and expand. Without an allocation, plan on the smallest local one that fits.
 
-    `name` names a recipe that has no `name:` (default: after `file`).
+    `name` names a recipe that has no `name:` (default: after `file`). `pins` are the job's
+    source pins (resources/pins.py): every planning of a job's recipe passes the same ones.
 
     Raises:
         RecipeError: every problem, as `file:line: path: message`.
     """
     recipe, marked = load_marked(text, file, name=name)
+    recipe = apply_pins(recipe, pins or {})
     if allocation is None:
         allocation = local_allocation(allocation_size(recipe))
     try:

@@ -220,6 +220,12 @@ class Placement(Spec):
 # Refs that name a moving target: a checkout of them is not reproducible (reference S-07).
 MUTABLE_REFS = ("main", "master", "HEAD", "develop", "trunk")
 MUTABLE_REF_PREFIXES = ("refs/heads/", "origin/", "refs/remotes/")
+# A full commit id: SHA-1 (40 hex) or SHA-256 (64 hex). Abbreviations cannot be pinned.
+COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+
+
+def is_commit(rev: str) -> bool:
+    return COMMIT_RE.fullmatch(rev.lower()) is not None
 
 
 class Source(Spec):
@@ -228,6 +234,8 @@ class Source(Spec):
     git: str
     rev: Text
     path: str | None = None
+    # The commit `rev` named when the job was submitted (srtr pins it; see resources/pins.py).
+    sha: Text | None = None
 
     @field_validator("git")
     @classmethod
@@ -256,6 +264,24 @@ class Source(Spec):
         if v is not None and (not v.strip() or v.startswith("/") or ".." in v.split("/")):
             raise ValueError("source.path must be a relative path inside the checkout")
         return v
+
+    @field_validator("sha")
+    @classmethod
+    def _sha(cls, v: str | None) -> str | None:
+        if v is not None and not is_commit(v):
+            raise ValueError(f"source.sha '{v}' must be a full commit id (40 or 64 hex digits)")
+        return v.lower() if v is not None else None
+
+    @model_validator(mode="after")
+    def _rev_is_its_own_pin(self) -> Source:
+        if self.sha is not None and is_commit(self.rev) and self.sha != self.rev.lower():
+            raise ValueError(f"source.sha '{self.sha}' differs from the commit source.rev names")
+        return self
+
+    @property
+    def pin(self) -> str | None:
+        """The commit to check out: `sha`, or `rev` when it is one; None: `rev` unpinned."""
+        return self.sha or (self.rev.lower() if is_commit(self.rev) else None)
 
 
 class Metrics(Spec):

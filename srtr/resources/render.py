@@ -19,7 +19,7 @@ from srtr.resources.effective import (
 )
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
 from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec
-from srtr.resources.recipe import Recipe, Service
+from srtr.resources.recipe import Recipe, Service, Source
 
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
 MASK = "***"
@@ -97,7 +97,7 @@ def _key_lines(service: Service) -> list[str]:
     lines = []
     if service.source is not None:
         path = f" / source.path: {service.source.path}" if service.source.path else ""
-        lines.append(f"    source: {service.source.git} @ {service.source.rev}{path}")
+        lines.append(f"    source: {service.source.git} @ {_at(service.source)}{path}")
     if service.build_command is not None:
         lines.append(
             f"    build_command: {shlex.join(service.build_command)} "
@@ -125,8 +125,14 @@ def _table_command(spec: InstanceSpec, recipe: Recipe) -> str:
     if spec.kind is InstanceKind.SETUP and spec.type == "clone":
         source = next(s.source for s in recipe.services if s.name == spec.service)
         if source is not None:
-            return f"git clone {source.git} @ {source.rev} -> services/{spec.service}/src"
+            return f"git clone {source.git} @ {_at(source)} -> services/{spec.service}/src"
     return command_text(spec.argv, spec.shell)
+
+
+def _at(source: Source) -> str:
+    """The rev, and the commit it is pinned to when that is not the rev itself."""
+    pinned = source.pin is not None and source.pin != source.rev.lower()
+    return f"{source.rev} (pinned to {source.pin})" if pinned else source.rev
 
 
 def launcher_of(spec: InstanceSpec, launcher: Launcher) -> Launcher:

@@ -21,6 +21,7 @@ from srtr.resources.recipe import Service
 # srtctl's limits: each git command 600 s; the whole clone step 3*600+60 s.
 GIT_TIMEOUT_SECONDS = 600
 CLONE_TIMEOUT_SECONDS = 3 * GIT_TIMEOUT_SECONDS + 60
+_GIT = f"timeout {GIT_TIMEOUT_SECONDS}s git -c http.version=HTTP/1.1"
 # What a failed or timed-out step is called in the job's reason.
 STEP_TEXT = {"clone": "source clone", "build": "build_command"}
 
@@ -52,23 +53,46 @@ def clone_script(service: Service) -> str:
 
     HTTP/1.1 because some proxies break git's HTTP/2 (srtctl does the same). A fetch of the
     rev, then `checkout FETCH_HEAD`, works for a tag, a full SHA and refs/pull/<n>/head.
+    A pinned source fetches its commit (`source.pin`) instead, so a tag moved since the pin
+    is not followed.
     """
     assert service.source is not None
     dest = checkout_dir(service)
-    git = f"timeout {GIT_TIMEOUT_SECONDS}s git -c http.version=HTTP/1.1"
     url, rev = shlex.quote(service.source.git), shlex.quote(service.source.rev)
+    head = [
+        "set -e",
+        f"dest={dest}",
+        'if [ -d "$dest/.git" ]; then echo "srtr: $dest is already checked out"; exit 0; fi',
+        'mkdir -p "$(dirname "$dest")"',
+        f'{_GIT} clone --filter=blob:none {url} "$dest"',
+    ]
+    pin = service.source.pin
+    fetch = [f'{_GIT} -C "$dest" fetch origin {rev}'] if pin is None else _fetch_pin(service, pin)
     return "\n".join(
         [
-            "set -e",
-            f"dest={dest}",
-            'if [ -d "$dest/.git" ]; then echo "srtr: $dest is already checked out"; exit 0; fi',
-            'mkdir -p "$(dirname "$dest")"',
-            f'{git} clone --filter=blob:none {url} "$dest"',
-            f'{git} -C "$dest" fetch origin {rev}',
+            *head,
+            *fetch,
             'git -C "$dest" -c advice.detachedHead=false checkout FETCH_HEAD',
             'echo "srtr: checked out $(git -C "$dest" rev-parse HEAD)"',
         ]
     )
+
+
+def _fetch_pin(service: Service, pin: str) -> list[str]:
+    """Fetch commit `pin`; where the server refuses a fetch by commit id, fetch the rev and
+    accept it only if it still is `pin` (never build anything but the pin)."""
+    assert service.source is not None
+    rev = shlex.quote(service.source.rev)
+    moved = f"services[{service.name}] source: %s is now %s, not the %s srtr pinned for this job"
+    return [
+        f"printf 'srtr: %s is pinned to %s\\n' {rev} {pin}",
+        f'if ! {_GIT} -C "$dest" fetch origin {pin}; then',
+        f"  printf 'srtr: the server refused a fetch of %s; fetching %s\\n' {pin} {rev}",
+        f'  {_GIT} -C "$dest" fetch origin {rev}',
+        "fi",
+        'got=$(git -C "$dest" rev-parse "FETCH_HEAD^{commit}")',
+        f'if [ "$got" != {pin} ]; then printf \'{moved}\\n\' {rev} "$got" {pin} >&2; exit 1; fi',
+    ]
 
 
 def setup_steps(service: Service, first: InstanceSpec, phase: str) -> list[InstanceSpec]:

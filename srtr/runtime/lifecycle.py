@@ -12,6 +12,7 @@ last, after they have stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from srtr.reconciler.clock import MonotonicClock
 from srtr.reconciler.store import Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import DesiredState
+from srtr.resources.pins import Pins
 from srtr.runtime import guard
 from srtr.runtime.progress import detach_terminal
 from srtr.runtime.run_files import EventFile, LogFile, RunDir, stderr_note
@@ -60,6 +62,7 @@ class JobOptions:
     launcher: how the backend starts instances (process, step, agent), for state.json.
     early_guard: the job's guard when `srtr up` started it before the job (at salloc time);
         None: the lifecycle starts it.
+    source_pins: the job's source pins (resources/pins.py), for every later planning.
     """
 
     progress: bool = True
@@ -74,6 +77,7 @@ class JobOptions:
     metrics_listen: tuple[str, int] | None = None
     launcher: str = ""
     early_guard: guard.Started | None = None
+    source_pins: Pins = dataclasses.field(default_factory=dict)
 
 
 class SideTask(Protocol):
@@ -171,6 +175,7 @@ async def run_job(
     SIGTERM kills).
     """
     ctx = new_ctx(desired, run_dir, backend, options.recipe_text, prober)
+    ctx.source_pins = options.source_pins
     lifecycle = Lifecycle()
     try:
         for task in side_tasks(ctx, options):

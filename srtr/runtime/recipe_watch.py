@@ -19,11 +19,15 @@ from pathlib import Path
 
 import watchfiles
 
+from srtr.backends import git_refs
 from srtr.controllers import edits
 from srtr.controllers.context import Ctx
+from srtr.reconciler.persist import write_atomic
 from srtr.resources.diff import diff
 from srtr.resources.errors import RecipeError
-from srtr.resources.loading import read_text
+from srtr.resources.loading import attach_line, load_marked, read_text
+from srtr.resources.objects import DesiredState
+from srtr.resources.pins import PINS_FILE, pins_json, unpinned
 from srtr.resources.planning import plan_text_source
 
 log = logging.getLogger("srtr")
@@ -113,11 +117,11 @@ class RecipeWatcher:
                 recursive=False,
             ):
                 if self._touches_recipe(changes):
-                    self.check()
+                    await self.check()
         except Exception:  # a broken watch must not take the job down
             log.exception("watching %s failed; live edits are off", self.path)
 
-    def check(self) -> None:
+    async def check(self) -> None:
         """Read the file once and act on it if it changed since last time."""
         try:
             text = read_text(self.path)
@@ -129,13 +133,41 @@ class RecipeWatcher:
         self._last_seen = text
         store = self.ctx.store
         try:
-            _, new = plan_text_source(text, str(self.path), self.allocation, store.desired.nodes)
+            new = await self._plan(text)
         except RecipeError as exc:
             self._reject(exc.lines())
             return
         launched = frozenset(n for n, st in store.status.items() if st.attempt >= 0)
         plan = diff(store.desired, new, launched=launched)
         edits.propose(self.ctx, new, plan, text, auto=self.auto)
+
+    async def _plan(self, text: str) -> DesiredState:
+        """Plan `text` with the job's pins; the source of a service the edit adds is pinned
+        first (off the loop: `git ls-remote` may take its time) and joins the job's pins.
+
+        Raises:
+            RecipeError: the recipe is invalid, or a new source's rev does not resolve.
+        """
+        file, nodes, ctx = str(self.path), self.ctx.store.desired.nodes, self.ctx
+        recipe, new = plan_text_source(text, file, self.allocation, nodes, pins=ctx.source_pins)
+        # Only services new to the job: another rev of one it runs keeps the job's pin out of
+        # its plan (its clone step differs, and the edit is refused while it runs).
+        running = {spec.service for spec in ctx.store.desired.instances}
+        missing = [(i, s) for i, s in unpinned(recipe, ctx.source_pins) if s.name not in running]
+        if not missing:
+            return new
+        found, problems = await asyncio.to_thread(git_refs.resolve, missing)
+        if problems:
+            _, marked = load_marked(text, file)
+            raise RecipeError(file, [attach_line(p, marked) for p in problems])
+        ctx.source_pins = {**ctx.source_pins, **found}
+        try:
+            await asyncio.to_thread(
+                write_atomic, ctx.run_dir / PINS_FILE, pins_json(ctx.source_pins)
+            )
+        except OSError as exc:  # kept in memory; an adoption would plan it unpinned
+            log.warning("cannot record the new source pins in %s: %s", PINS_FILE, exc)
+        return plan_text_source(text, file, self.allocation, nodes, pins=ctx.source_pins)[1]
 
     def _reject(self, lines: list[str]) -> None:
         edits.reject(self.ctx, lines)
