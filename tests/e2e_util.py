@@ -154,6 +154,18 @@ class Run:
         )
         self.out = ""
         self.err = ""
+        self.adopter: subprocess.Popen[str] | None = None
+
+    def adopt(self) -> subprocess.Popen[str]:
+        """`srtr up --adopt RUN_DIR --headless`, once this run's controller was killed: the
+        new controller, which `close` ends too (after the first one)."""
+        self.adopter = subprocess.Popen(
+            [sys.executable, "-m", "srtr", "up", "--adopt", str(self.run_dir), "--headless"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        return self.adopter
 
     def state(self) -> dict[str, Any] | None:
         return read_state(self.run_dir)
@@ -196,9 +208,10 @@ class Run:
         return processes_with(self.marker + "\0")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        for proc in (self.proc, self.adopter):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
         self._collect()
 
     def _collect(self) -> None:

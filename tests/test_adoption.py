@@ -44,16 +44,10 @@ def crash(run: Run) -> dict:
 
 def test_adopt_takes_over_with_zero_restarts(tmp_path: Path) -> None:
     run = Run(tmp_path, HOLD, "--adopt-window", "60")
-    second: subprocess.Popen[str] | None = None
     try:
         before = pids(crash(run))
         assert all(pid_alive(p) for p in before.values())
-        second = subprocess.Popen(
-            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        second = run.adopt()
         state = run.wait_state(
             lambda s: s["job"]["controller_pid"] == second.pid and s["job"]["phase"] == "Running",
             30,
@@ -77,9 +71,6 @@ def test_adopt_takes_over_with_zero_restarts(tmp_path: Path) -> None:
         assert second.wait(60) == 130
     finally:
         run.close()
-        if second is not None and second.poll() is None:
-            second.kill()
-            second.wait()
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
     state = read_state(run.run_dir)
     assert state is not None and state["job"]["phase"] == "Failed"

@@ -157,22 +157,15 @@ def _alive(pid: int) -> bool:
 
 
 def test_adopt_after_a_controller_crash_keeps_every_instance_and_agent(tmp_path: Path) -> None:
-    import subprocess
-    import sys
 
     run = Run(tmp_path, HOLD, *AGENT)
-    second: subprocess.Popen[bytes] | None = None
     try:
         state = run.wait_state(running, what="every instance running")
         pids = {i["name"]: i["pid"] for i in state["instances"]}
         agents = agent_pids(run)
         run.proc.kill()  # kill -9 the controller: its agents keep their instances
         run.wait(30)
-        second = subprocess.Popen(
-            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        second = run.adopt()
         state = run.wait_state(
             lambda s: s["job"]["controller_pid"] == second.pid and running(s),
             what="the new controller to adopt every instance",
@@ -201,9 +194,6 @@ def test_adopt_after_a_controller_crash_keeps_every_instance_and_agent(tmp_path:
         assert second.wait(60) == 130
     finally:
         run.close()
-        if second is not None and second.poll() is None:
-            second.kill()
-            second.wait()
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
 
 

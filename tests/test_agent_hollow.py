@@ -204,24 +204,17 @@ def test_an_adopted_hollow_job_keeps_its_instances_and_loses_one_node_at_a_time(
 ) -> None:
     """kill -9 the controller; `srtr up --adopt` rejoins the hollow agents (same simulated
     pids, no restart), and `lose-node` then takes one node, not the whole hollow process."""
-    import subprocess
-    import sys
 
     from srtr.runtime.control import send
 
     run = Run(tmp_path, PAIR, "--hollow")
-    second: subprocess.Popen[bytes] | None = None
     try:
         state = run.wait_state(lambda s: up(s, 8), what="8 instances up")
         pids = {i["name"]: i["pid"] for i in state["instances"]}
         hollow = hollow_pids(run)
         run.proc.kill()
         run.wait(30)
-        second = subprocess.Popen(
-            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        second = run.adopt()
         state = run.wait_state(
             lambda s: s["job"]["controller_pid"] == second.pid and up(s, 8),
             what="the new controller to adopt every instance",
@@ -239,7 +232,4 @@ def test_an_adopted_hollow_job_keeps_its_instances_and_loses_one_node_at_a_time(
         assert second.wait(60) == 130
     finally:
         run.close()
-        if second is not None and second.poll() is None:
-            second.kill()
-            second.wait()
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")

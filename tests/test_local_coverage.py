@@ -413,7 +413,6 @@ def test_lose_node_also_takes_instances_adopted_after_a_crash(tmp_path: Path) ->
     from srtr.runtime.control import send
 
     run = Run(tmp_path, LOSS.format(replace="false").replace("critical: true", "critical: false"))
-    second: subprocess.Popen[str] | None = None
     try:
         state = run.wait_state(
             lambda s: s["job"]["phase"] == "Running" and all(i["identity"] for i in s["instances"]),
@@ -422,11 +421,7 @@ def test_lose_node_also_takes_instances_adopted_after_a_crash(tmp_path: Path) ->
         before = {i["name"]: i["pid"] for i in state["instances"]}
         run.proc.kill()  # kill -9 the controller; its instances wait to be adopted
         run.wait()
-        second = subprocess.Popen(
-            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        second = run.adopt()
         run.wait_state(
             lambda s: s["job"]["controller_pid"] == second.pid and s["job"]["phase"] == "Running",
             what="the new controller to take over",
@@ -448,9 +443,6 @@ def test_lose_node_also_takes_instances_adopted_after_a_crash(tmp_path: Path) ->
         assert second.wait(60) == 130
     finally:
         run.close()
-        if second is not None and second.poll() is None:
-            second.kill()
-            second.wait()
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
 
 

@@ -207,18 +207,13 @@ def test_launches_after_adoption_see_the_same_node_files(tmp_path: Path) -> None
     """Adopted instances keep their namespace; an instance the new controller starts gets
     a new one, over the same node dir."""
     run = Run(tmp_path, NODES, "--adopt-window", "60")
-    second: subprocess.Popen[str] | None = None
     try:
         pids = _pids(_running(run))
         wait_for(lambda: _files_written(pids), 30, "each instance's file in its /tmp")
         old = _ns(pids["service_box_node1"])
         run.proc.kill()
         run.wait(30)
-        second = subprocess.Popen(
-            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        second = run.adopt()
         run.wait_state(
             lambda s: s["job"]["controller_pid"] == second.pid and s["job"]["phase"] in UP,
             30,
@@ -240,9 +235,6 @@ def test_launches_after_adoption_see_the_same_node_files(tmp_path: Path) -> None
         assert second.wait(60) == 130
     finally:
         run.close()
-        if second is not None and second.poll() is None:
-            second.kill()
-            second.wait()
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
 
 

@@ -425,7 +425,6 @@ def test_adoption_after_the_tag_moved_clones_the_pin(remote: Remote, tmp_path: P
     controller runs the clone, and it checks out the job's pin."""
     go = tmp_path / "go"
     run = Run(tmp_path, GATED.format(go=go, url=remote.url), "--adopt-window", "60")
-    second: subprocess.Popen[str] | None = None
     try:
         run.wait_state(
             lambda s: instance(s, "service_gate")["identity"], 60, "the gate to be launched"
@@ -433,12 +432,7 @@ def test_adoption_after_the_tag_moved_clones_the_pin(remote: Remote, tmp_path: P
         run.proc.kill()  # kill -9 the controller
         run.wait(30)
         remote.move_tag()
-        second = subprocess.Popen(
-            [sys.executable, "-m", "srtr", "up", "--adopt", str(run.run_dir), "--headless"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        second = run.adopt()
         run.wait_state(lambda s: s["job"]["controller_pid"] == second.pid, 60, "the new controller")
         go.touch()
         run.wait_state(
@@ -450,9 +444,6 @@ def test_adoption_after_the_tag_moved_clones_the_pin(remote: Remote, tmp_path: P
         assert second.wait(60) == 130
     finally:
         run.close()
-        if second is not None and second.poll() is None:
-            second.kill()
-            second.wait()
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
 
 
