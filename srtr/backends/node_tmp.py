@@ -200,16 +200,14 @@ class NodeTmp:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[None] = loop.create_future()
             fd = maker.stdout.fileno()
-            loop.add_reader(fd, self._answered, node)
+            loop.add_reader(fd, self._unwatch, node)
             answer = self._answers[node] = (future, fd)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(answer[0]), _MAKER_TIMEOUT)
 
-    def _answered(self, node: str) -> None:
-        self._unwatch(node, done=True)
-
-    def _unwatch(self, node: str, *, done: bool = False) -> None:
-        """Stop watching `node`'s maker (before its pipe is closed: the fd number is reused)."""
+    def _unwatch(self, node: str) -> None:
+        """Stop watching `node`'s maker and wake its launches: it answered, or its pipe is
+        about to be closed (the fd number is reused)."""
         answer = self._answers.pop(node, None)
         if answer is None:
             return
