@@ -13,7 +13,8 @@ import subprocess
 from collections import defaultdict
 from collections.abc import Sequence
 
-from srtr.resources.errors import Problem
+from srtr.resources.errors import Problem, RecipeError
+from srtr.resources.loading import attach_line, load_marked
 from srtr.resources.pins import Pin
 from srtr.resources.recipe import Service
 
@@ -106,6 +107,19 @@ def resolve(
             except GitRefError as exc:
                 problems.append(_problem(index, str(exc)))
     return pins, problems
+
+
+def pin_services(services: Sequence[tuple[int, Service]], text: str, file: str) -> dict[str, Pin]:
+    """`resolve` for services of the recipe in `text` (read from `file`).
+
+    Raises:
+        RecipeError: a rev that does not resolve, at its `services[i].source.rev` line.
+    """
+    pins, problems = resolve(services)
+    if problems:
+        _, marked = load_marked(text, file)
+        raise RecipeError(file, [attach_line(p, marked) for p in problems])
+    return pins
 
 
 def _rev(service: Service) -> str:

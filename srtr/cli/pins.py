@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from srtr.cli import bad
-from srtr.resources.errors import RecipeError
 from srtr.resources.pins import PINS_FILE, Pin, Pins, parse_pins, pins_json, unpinned
 from srtr.resources.recipe import Recipe
 
@@ -38,14 +37,9 @@ def decide_pins(recipe: Recipe, text: str, file: str, known: Pins) -> dict[str, 
     if not missing:
         return dict(known)
     from srtr.backends import git_refs
-    from srtr.resources.loading import attach_line, load_marked
 
     print("srtr: pinning source revs (git ls-remote)...", file=sys.stderr)
-    found, problems = git_refs.resolve(missing)
-    if problems:
-        _, marked = load_marked(text, file)
-        raise RecipeError(file, [attach_line(p, marked) for p in problems])
-    return {**known, **found}
+    return {**known, **git_refs.pin_services(missing, text, file)}
 
 
 def write_pins(run_dir: Path, pins: Pins) -> None:

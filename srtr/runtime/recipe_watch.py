@@ -25,7 +25,7 @@ from srtr.controllers.context import Ctx
 from srtr.reconciler.persist import write_atomic
 from srtr.resources.diff import diff
 from srtr.resources.errors import RecipeError
-from srtr.resources.loading import attach_line, load_marked, read_text
+from srtr.resources.loading import read_text
 from srtr.resources.objects import DesiredState
 from srtr.resources.pins import PINS_FILE, pins_json, unpinned
 from srtr.resources.planning import plan_text_source
@@ -156,10 +156,7 @@ class RecipeWatcher:
         missing = [(i, s) for i, s in unpinned(recipe, ctx.source_pins) if s.name not in running]
         if not missing:
             return new
-        found, problems = await asyncio.to_thread(git_refs.resolve, missing)
-        if problems:
-            _, marked = load_marked(text, file)
-            raise RecipeError(file, [attach_line(p, marked) for p in problems])
+        found = await asyncio.to_thread(git_refs.pin_services, missing, text, file)
         ctx.source_pins = {**ctx.source_pins, **found}
         try:
             await asyncio.to_thread(
