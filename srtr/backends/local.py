@@ -78,10 +78,14 @@ class LocalBackend:
         self._lost_nodes: set[str] = set()
         self._lost_attempts: set[tuple[str, int]] = set()  # (name, attempt) killed with a node
 
-    def isolate_nodes(self, root: Path) -> str:
+    def isolate_nodes(self, root: Path, *, launches: bool = True) -> str:
         """Give each simulated node its own temp dir under `root` (`<run dir>/nodes`): TMPDIR,
-        and a private /tmp where the kernel allows (see `node_tmp`). Returns how."""
-        self._node_tmp = NodeTmp(root, [node.name for node in self._nodes])
+        and a private /tmp where the kernel allows (see `node_tmp`). Returns how.
+
+        `launches`: this backend launches the instances (not node agents), so the first
+        nodes' namespaces are made ahead."""
+        ahead = [node.name for node in self._nodes] if launches else []
+        self._node_tmp = NodeTmp(root, ahead)
         return (root / "isolation.txt").read_text().strip()
 
     @property
