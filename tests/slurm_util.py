@@ -166,7 +166,8 @@ def mend(node: str) -> None:
 
 def shared_dir(name: str = "") -> Path:
     """A fresh dir every node sees at the same path (under the cluster dir, outside /tmp):
-    where SLURM tests put recipes and run dirs."""
-    made = DIR.resolve() / "runs" / f"{name[:60] or 'test'}-{uuid.uuid4().hex[:8]}"
+    where SLURM tests put recipes and run dirs. The name is cut short: a run dir's control
+    socket path must fit 100 bytes, or it falls back to the controller's own /tmp."""
+    made = DIR.resolve() / "runs" / f"{name[:24] or 'test'}-{uuid.uuid4().hex[:8]}"
     made.mkdir(parents=True)
     return made
