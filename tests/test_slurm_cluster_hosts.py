@@ -115,3 +115,24 @@ def test_proctrack_cgroup_ends_a_setsid_child_with_its_step() -> None:
     )
     assert done.returncode == 0 and "started" in done.stdout, done.stdout + done.stderr
     wait_for(lambda: not cmdlines_with(f"sleep {seconds}"), 30, "the setsid child killed")
+
+
+def test_another_dir_on_the_same_subnet_neither_takes_nor_tears_down_the_cluster(
+    tmp_path: Path,
+) -> None:
+    """`down` of a dir with no cluster of its own, or `up` of one that would reuse this
+    cluster's subnet, must leave the running cluster's nodes alone."""
+    info = slurm_util.info()
+    env = {
+        **slurm_util.outside_env(),
+        "SRTR_SLURM_DIR": str(tmp_path / "other"),
+        "SRTR_SLURM_SUBNET": info["subnet"],
+    }
+    (tmp_path / "other").mkdir()
+    script = str(slurm_util.CLUSTER)
+    down = subprocess.run([script, "down"], env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stderr
+    up = subprocess.run([script, "up"], env=env, capture_output=True, text=True, timeout=60)
+    assert up.returncode == 1 and f"is used by the cluster in {info['dir']}" in up.stderr
+    for node in NODES:
+        assert on(node, "hostname").strip() == node
