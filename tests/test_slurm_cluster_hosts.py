@@ -136,3 +136,41 @@ def test_another_dir_on_the_same_subnet_neither_takes_nor_tears_down_the_cluster
     assert up.returncode == 1 and f"is used by the cluster in {info['dir']}" in up.stderr
     for node in NODES:
         assert on(node, "hostname").strip() == node
+
+
+def test_down_removes_every_trace_of_a_cluster_of_its_own(tmp_path: Path) -> None:
+    """A 2-node cluster of the test's own (own dir, port and subnet): `down` with a job
+    running exits 0 and leaves no process, namespace, veth, bridge or owner file."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    octet = 200 + port % 50
+    env = {
+        **slurm_util.outside_env(),
+        "SRTR_SLURM_DIR": str(tmp_path / "own"),
+        "SRTR_SLURM_CTLD_PORT": str(port),
+        "SRTR_SLURM_SUBNET": f"10.77.{octet}",
+        "SLURM_CONF": str(tmp_path / "own" / "slurm.conf"),
+    }
+    tag = f"77{octet:03d}"
+    script = str(slurm_util.CLUSTER)
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+    up = run(script, "up", "--nodes", "2")
+    assert up.returncode == 0, up.stderr
+    sleeper = subprocess.Popen(["srun", "-N2", "sleep", "1000"], env=env)
+    try:
+        wait_for(lambda: run("squeue", "-h", "-t", "R").stdout.strip(), 30, "the job running")
+        down = run(script, "down")
+        assert down.returncode == 0 and "down (" in down.stderr, down.stderr
+        sleeper.wait(30)
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+    assert f"srn{tag}-" not in run("ip", "netns", "list").stdout
+    links = run("ip", "-o", "link", "show").stdout
+    assert f"srv{tag}-" not in links and f"srb{tag}" not in links
+    assert not Path(f"/run/srtr-slurm-net-{tag}.dir").exists()
+    assert not cmdlines_with(str(tmp_path / "own" / "slurm.conf"))
