@@ -1,10 +1,11 @@
 """SLURM: fan-out and live edit on 16 nodes, and srtr's cost over a plain parallel srun loop.
 
-The cluster is the project's one-machine test cluster (`scripts/slurm-cluster`), in the
-directory and ports `benchmarks.slurm_cluster` chooses from SRTR_SLURM_DIR,
-SRTR_SLURM_CTLD_PORT and SRTR_SLURM_SLURMD_PORT_BASE (defaults: /tmp/srtr-slurm-bench, 6917,
-18000), so it runs next to the test cluster (`/tmp/srtr-slurm`, 6817, 17001+). It has 32 nodes
-(the 32-node scenario shares it); this scenario allocates 16 of them.
+The cluster is the project's one-machine test cluster (`scripts/slurm-cluster`), whose nodes
+are separate hosts, in the directory and ports `benchmarks.slurm_cluster` chooses from
+SRTR_SLURM_DIR, SRTR_SLURM_CTLD_PORT and SRTR_SLURM_SLURMD_PORT_BASE (defaults:
+/var/tmp/srtr-slurm-bench, 6917, 18000), so it runs next to the test cluster
+(`/var/tmp/srtr-slurm`, 6817). It has 32 nodes (the 32-node scenario shares it); this
+scenario allocates 16 of them. Run dirs live under the cluster dir, which every node sees.
 
 One allocation (`salloc --no-shell -N16`) holds every measurement; `srtr up --backend slurm`
 runs inside it (SLURM_JOB_ID / SLURM_JOB_NODELIST set, as in a batch script).
@@ -39,7 +40,7 @@ from benchmarks.common import (
     wait_tcp,
     write_yaml,
 )
-from benchmarks.slurm_cluster import cluster
+from benchmarks.slurm_cluster import Cluster, cluster
 
 NODES = 16
 
@@ -151,13 +152,15 @@ def srtr_marks(ctx: Context, where: Path, env: dict[str, str]) -> dict[str, floa
     return {"from_stage": last - stage["ts"], "from_up": last - job.started}
 
 
-def sequential_sruns(ctx: Context, where: Path, env: dict[str, str], job: str) -> dict[str, float]:
+def sequential_sruns(
+    ctx: Context, where: Path, env: dict[str, str], job: str, bench: Cluster
+) -> dict[str, float]:
     procs = []
     each = []
     t0 = time.time()
     try:
         for k in range(1, NODES + 1):
-            ip = f"127.0.0.{k + 1}"
+            ip = bench.node_ip(f"node{k}")
             started = time.time()
             procs.append(
                 subprocess.Popen(
@@ -187,23 +190,28 @@ def sequential_sruns(ctx: Context, where: Path, env: dict[str, str], job: str) -
     return {"total": total, "single": median(each)}
 
 
-def measure(ctx: Context, env: dict[str, str], job: str) -> list[Figure]:
+def measure(ctx: Context, env: dict[str, str], job: str, bench: Cluster) -> list[Figure]:
     repeats = 1 if ctx.quick else 3
     args = ["--backend", "slurm"]
     # -- fan-out ------------------------------------------------------------------------------
-    where = ctx.dir("slurm/fanout")
+    where = bench.work(ctx, "slurm/fanout")
     singles, pools = [], []
     for _ in range(repeats):
         singles.append(fanout.pool_ready_time(ctx, where, 1, env, args)["ready"])
         pools.append(fanout.pool_ready_time(ctx, where, NODES, env, args)["ready"])
         ctx.log(f"slurm fanout: single {singles[-1]:.3f}s, pool of {NODES} {pools[-1]:.3f}s")
-    seq = sequential_sruns(ctx, where, env, job)
+    seq = sequential_sruns(ctx, where, env, job, bench)
     ctx.log(f"slurm fanout: sequential srun baseline {seq['total']:.2f}s")
     # -- live edit ----------------------------------------------------------------------------
     edits, restarts, applied = [], [], []
     for k in range(repeats):
         got = live_edit.run_edit(
-            ctx, ctx.dir(f"slurm/live_edit/{k}"), NODES, env=env, extra=args, baseline=k == 0
+            ctx,
+            bench.work(ctx, f"slurm/live_edit/{k}"),
+            NODES,
+            env=env,
+            extra=args,
+            baseline=k == 0,
         )
         edits.append(got["edit_s"])
         applied.append(got["applied_s"])
@@ -212,7 +220,7 @@ def measure(ctx: Context, env: dict[str, str], job: str) -> list[Figure]:
     # -- overhead -----------------------------------------------------------------------------
     ours, theirs, ours_up = [], [], []
     for k in range(repeats):
-        where = ctx.dir(f"slurm/overhead/{k}")
+        where = bench.work(ctx, f"slurm/overhead/{k}")
         got = srtr_marks(ctx, where, env)
         ours.append(got["from_stage"])
         ours_up.append(got["from_up"])
@@ -275,7 +283,7 @@ def run(ctx: Context) -> list[Figure]:
     try:
         job, nodelist = allocate(env)
         env = {**env, "SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": nodelist}
-        return measure(ctx, env, job)
+        return measure(ctx, env, job, bench)
     finally:
         if job is not None:
             subprocess.run(["scancel", job], env=slurm_env(bench.conf), capture_output=True)

@@ -2,28 +2,36 @@
 
 `scripts/slurm-cluster` takes its directory and ports from the environment, as the tests do:
 
-    SRTR_SLURM_DIR (default here /tmp/srtr-slurm-bench)
-    SRTR_SLURM_CTLD_PORT (6917)  SRTR_SLURM_SLURMD_PORT_BASE (18000: slurmd of node K on 18000+K)
+    SRTR_SLURM_DIR (default here /var/tmp/srtr-slurm-bench)
+    SRTR_SLURM_CTLD_PORT (6917)  SRTR_SLURM_SLURMD_PORT_BASE (18000: slurmd of node K on 18000+K
+    on the shared-network fallback)
 
-The defaults differ from the test cluster's (`/tmp/srtr-slurm`, 6817, 17001+), so the benchmark
-runs next to it. A cluster already running in that directory is used as it is (and left
-running) when it has enough nodes; otherwise the harness starts one with `NODES` nodes and
-brings it down when the run ends (`Context.cleanups`).
+The defaults differ from the test cluster's (`/var/tmp/srtr-slurm`, 6817), so the benchmark
+runs next to it (on separate hosts its subnet follows the ctld port: 10.77.5.0/24). A cluster
+already running in that directory is used as it is (and left running) when it has enough
+nodes; otherwise the harness starts one with `NODES` nodes and brings it down when the run
+ends (`Context.cleanups`).
+
+Its nodes are separate hosts (each its own network stack and /tmp; `separate_hosts`), so the
+scenarios put their run dirs and the helper binary where every node sees them (`work`,
+`helper`: under the cluster dir, outside /tmp), and address node K by its own IP (`node_ip`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import ROOT, Context, Skip
 
 NODES = 32  # the 32-node scenario's size; the 16-node one allocates half of it
 DEFAULTS = {
-    "SRTR_SLURM_DIR": "/tmp/srtr-slurm-bench",
+    "SRTR_SLURM_DIR": "/var/tmp/srtr-slurm-bench",
     "SRTR_SLURM_CTLD_PORT": "6917",
     "SRTR_SLURM_SLURMD_PORT_BASE": "18000",
 }
@@ -91,7 +99,60 @@ class Cluster:
             raise RuntimeError(f"slurm-cluster up (heal) failed: {done.stderr[-2000:]}")
 
     def slurmd_pid(self, node: str) -> int:
-        return int((self.dir / "run" / f"slurmd-{node}.pid").read_text().strip())
+        run = self.dir / "run"
+        path = run / f"slurmd-{node}.hostpid"  # in a node's own pid namespace
+        return int((path if path.exists() else run / f"slurmd-{node}.pid").read_text().strip())
+
+    def info(self) -> dict[str, Any]:
+        """What `scripts/slurm-cluster up` wrote about the cluster (DIR/cluster.json)."""
+        return dict(json.loads((self.dir / "cluster.json").read_text(encoding="utf-8")))
+
+    def separate_hosts(self) -> bool:
+        return bool(self.info()["kind"] == "hosts")
+
+    def node_ip(self, node: str) -> str:
+        return str(self.info()["nodes"][node]["ip"])
+
+    def on_node(self, node: str, argv: list[str]) -> list[str]:
+        """`argv` run in `node`'s namespaces (as is on the shared network): nsenter itself,
+        not `scripts/slurm-cluster exec`, so that timings carry no bash start."""
+        info = self.info()
+        if info["kind"] != "hosts":
+            return list(argv)
+        me = info["nodes"][node]
+        holder = me["holder"]
+        enter = [
+            "nsenter",
+            f"--net=/run/netns/{me['netns']}",
+            f"--uts=/proc/{holder}/ns/uts",
+            f"--mount=/proc/{holder}/ns/mnt",
+            f"--wd={os.getcwd()}",
+        ]
+        if info.get("pidns"):
+            enter.append(f"--pid=/proc/{holder}/ns/pid")
+        return [*enter, "--", *argv]
+
+    def link(self, node: str, up: bool) -> None:
+        """Cut (`up=False`) or mend `node`'s link: a partition, no FIN, no RST."""
+        done = self._script("mend" if up else "cut", node)
+        if done.returncode != 0:
+            raise RuntimeError(f"slurm-cluster {'mend' if up else 'cut'} {node}: {done.stderr}")
+
+    def work(self, ctx: Context, name: str) -> Path:
+        """A fresh dir for a scenario's recipe and run dir that every node sees (a node's
+        /tmp, where `ctx.dir` puts things, is its own)."""
+        path = self.dir / "runs" / "bench" / name
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        return path
+
+    def helper(self, ctx: Context) -> str:
+        """The helper binary (benchmarks/helper.c), copied where every node sees it."""
+        path = self.dir / "runs" / "bench" / "helper"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ctx.helper, path)
+        return str(path)
 
     def down(self) -> None:
         if self.owned:
@@ -105,6 +166,8 @@ def cluster(ctx: Context, want: int = NODES) -> Cluster:
         return found
     made = Cluster()
     made.up(want)
+    # Every scenario's instances run the helper on the nodes: from where they all see it.
+    ctx.helper = made.helper(ctx)
     ctx.shared["slurm_cluster"] = made
     ctx.cleanups.append(made.down)
     ctx.log(f"slurm: {made.describe()}")

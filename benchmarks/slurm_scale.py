@@ -19,14 +19,15 @@ Measured on the head node (the one machine), once every instance runs:
 - SIGTERM to `srtr up` → every process of the job gone (the controller, srun clients,
   agents, instances, found by a tag in their environment);
 - time from `srtr up` starting to the 256th `Launched` event.
-Then, in a second job of the same recipe, a node dies: its slurmd, its slurmstepd processes
-and every process of the job on it are frozen with SIGSTOP at once. That is what a dead host
-looks like from the others (it sends nothing, not even a FIN or RST); SIGKILL would not be:
-the kernel, still alive on one machine, would close the agent's connection, which srtr reads
-as an agent that died on a live node (it starts a new one). The figure is the freeze → the
-first `NodeLost` event. Afterwards the frozen processes are killed and the cluster healed
-(`scripts/slurm-cluster up` restarts the slurmd). How long `srtr up` then takes to exit on
-SIGINT is printed too (no target).
+Then, in a second job of the same recipe, a node dies. On the separate-hosts cluster its
+link is cut (`scripts/slurm-cluster cut`): a partition, no FIN, no RST, while the node and
+its processes run on. On the shared-network fallback its slurmd, its slurmstepd processes and
+every process of the job on it are frozen with SIGSTOP at once, the nearest thing to a dead
+host there (SIGKILL would not be: the kernel, still alive on one machine, would close the
+agent's connection, which srtr reads as an agent that died on a live node). The figure is the
+cut or freeze → the first `NodeLost` event. Afterwards the link is mended or the frozen
+processes are killed, and the cluster healed (`scripts/slurm-cluster up`). How long
+`srtr up` then takes to exit on SIGINT is printed too (no target).
 
 Targets apply to the agent launcher; the step launcher's figures are the baseline.
 """
@@ -277,7 +278,7 @@ def sigterm_all_gone(job: Job, tag: str) -> dict[str, float]:
 
 
 def main_job(ctx: Context, bench: Cluster, launcher: str, kills: int) -> dict[str, Any]:
-    where = ctx.dir(f"slurm_scale/{launcher}")
+    where = bench.work(ctx, f"slurm_scale/{launcher}")
     run = start(ctx, bench, launcher, where)
     job = run.job
     try:
@@ -333,13 +334,18 @@ def thaw_and_kill(pids: list[int]) -> None:
 
 
 def node_loss(ctx: Context, bench: Cluster, launcher: str, timeout: float) -> dict[str, Any]:
-    where = ctx.dir(f"slurm_scale/{launcher}-loss")
+    where = bench.work(ctx, f"slurm_scale/{launcher}-loss")
     run = start(ctx, bench, launcher, where)
     job = run.job
     frozen: list[int] = []
+    cut = bench.separate_hosts()
     try:
         time.sleep(1.0)
-        t0, frozen = freeze_node(bench, run.tag, VICTIM_NODE)
+        if cut:  # a dead switch port: the node and everything on it runs on, unheard
+            t0 = time.time()
+            bench.link(VICTIM_NODE, up=False)
+        else:
+            t0, frozen = freeze_node(bench, run.tag, VICTIM_NODE)
         try:
             lost = job.wait(lambda ev: job.first("NodeLost"), timeout=timeout, step=0.01)
             out: dict[str, Any] = {"lost_s": lost["ts"] - t0, "message": lost["message"]}
@@ -357,8 +363,11 @@ def node_loss(ctx: Context, bench: Cluster, launcher: str, timeout: float) -> di
     finally:
         job.kill()
         thaw_and_kill(frozen)
+        if cut:
+            bench.link(VICTIM_NODE, up=True)
         bench.heal()
-    ctx.log(f"slurm_scale {launcher}: node {VICTIM_NODE} frozen → NodeLost: {out}")
+    how = "cut off" if cut else "frozen"
+    ctx.log(f"slurm_scale {launcher}: node {VICTIM_NODE} {how} → NodeLost: {out}")
     return out
 
 
