@@ -40,12 +40,14 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import fcntl
 import functools
 import logging
 import os
 import secrets
 import signal
 import sys
+import termios
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -70,6 +72,7 @@ CONNECT_TIMEOUT = 60.0
 HANDSHAKE_TIMEOUT = 30.0
 REJOIN_PERIOD = 0.2  # how often an agent without a controller reads the rendezvous file
 UNRENEWED = 64  # heartbeats remembered until the controller renews them (the oldest go first)
+UNREAD_WAIT = 0.05  # a lease that ran out with lines unread: look again after reading them
 EXIT_AUTH = 3
 EXIT_CONNECT = 4
 
@@ -170,6 +173,7 @@ class Agent:
         self._groups = runner(node, self._exited, self._environment)
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # The lease (this session's): its length (0: none), the monotonic time it runs
         # from, the heartbeats sent and not yet renewed (number, monotonic send time).
@@ -219,7 +223,7 @@ class Agent:
     async def _join(self, host: str, port: int, within: float) -> _Session:
         """Connect to host:port and prove who we are; the session to serve."""
         reader, writer = await _connect(host, port, within)
-        self._writer = writer
+        self._writer, self._reader = writer, reader
         try:
             heartbeat = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
         except BaseException:
@@ -393,6 +397,10 @@ class Agent:
                 expires = self._leased_at + self._lease
                 if now < expires:
                     wake = min(wake, expires)
+                elif self._fenced is None and self._unread():
+                    # Lines wait unread: we were slow (a starved machine), not cut off. Read
+                    # them first; they may renew the lease.
+                    wake = now + UNREAD_WAIT
                 else:
                     if self._fenced is None:
                         self._fence(now - self._leased_at)
@@ -405,6 +413,22 @@ class Agent:
                         )
                     wake = min(wake, ends)
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
+
+    def _unread(self) -> bool:
+        """Whether the controller's lines wait in the socket or our reader's buffer."""
+        writer = self._writer
+        if writer is None or self._reader is None:
+            return False
+        if getattr(self._reader, "_buffer", b""):  # asyncio has no public "bytes buffered"
+            return True
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            pending = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return False
+        return int.from_bytes(pending, sys.byteorder) > 0
 
     def _renewed(self, heartbeats: int) -> None:
         """The controller read our first `heartbeats`: the lease runs from when we sent the
