@@ -42,6 +42,7 @@ SCENARIOS = (
     "hollow",
     "slurm",
     "slurm_scale",
+    "slurm_partition",
 )
 
 
