@@ -30,7 +30,7 @@ from typing import Any
 
 from benchmarks.common import Context, Figure, Job, Skip, write_yaml
 from benchmarks.slurm_cluster import SCRIPT, Cluster, cluster
-from benchmarks.slurm_scale import scan, wait_nodes_idle
+from benchmarks.slurm_scale import scan
 
 NODES = 4
 CUT = "node2"
@@ -84,8 +84,20 @@ def _wait(predicate: Any, timeout: float, what: str, step: float = 0.02) -> Any:
         time.sleep(step)
 
 
+def _idle(bench: Cluster) -> bool:
+    """At least NODES nodes idle (the last job's allocation released): salloc will not queue."""
+    done = subprocess.run(
+        ["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"],
+        capture_output=True,
+        text=True,
+        env=bench.env,
+        check=False,
+    )
+    return len(set(done.stdout.split())) >= NODES
+
+
 def _start(bench: Cluster, where: Path, *extra: str) -> tuple[Job, str]:
-    wait_nodes_idle(bench)
+    _wait(lambda: _idle(bench), 120, "idle nodes", step=0.2)
     value = uuid.uuid4().hex
     env = {**bench.env, TAG: value}
     path = recipe(where / "hpart.yaml")
