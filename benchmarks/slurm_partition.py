@@ -111,7 +111,7 @@ def _start(bench: Cluster, where: Path, *extra: str) -> tuple[Job, str]:
     )
     tag = f"{TAG}={value}"
     try:
-        _wait(lambda: job.count("Launched") >= 4, 180, "every instance launched", step=0.1)
+        job.wait(lambda ev: job.count("Launched") >= 4, timeout=180, step=0.1)
         for name in ("svc", "rider"):
             _wait(lambda n=name: _instances(tag, f"service_{n}_{CUT}"), 60, f"{name} on {CUT}")
     except BaseException:
