@@ -71,7 +71,7 @@ STEP_GONE_TIMEOUT = 15.0
 # After their SIGKILL, steps on nodes that answer leave squeue within about a second. One
 # still listed after this is on a node that does not answer (a partition, or a dead node
 # SLURM has not marked DOWN yet): it is cancelled, and close does not wait for it.
-STEP_KILL_WAIT = 1.5
+STEP_KILL_WAIT = 1.0
 
 
 class SlurmBackend:
@@ -107,6 +107,7 @@ class SlurmBackend:
         self._poller: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()  # adopted exits, lost steps' scancel
         self._kill_watches: set[asyncio.Task[None]] = set()  # `_unanswered_kill`s
+        self._abandoned: set[str] = set()  # steps cancelled on nodes that did not answer
 
     @property
     def owns_allocation(self) -> bool:
@@ -240,6 +241,7 @@ class SlurmBackend:
             STEP_KILL_WAIT,
         )
         kill_group(live.pgid)
+        self._abandoned.add(step)
         argv = slurm_cmd.scancel_cancel_steps_argv(self.job_id, [step])
         with contextlib.suppress(SlurmError):
             await self.commands.arun(argv, check=False)
@@ -448,6 +450,7 @@ class SlurmBackend:
                 r
                 for r in slurm_cmd.parse_squeue_steps(done.stdout)
                 if r.name.startswith(("service_", "worker_", "frontend", "benchmark"))
+                and r.step_id not in self._abandoned  # cancelled already: not waited for
             ]
             if done.returncode != 0 or not ours:
                 return
