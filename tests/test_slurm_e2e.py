@@ -360,6 +360,8 @@ def test_live_edits_restart_grow_and_reject_on_slurm(tmp_path: Path) -> None:
         GROW.format(nodes=2, level=1),
         "--backend",
         "slurm",
+        "--launcher",
+        "step",  # it follows each instance's step id through the edit
         "--nodes",
         "3",
         env=slurm_util.outside_env(),
