@@ -423,7 +423,7 @@ def test_a_stalled_controller_hears_the_fenced_exits_when_it_wakes(tmp_path: Pat
         again = await h.launch("victim", ["sleep", "1000"], attempt=1)
         assert _alive(again)
 
-    run(tmp_path, body, node_count=1, link=link, lease=2.0)
+    run(tmp_path, body, node_count=1, link=link, lease=2.5)
 
 
 def _renewed(h: Harness) -> bool:
