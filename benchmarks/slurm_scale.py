@@ -189,6 +189,14 @@ def start(ctx: Context, bench: Cluster, launcher: str, where: Path) -> Started:
     return Started(job, secret, marks, f"{TAG}={value}")
 
 
+def shared_dir(bench: Cluster, name: str) -> Path:
+    """A fresh dir under the cluster dir, which every node sees: on separate hosts a node's
+    /tmp is its own, and the run dir (logs, marks) must be the same everywhere."""
+    made = bench.dir / "runs" / f"{name}-{uuid.uuid4().hex[:6]}"
+    made.mkdir(parents=True)
+    return made
+
+
 def wait_nodes_idle(bench: Cluster, timeout: float = 120) -> None:
     """Every node idle (the last job's allocation released), so `salloc` does not queue."""
     deadline = time.monotonic() + timeout
@@ -279,7 +287,7 @@ def sigterm_all_gone(job: Job, tag: str) -> dict[str, float]:
 
 
 def main_job(ctx: Context, bench: Cluster, launcher: str, kills: int) -> dict[str, Any]:
-    where = ctx.dir(f"slurm_scale/{launcher}")
+    where = shared_dir(bench, f"slurm_scale-{launcher}")
     run = start(ctx, bench, launcher, where)
     job = run.job
     try:
@@ -335,7 +343,7 @@ def thaw_and_kill(pids: list[int]) -> None:
 
 
 def node_loss(ctx: Context, bench: Cluster, launcher: str, timeout: float) -> dict[str, Any]:
-    where = ctx.dir(f"slurm_scale/{launcher}-loss")
+    where = shared_dir(bench, f"slurm_scale-{launcher}-loss")
     run = start(ctx, bench, launcher, where)
     job = run.job
     frozen: list[int] = []
