@@ -7,10 +7,10 @@ launcher (the node agent), recipe = a pool `svc` of 2 `sleep` owners (`replace_l
 `critical`) plus a rider on each that ignores SIGTERM, every grace 1 s; node3 and node4 are
 spares. Run dirs live under the cluster dir, which every node sees.
 
-Measured, from the moment the link of node2 goes down (`cut`):
+Measured, from the moment the link of the pool's second node goes down (`cut`):
 - the node's instances gone (their processes, seen from the host, polled every 20 ms):
   target lease (5 s) + grace (1 s) + 1 s;
-- the replacement (`service_svc_node3`) running on node3 (its process exists): after the
+- the replacement running on the first spare (its process exists): after the
   fence (checked: the node's instances were gone first), target lease + grace + 3 s;
 - SIGTERM to `srtr up` during the same partition → it exits: target the graces (1 s) + 2 s.
 Then the same teardown with `--launcher step` (its steps on the cut-off node are cancelled,
@@ -33,7 +33,6 @@ from benchmarks.slurm_cluster import SCRIPT, Cluster, cluster
 from benchmarks.slurm_scale import scan
 
 NODES = 4
-CUT = "node2"
 LEASE = 5.0
 GRACE = 1.0
 TAG = "SRTR_BENCH_TAG"
@@ -96,7 +95,8 @@ def _idle(bench: Cluster) -> bool:
     return len(set(done.stdout.split())) >= NODES
 
 
-def _start(bench: Cluster, where: Path, *extra: str) -> tuple[Job, str]:
+def _start(bench: Cluster, where: Path, *extra: str) -> tuple[Job, str, str, str]:
+    """The job, its tag, the pool node to cut and the first spare (SLURM picks the nodes)."""
     _wait(lambda: _idle(bench), 120, "idle nodes", step=0.2)
     value = uuid.uuid4().hex
     env = {**bench.env, TAG: value}
@@ -112,36 +112,38 @@ def _start(bench: Cluster, where: Path, *extra: str) -> tuple[Job, str]:
     tag = f"{TAG}={value}"
     try:
         job.wait(lambda ev: job.count("Launched") >= 4, timeout=180, step=0.1)
+        carve = job.state()["carve"]
+        cut, spare = carve["pools"]["svc"][1], carve["spares"][0]
         for name in ("svc", "rider"):
-            _wait(lambda n=name: _instances(tag, f"service_{n}_{CUT}"), 60, f"{name} on {CUT}")
+            _wait(lambda n=name: _instances(tag, f"service_{n}_{cut}"), 60, f"{name} on {cut}")
     except BaseException:
         job.kill()
         raise
-    return job, tag
+    return job, tag, cut, spare
 
 
 def partition(ctx: Context, bench: Cluster) -> dict[str, Any]:
     where = bench.dir / "runs" / f"bench-part-{uuid.uuid4().hex[:6]}"
     where.mkdir(parents=True)
-    job, tag = _start(bench, where)
-    out: dict[str, Any] = {"launcher": job.state()["job"]["launcher"]}
-    victims = [p for n in ("svc", "rider") for p in _instances(tag, f"service_{n}_{CUT}")]
+    job, tag, victim, spare = _start(bench, where)
+    out: dict[str, Any] = {"launcher": job.state()["job"]["launcher"], "cut": victim}
+    victims = [p for n in ("svc", "rider") for p in _instances(tag, f"service_{n}_{victim}")]
     try:
-        _link(bench, "cut", CUT)
+        _link(bench, "cut", victim)
         cut = time.monotonic()
 
         def gone() -> bool:
             return not any(Path(f"/proc/{p}").exists() for p in victims)
 
         def replaced() -> bool:
-            return bool(_instances(tag, "service_svc_node3"))
+            return bool(_instances(tag, f"service_svc_{spare}"))
 
         first = _wait(lambda: ("gone" if gone() else "") or ("replaced" if replaced() else ""),
                       120, "the fence or the replacement")  # fmt: skip
         out["first"] = first
         _wait(gone, 60, "the cut-off node's instances to be gone")
         out["gone_s"] = time.monotonic() - cut
-        _wait(replaced, 60, "the replacement on node3")
+        _wait(replaced, 60, f"the replacement on {spare}")
         out["replaced_s"] = time.monotonic() - cut
         job.proc.send_signal(signal.SIGTERM)
         stop = time.monotonic()
@@ -149,7 +151,7 @@ def partition(ctx: Context, bench: Cluster) -> dict[str, Any]:
         out["teardown_s"] = time.monotonic() - stop
         out["exit"] = job.proc.returncode
     finally:
-        _link(bench, "mend", CUT)
+        _link(bench, "mend", victim)
         job.kill()
     ctx.log(f"slurm_partition agent: {out}")
     return out
@@ -158,17 +160,17 @@ def partition(ctx: Context, bench: Cluster) -> dict[str, Any]:
 def step_teardown(ctx: Context, bench: Cluster) -> dict[str, Any]:
     where = bench.dir / "runs" / f"bench-step-{uuid.uuid4().hex[:6]}"
     where.mkdir(parents=True)
-    job, _ = _start(bench, where, "--launcher", "step")
+    job, _, victim, _ = _start(bench, where, "--launcher", "step")
     out: dict[str, Any] = {}
     try:
-        _link(bench, "cut", CUT)
+        _link(bench, "cut", victim)
         job.proc.send_signal(signal.SIGTERM)
         stop = time.monotonic()
         job.proc.wait(timeout=120)
         out["teardown_s"] = time.monotonic() - stop
         out["exit"] = job.proc.returncode
     finally:
-        _link(bench, "mend", CUT)
+        _link(bench, "mend", victim)
         job.kill()
     ctx.log(f"slurm_partition step: {out}")
     return out
