@@ -83,6 +83,7 @@ class _Node:
     lost: str | None = None  # why the node is lost: nothing launches there again
     failed: str | None = None  # why its agent never came (launches there fail)
     respawns: int = 0  # new agents started here through a one-node step
+    cut_off: bool = False  # lost while its agent may live on (silent, or down for SLURM)
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,11 @@ class AgentBackend:
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 await self._no_agents.wait()
             within = EXIT_WAIT_AFTER_GOODBYES
+            if any(state.cut_off for state in self._nodes.values()):
+                # An agent cut off from us never ends its task: the agents' srun client
+                # would wait for it until SLURM reaches the node. Every other agent said
+                # goodbye; end the client now (a teardown during a partition, issue 22).
+                within = 0.0
         except TimeoutError:
             log.warning("agents: not every agent said goodbye within %gs", CLOSE_TIMEOUT)
         await self._starter.close(within)
@@ -532,6 +538,7 @@ class AgentBackend:
             state.conn.send(p.Shutdown(why))
             state.conn = None
         self._fail_waiting(node, f"node {node} was lost while we waited: {why}")
+        state.cut_off = heard is not None
         lease = self._server.lease if self._server is not None else 0.0
         if heard is None or lease <= 0:
             self._end_live(node, ObservationKind.LOST, why)
