@@ -33,7 +33,7 @@ def cluster(slurm_cluster: dict[str, str]) -> None:
         pytest.skip("the SLURM test cluster shares one network (scripts/slurm-cluster --shared)")
 
 
-# node1 and node2 in the pool, node3 and node4 spares.
+# Two nodes in the pool (srtr cuts the second one's link), two spares.
 PART = """
 name: hpart
 services:
@@ -48,7 +48,6 @@ services:
     placement: {pool: svc}
     stop_grace_seconds: 1
 """
-CUT = "node2"
 
 
 def running(state: dict) -> bool:
@@ -69,37 +68,41 @@ def _log_time(line: str) -> float:
 
 def test_a_cut_off_node_fences_itself_before_its_replacement_starts(tmp_path: Path) -> None:
     run = start("host", tmp_path, PART, "--backend", "slurm", nodes=4, name="srtr-hpart")
+    cut = ""
     try:
         state = run.wait_state(running, 90, "every instance running")
         assert state["job"]["launcher"] == "agent"  # the default on SLURM
+        cut = state["carve"]["pools"]["svc"][1]  # SLURM picks the nodes
+        spare = state["carve"]["spares"][0]
         victims = [
-            p for n in ("svc", "rider") for p in instance_processes(run, f"service_{n}_{CUT}")
+            p for n in ("svc", "rider") for p in instance_processes(run, f"service_{n}_{cut}")
         ]
-        assert len(victims) == 2 and {node_of(p) for p in victims} == {CUT}
-        slurm_util.cut(CUT)
-        wait_for(lambda: _gone(victims), 60, f"the instances on {CUT} to be stopped by its agent")
+        assert len(victims) == 2 and {node_of(p) for p in victims} == {cut}
+        slurm_util.cut(cut)
+        wait_for(lambda: _gone(victims), 60, f"the instances on {cut} to be stopped by its agent")
         state = run.wait_state(
             lambda s: any(
-                (i["name"], i["phase"]) == ("service_svc_node3", "Running") for i in s["instances"]
+                (i["name"], i["phase"]) == (f"service_svc_{spare}", "Running")
+                for i in s["instances"]
             ),
             60,
             "the spare to run the lost owner's replacement",
         )
-        (spare,) = wait_for(lambda: instance_processes(run, "service_svc_node3"), 30, "it runs")
-        assert node_of(spare) == "node3"
-        assert state["carve"]["lost"] == [CUT]  # the replacement dropped its instances
+        (new,) = wait_for(lambda: instance_processes(run, f"service_svc_{spare}"), 30, "it runs")
+        assert node_of(new) == spare
+        assert state["carve"]["lost"] == [cut]  # the replacement dropped its instances
 
         # The agent's own account, and the order: fenced (the last instance killed) before
         # the replacement was launched.
-        log = (run.run_dir / "logs" / f"agent-{CUT}.log").read_text()
+        log = (run.run_dir / "logs" / f"agent-{cut}.log").read_text()
         assert "no word from the controller" in log and "fencing" in log, log
-        assert "fenced service_rider_node2 still running 1s after SIGTERM: SIGKILL" in log, log
+        assert f"fenced service_rider_{cut} still running 1s after SIGTERM: SIGKILL" in log, log
         fenced = [_log_time(line) for line in log.splitlines() if "fenced service_" in line]
         events = [json.loads(x) for x in (run.run_dir / "events.jsonl").read_text().splitlines()]
         launched = next(
             e["ts"]
             for e in events
-            if (e["reason"], e["object"]) == ("Launched", "instance/service_svc_node3")
+            if (e["reason"], e["object"]) == ("Launched", f"instance/service_svc_{spare}")
         )
         assert max(fenced) <= launched, (fenced, launched)
         assert any(e["reason"] == "Fencing" for e in events)
@@ -108,14 +111,15 @@ def test_a_cut_off_node_fences_itself_before_its_replacement_starts(tmp_path: Pa
         assert run.wait(120) == 143, run.out + run.err
         # What runs on the cut-off node is its agent alone (it waits for a controller, as
         # after a crash); SLURM ends it with the job once the link is back.
-        elsewhere = [p for p in run.leftovers() if node_of(p) != CUT]
+        elsewhere = [p for p in run.leftovers() if node_of(p) != cut]
         assert not elsewhere, elsewhere
     finally:
-        slurm_util.mend(CUT)
+        if cut:
+            slurm_util.mend(cut)
         run.close()
     wait_for(lambda: not run.leftovers(), 60, "every process of the run to be gone")
     no_job_left("srtr-hpart")
-    for node in ("node1", "node2", "node3"):
+    for node in (*state["carve"]["pools"]["svc"], cut):
         wait_for(lambda n=node: not strays_on(n), 60, f"nothing left on {node}")
 
 
@@ -143,8 +147,9 @@ def test_teardown_in_a_partition_cancels_the_unreachable_step(tmp_path: Path) ->
         nodes=2,
         name="srtr-hstep",
     )
+    cut = ""
     try:
-        run.wait_state(
+        state = run.wait_state(
             lambda s: (
                 s["job"]["phase"] == "Running"
                 and all(i["step"] is not None for i in s["instances"])
@@ -152,15 +157,17 @@ def test_teardown_in_a_partition_cancels_the_unreachable_step(tmp_path: Path) ->
             90,
             "every step running",
         )
-        slurm_util.cut(CUT)
+        cut = state["carve"]["pools"]["svc"][1]  # SLURM picks the nodes
+        slurm_util.cut(cut)
         run.signal(signal.SIGTERM)
         assert run.wait(120) == 143, run.out + run.err
     finally:
-        slurm_util.mend(CUT)
+        if cut:
+            slurm_util.mend(cut)
         run.close()
     wait_for(lambda: not run.leftovers(), 60, "every process of the run to be gone")
     log = (run.run_dir / "logs" / "srtr.log").read_text()
     assert "its node does not answer; its srun client is killed and the step cancelled" in log
     no_job_left("srtr-hstep")
-    for node in ("node1", "node2"):
+    for node in state["carve"]["pools"]["svc"]:
         wait_for(lambda n=node: not strays_on(n), 60, f"nothing left on {node}")
