@@ -43,6 +43,7 @@ SCENARIOS = (
     "slurm",
     "slurm_scale",
     "slurm_status",
+    "slurm_partition",
 )
 
 

@@ -1,7 +1,8 @@
 """SLURM at 32 nodes (issue 15): 256 instances with the agent launcher, the step launcher as
 the baseline column.
 
-The job: `srtr up --backend slurm --launcher L --nodes 32` from outside any allocation (srtr
+The job: `srtr up --backend slurm [--launcher step] --nodes 32` (the agent launcher is the
+default: no flag) from outside any allocation (srtr
 makes its own with salloc; "from `srtr up`" includes that), recipe = a pool of 32 `sleep`
 plus 7 riders on it, 32 nodes × 8 = 256 instances. One rider is the helper's `mark` (it
 appends "PID EPOCH" as its first act) with `restart: on-failure, backoff 0`. Every service
@@ -172,7 +173,8 @@ def start(ctx: Context, bench: Cluster, launcher: str, where: Path) -> Started:
     path = recipe(ctx, where / "scale32.yaml", marks, secret)
     value = uuid.uuid4().hex
     env = {**bench.env, TAG: value}
-    args = ["--backend", "slurm", "--launcher", launcher]
+    # The agent is SLURM's default launcher (issue 22): its job names none, as a user's would.
+    args = ["--backend", "slurm", *(["--launcher", launcher] if launcher != "agent" else [])]
     job = Job(path, where / "run", nodes=NODES, extra=args, env=env, inherit_env=False)
     try:
         total = NODES * PER_NODE

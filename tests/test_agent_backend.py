@@ -5,6 +5,7 @@ silent one) and a close that leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -26,16 +27,87 @@ from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo, Observation, O
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
 
 
+class Link:
+    """A TCP relay between the agents and the controller that can go down as a cable does:
+    `cut()` stops every byte both ways, with no FIN and no RST; `mend()` delivers what
+    waited and forwards again."""
+
+    def __init__(self) -> None:
+        self.up = asyncio.Event()
+        self.up.set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self, upstream: tuple[str, int]) -> tuple[str, int]:
+        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            up_reader, up_writer = await asyncio.open_connection(*upstream)
+            for src, dst in ((reader, up_writer), (up_reader, writer)):
+                task = asyncio.create_task(self._pump(src, dst))
+                self._tasks.add(task)
+
+        self._server = await asyncio.start_server(relay, "127.0.0.1", 0)
+        return ("127.0.0.1", int(self._server.sockets[0].getsockname()[1]))
+
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                await self.up.wait()
+                dst.write(data)
+                await dst.drain()
+            await self.up.wait()
+        except OSError:
+            pass
+        dst.close()
+
+    def cut(self) -> None:
+        self.up.clear()
+
+    def mend(self) -> None:
+        self.up.set()
+
+    async def close(self) -> None:
+        self.up.set()
+        for task in self._tasks:
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+
+
+class LinkedAgents(LocalAgents):
+    """Local agents that reach their controller through a `Link`."""
+
+    def __init__(self, nodes: list[NodeInfo], run_dir: Path, link: Link) -> None:
+        super().__init__(nodes, run_dir)
+        self.link = link
+
+    async def start(
+        self, address: tuple[str, int], token: str, events: Any, *, spawn: bool = True
+    ) -> None:
+        await super().start(await self.link.start(address), token, events, spawn=spawn)
+
+
 class Harness:
-    def __init__(self, tmp_path: Path, node_count: int, *, respawn: bool = False) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        node_count: int,
+        *,
+        respawn: bool = False,
+        link: Link | None = None,
+        lease: float | None = None,
+    ) -> None:
         self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
         (self.run_dir / "logs").mkdir(parents=True)
         self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}\0"
         self.token = uuid.uuid4().hex
         self.nodes = [NodeInfo(f"node{k}", f"127.0.0.{k + 1}") for k in range(1, node_count + 1)]
-        self.backend = AgentBackend(
-            self.nodes, LocalAgents(self.nodes, self.run_dir, respawn=respawn), token=self.token
+        starter = (
+            LocalAgents(self.nodes, self.run_dir, respawn=respawn)
+            if link is None
+            else LinkedAgents(self.nodes, self.run_dir, link)
         )
+        more = {} if lease is None else {"lease": lease}
+        self.backend = AgentBackend(self.nodes, starter, token=self.token, **more)
         self.observations: list[Observation] = []
         self.backend.set_listener(self.observations.append)
 
@@ -80,13 +152,19 @@ def run(
     node_count: int = 2,
     *,
     respawn: bool = False,
+    link: Link | None = None,
+    lease: float | None = None,
 ) -> None:
     async def main() -> None:
-        harness = Harness(tmp_path, node_count, respawn=respawn)
+        harness = Harness(tmp_path, node_count, respawn=respawn, link=link, lease=lease)
         try:
             await body(harness)
         finally:
-            await harness.close_and_check()
+            try:
+                await harness.close_and_check()
+            finally:
+                if link is not None:
+                    await link.close()
 
     asyncio.run(main())
 
@@ -284,6 +362,73 @@ def test_a_silent_agent_loses_its_node_within_three_seconds(tmp_path: Path) -> N
         await wait_for(lambda: not _alive(pid), 5, "the victim to be killed by its agent")
 
     run(tmp_path, body)
+
+
+def test_a_cut_off_agent_fences_its_instances_before_the_controller_counts_them_gone(
+    tmp_path: Path,
+) -> None:
+    """The link goes down (no FIN, no RST): the controller loses the node after its silence,
+    and says by when the node's agent will have stopped its instances; the agent, no longer
+    renewed, SIGTERMs them at the end of its lease and SIGKILLs the one that ignores it after
+    its grace. By the controller's deadline both are gone."""
+    link = Link()
+
+    async def body(h: Harness) -> None:
+        polite = await h.launch("polite", ["sleep", "1000"], stop_grace_seconds=1.0)
+        stubborn = await h.launch(
+            "stubborn", ["bash", "-c", "trap '' TERM; exec sleep 1000"], stop_grace_seconds=1.0
+        )
+        # A renewal went through: the lease now runs from a heartbeat the controller read.
+        await wait_for(lambda: _renewed(h), 5, "a renewal")
+        link.cut()
+        lost = await h.wait_seen("stubborn", ObservationKind.LOST, within=10)
+        deadline = time.monotonic() + float(lost.extra["fenced_in"])
+        assert "stops it itself" in lost.message
+        assert _alive(polite) and _alive(stubborn)  # it cannot know yet: not before its lease
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))  # the controller's rule
+        assert not _alive(polite) and not _alive(stubborn)
+        log = (h.run_dir / "logs" / "agent-node1.log").read_text()
+        assert "no word from the controller" in log and "fencing" in log, log
+        assert "fenced stubborn still running 1s after SIGTERM: SIGKILL" in log, log
+
+    run(tmp_path, body, node_count=1, link=link, lease=4.0)
+
+
+def test_a_stalled_controller_hears_the_fenced_exits_when_it_wakes(tmp_path: Path) -> None:
+    """Renewals stop but the link stays (a controller that stalls past the lease, seen from
+    the agent): the agent fences, and its exit reports, queued on the connection, reach the
+    controller once it reads again; a later renewal ends the fence and launches work."""
+    link = Link()
+
+    async def body(h: Harness) -> None:
+        pid = await h.launch("victim", ["sleep", "1000"], stop_grace_seconds=1.0)
+        await wait_for(lambda: _renewed(h), 5, "a renewal")
+        server = h.backend._server
+        assert server is not None
+        renewer = server._renewer
+        assert renewer is not None
+        renewer.cancel()  # the controller goes quiet: heartbeats still arrive, no renewal
+        exited = await h.wait_seen("victim", ObservationKind.EXITED, within=15)
+        assert (exited.signal, exited.pid) == (signal.SIGTERM, pid)
+        assert "fenced: no word from the controller" in exited.message
+        assert not h.seen("victim", ObservationKind.LOST)  # the controller still hears it
+        with contextlib.suppress(LaunchError):  # refused while fenced
+            await h.launch("early", ["sleep", "1000"], attempt=0)
+        server._renewer = asyncio.create_task(server._renew())
+        await wait_for(
+            lambda: "the fence is over" in (h.run_dir / "logs" / "agent-node1.log").read_text(),
+            5,
+            "the agent to be renewed again",
+        )
+        again = await h.launch("victim", ["sleep", "1000"], attempt=1)
+        assert _alive(again)
+
+    run(tmp_path, body, node_count=1, link=link, lease=2.5)
+
+
+def _renewed(h: Harness) -> bool:
+    server = h.backend._server
+    return server is not None and all(c.renewed > 0 for c in server.connections())
 
 
 def test_lose_node_kills_the_agent_and_reports_its_instances(tmp_path: Path) -> None:

@@ -214,3 +214,48 @@ def test_without_adoption_the_agents_stop_everything_after_the_window(tmp_path: 
         run.close()
     logs = run.run_dir / "logs"
     assert "no controller adopted the job within 2s" in (logs / "agent-node1.log").read_text()
+
+
+STALL = """
+name: astall
+services:
+  - name: owner
+    command: ["sleep", "1000"]
+    nodes: 2
+    stop_grace_seconds: 1
+    restart: {backoff_seconds: 0.1}
+"""
+
+
+def test_a_stopped_controller_has_its_agents_fence_and_relaunch_when_it_wakes(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP the controller past the lease: each agent, no longer renewed, stops its
+    instances and logs why; SIGCONT: the controller reads their exits ("fenced") and
+    relaunches them by their restart policy on the same agents."""
+    run = Run(tmp_path, STALL, *AGENT)
+    try:
+        state = run.wait_state(running, what="every instance running")
+        pids = [i["pid"] for i in state["instances"]]
+        agents = agent_pids(run)
+        controller = state["job"]["controller_pid"]
+        os.kill(controller, signal.SIGSTOP)
+        try:
+            wait_for(lambda: not any(_alive(p) for p in pids), 20, "the agents to fence")
+            log = (run.run_dir / "logs" / "agent-node1.log").read_text()
+            assert "no word from the controller" in log and "fencing" in log, log
+            assert agent_pids(run) == agents  # they wait for their controller
+        finally:
+            os.kill(controller, signal.SIGCONT)
+        state = run.wait_state(
+            lambda s: running(s) and all(i["restarts"] >= 1 for i in s["instances"]),
+            30,
+            "the fenced instances relaunched",
+        )
+        assert not {i["pid"] for i in state["instances"]} & set(pids)
+        exits = [h.get("message", "") for i in state["instances"] for h in i.get("history", [])]
+        assert any("fenced: no word from the controller" in m for m in exits), state
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
+    finally:
+        run.close()

@@ -597,6 +597,34 @@ def test_a_lost_node_is_replaced_by_a_spare(tmp_path: Path) -> None:
     run(body())
 
 
+def test_a_spare_waits_until_the_cut_off_node_has_fenced_its_instances(tmp_path: Path) -> None:
+    """A node lost to a partition may still run its instances until its agent's lease and
+    their grace ran out (the backend's `fenced_in`): the spare starts only after that."""
+    import textwrap
+
+    async def body() -> None:
+        h = Harness(REPLACE, tmp_path, nodes=3)
+        h.store.recipe_text = textwrap.dedent(REPLACE)
+        await h.settle()
+        h.backend.lose("service_train_node1", fenced_in=7.5)
+        h.backend.lose("service_side_node1", fenced_in=7.5)
+        await h.settle()
+        assert h.phase("service_train_node1") == "Lost"
+        assert "Fencing" in h.reasons("pool/train")
+        assert "Replaced" not in h.reasons("pool/train")
+        assert h.backend.launched("service_train_node3") == 0
+        assert not h.store.job.teardown_requested  # a spare is coming: not a failure
+        await h.advance(7.4)
+        assert h.backend.launched("service_train_node3") == 0
+        await h.advance(0.1)
+        assert "Replaced" in h.reasons("pool/train")
+        assert h.store.desired.nodes.pools["train"] == ("node3", "node2")
+        assert h.backend.launched("service_train_node3") == 1
+        assert h.backend.launched("service_side_node3") == 1
+
+    run(body())
+
+
 def test_a_lost_critical_owner_without_a_spare_fails_the_job(tmp_path: Path) -> None:
     import textwrap
 

@@ -90,7 +90,16 @@ def test_srun_export_env_reaches_the_step_and_no_command_line(
 
 def test_the_clone_and_build_run_as_steps_and_the_service_runs_the_build(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
-    run = Run(tmp_path, built(repo), "--backend", "slurm", env=slurm_util.outside_env())
+    # The step launcher (not SLURM's default agent): every phase is an srun step of its own.
+    run = Run(
+        tmp_path,
+        built(repo),
+        "--backend",
+        "slurm",
+        "--launcher",
+        "step",
+        env=slurm_util.outside_env(),
+    )
     try:
         assert finish(run) == 0, run.out + run.err
         assert (run.run_dir / "logs" / "service_tool.out").read_text() == "hello from v1\n"
@@ -107,7 +116,9 @@ def test_the_clone_and_build_run_as_steps_and_the_service_runs_the_build(tmp_pat
 def test_a_build_step_past_its_timeout_is_killed(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     recipe = built(repo, build='bash, -c, "echo building; exec sleep 1000"', timeout=3)
-    run = Run(tmp_path, recipe, "--backend", "slurm", env=slurm_util.outside_env())
+    run = Run(
+        tmp_path, recipe, "--backend", "slurm", "--launcher", "step", env=slurm_util.outside_env()
+    )
     try:
         assert finish(run) == 1, run.out + run.err
         state = run.state()

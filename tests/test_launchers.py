@@ -80,6 +80,17 @@ def test_plan_shows_each_instances_launcher(tmp_path: Path) -> None:
     assert "LAUNCHER" in text
     row = next(line for line in text.splitlines() if "service_tuned" in line)
     assert " step " in row
-    # Without --launcher the plan is as it always was.
-    assert "LAUNCHER" not in plan(tmp_path).stdout
+    # Without --launcher the table has no column, and one line says what runs where.
+    default = plan(tmp_path).stdout
+    assert "LAUNCHER" not in default
+    assert (
+        "Launcher: process locally; on SLURM the node agent, except 3 instance(s) on an srun "
+        "step of their own (srun_options: service_tuned; cpus_per_task: service_pinned; "
+        "container: service_boxed) (`srtr up --launcher step`: an srun step each)"
+    ) in default.splitlines()
     assert "launcher" not in json.loads(plan(tmp_path, "-o", "json").stdout)["instances"][0]
+    # A SLURM node list plans what `srtr up` there runs: the agent, by default.
+    doc = json.loads(plan(tmp_path, "--nodelist", "gpu[1-4]", "-o", "json").stdout)
+    assert {i["name"]: i["launcher"] for i in doc["instances"]} == launchers
+    stepped = plan(tmp_path, "--nodelist", "gpu[1-4]", "--launcher", "step", "-o", "json")
+    assert {i["launcher"] for i in json.loads(stepped.stdout)["instances"]} == {"step"}

@@ -98,11 +98,12 @@ def check_pools_run(run: Run, launcher: str = "step") -> None:
 
 
 def test_pools_recipe_inside_an_allocation(tmp_path: Path) -> None:
+    """Inside `salloc`, with no --launcher: the default on SLURM, the node agent."""
     env = slurm_util.outside_env()
     run = Run(tmp_path, POOLS, prefix=("salloc", "-N4", "-J", "srtr-inside"), env=env)
     code = finish(run)
     assert code == 0, run.out + run.err
-    check_pools_run(run)
+    check_pools_run(run, "agent")
     no_job_left("srtr-inside")
 
 
@@ -360,6 +361,8 @@ def test_live_edits_restart_grow_and_reject_on_slurm(tmp_path: Path) -> None:
         GROW.format(nodes=2, level=1),
         "--backend",
         "slurm",
+        "--launcher",
+        "step",  # it follows each instance's step id through the edit
         "--nodes",
         "3",
         env=slurm_util.outside_env(),

@@ -161,9 +161,11 @@ services:
     nodes: 2
     critical: true
     replace_lost: true
+    stop_grace_seconds: 1  # under agents the spare waits for the lease and this grace
   - name: rider
     command: ["sleep", "1000"]
     placement: {pool: owner}
+    stop_grace_seconds: 1
 """
 
 

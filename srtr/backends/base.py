@@ -53,6 +53,9 @@ class LaunchSpec:
     # The part of `env` the recipe asked to pass through srun's --export (srun_export_env).
     # It is already in `env`; the agent backend keeps such an instance on a step of its own.
     export_env: Mapping[str, str] = field(default_factory=dict)
+    # SIGTERM to SIGKILL: what a node agent that fences itself gives the attempt (it decides
+    # alone, cut off from the controller that keeps the grace).
+    stop_grace_seconds: float = 30.0
 
 
 class ObservationKind(enum.StrEnum):

@@ -65,8 +65,9 @@ class FakeBackend:
             )
         )
 
-    def lose(self, name: str) -> None:
-        """Report that the live attempt of `name` was lost with its node."""
+    def lose(self, name: str, *, fenced_in: float | None = None) -> None:
+        """Report that the live attempt of `name` was lost with its node (`fenced_in`: the
+        seconds its cut-off node may still run it, as the agent backend says)."""
         spec = self.live.pop(name)
         assert self._listener is not None
         self._listener(
@@ -75,6 +76,7 @@ class FakeBackend:
                 name=name,
                 attempt=spec.attempt,
                 message=f"node {spec.node} is DOWN",
+                extra={} if fenced_in is None else {"fenced_in": f"{fenced_in:.3f}"},
             )
         )
 

@@ -68,6 +68,10 @@ log = logging.getLogger("srtr")
 
 POLL_PERIOD = 2.0
 STEP_GONE_TIMEOUT = 15.0
+# After their SIGKILL, steps on nodes that answer leave squeue within about a second. One
+# still listed after this is on a node that does not answer (a partition, or a dead node
+# SLURM has not marked DOWN yet): it is cancelled, and close does not wait for it.
+STEP_KILL_WAIT = 1.0
 
 
 class SlurmBackend:
@@ -102,6 +106,8 @@ class SlurmBackend:
         self._log: dict[str, tuple[Path, int]] = {}  # name → (log, size when it started)
         self._poller: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()  # adopted exits, lost steps' scancel
+        self._kill_watches: set[asyncio.Task[None]] = set()  # `_unanswered_kill`s
+        self._abandoned: set[str] = set()  # steps cancelled on nodes that did not answer
 
     @property
     def owns_allocation(self) -> bool:
@@ -210,6 +216,35 @@ class SlurmBackend:
         except SlurmError as exc:
             log.warning("slurm: cannot signal %s (step %s): %s", name, step, exc)
             self._groups.signal(name, signum)
+        live = self._groups.get(name)
+        if signum == 9 and live is not None:
+            watch = asyncio.get_running_loop().create_task(
+                self._unanswered_kill(name, live.attempt, step)
+            )
+            self._kill_watches.add(watch)
+            watch.add_done_callback(self._kill_watches.discard)
+
+    async def _unanswered_kill(self, name: str, attempt: int, step: str) -> None:
+        """A step that outlives its SIGKILL by STEP_KILL_WAIT is on a node that does not
+        answer: end its srun client (which waits on that node for minutes) and cancel the
+        step, rather than keep a teardown waiting (issue 22: 15 s and more in a partition).
+        Its exit is then the srun client's: killed by signal 9, as the caller asked."""
+        await asyncio.sleep(STEP_KILL_WAIT)
+        live = self._groups.get(name)
+        if live is None or live.attempt != attempt:
+            return
+        log.warning(
+            "slurm: %s (step %s) still runs %gs after its SIGKILL: its node does not answer; "
+            "its srun client is killed and the step cancelled",
+            name,
+            step,
+            STEP_KILL_WAIT,
+        )
+        kill_group(live.pgid)
+        self._abandoned.add(step)
+        argv = slurm_cmd.scancel_cancel_steps_argv(self.job_id, [step])
+        with contextlib.suppress(SlurmError):
+            await self.commands.arun(argv, check=False)
 
     async def _find_step(self, name: str) -> str | None:
         await self._poll_once()
@@ -381,7 +416,10 @@ class SlurmBackend:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
+        for watch in list(self._kill_watches):
+            watch.cancel()  # what close kills it waits for itself, and briefly
         steps = [s for n, s in self._steps.items() if n in self._groups]
+        killed = time.monotonic()
         if steps:
             argv = slurm_cmd.scancel_steps_argv(self.job_id, steps, "KILL")
             with contextlib.suppress(SlurmError):
@@ -389,7 +427,7 @@ class SlurmBackend:
         await self._groups.close()
         if self._pending:  # adopted exits still being looked into: report them first
             await asyncio.gather(*list(self._pending), return_exceptions=True)
-        await self._wait_steps_gone()
+        await self._wait_steps_gone(killed)
         await asyncio.to_thread(self.release_allocation)
 
     def release_allocation(self) -> None:
@@ -398,7 +436,8 @@ class SlurmBackend:
         if self.allocation.owned:
             release(self.commands, self.job_id)
 
-    async def _wait_steps_gone(self) -> None:
+    async def _wait_steps_gone(self, since: float) -> None:
+        """Until squeue lists none of our steps; `since`: when they were sent SIGKILL."""
         deadline = time.monotonic() + STEP_GONE_TIMEOUT
         while time.monotonic() < deadline:
             try:
@@ -411,11 +450,29 @@ class SlurmBackend:
                 r
                 for r in slurm_cmd.parse_squeue_steps(done.stdout)
                 if r.name.startswith(("service_", "worker_", "frontend", "benchmark"))
+                and r.step_id not in self._abandoned  # cancelled already: not waited for
             ]
             if done.returncode != 0 or not ours:
                 return
+            if time.monotonic() - since >= STEP_KILL_WAIT:
+                await self._abandon(ours)
+                return
             await asyncio.sleep(0.2)
         log.warning("slurm: steps still listed %gs after close", STEP_GONE_TIMEOUT)
+
+    async def _abandon(self, rows: list[slurm_cmd.StepRow]) -> None:
+        """Cancel steps whose nodes did not carry out their SIGKILL, and stop waiting for
+        them: slurmctld ends them when their nodes answer again (or are marked DOWN)."""
+        log.warning(
+            "slurm: %d step(s) still listed %gs after their SIGKILL, on %s: their nodes do "
+            "not answer (a partition?); cancelled, not waited for",
+            len(rows),
+            STEP_KILL_WAIT,
+            ", ".join(sorted({r.nodes for r in rows})),
+        )
+        argv = slurm_cmd.scancel_cancel_steps_argv(self.job_id, [r.step_id for r in rows])
+        with contextlib.suppress(SlurmError):
+            await self.commands.arun(argv, check=False)
 
 
 def _instance_env(spec: LaunchSpec) -> dict[str, str]:

@@ -54,6 +54,7 @@ __all__ = [
     "parse_srun_node_failure",
     "salloc_argv",
     "sbatch_argv",
+    "scancel_cancel_steps_argv",
     "scancel_job_argv",
     "scancel_step_argv",
     "scancel_steps_argv",
@@ -239,6 +240,16 @@ def scancel_steps_argv(job_id: str, step_ids: Sequence[str], signal: str | int) 
         check_text("step id", step_id)
         steps.append(step_id if step_id.startswith(f"{job_id}.") else f"{job_id}.{step_id}")
     return ["scancel", "--ctld", f"--signal={_signal_name(signal)}", "--full", *steps]
+
+
+def scancel_cancel_steps_argv(job_id: str, step_ids: Sequence[str]) -> list[str]:
+    """`scancel --ctld <job>.<step> ...`: cancel steps (no `--signal`): slurmctld marks them
+    cancelled and has their nodes kill them, retrying a node that does not answer yet."""
+    return [
+        a
+        for a in scancel_steps_argv(job_id, step_ids, "KILL")
+        if not a.startswith("--") or a == "--ctld"
+    ]
 
 
 def scancel_job_argv(job_id: str) -> list[str]:

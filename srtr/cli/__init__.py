@@ -59,6 +59,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for warning in state.warnings:
         print(f"{args.recipe}: warning: {warning}", file=sys.stderr)
     launcher = Launcher(args.launcher) if args.launcher else None
+    if launcher is None and args.nodelist:
+        launcher = Launcher.AGENT  # a SLURM node list: the SLURM default (`srtr up`)
     if args.output == "json":
         print(json.dumps(plan_json(recipe, state, launcher), indent=2))
     else:
@@ -145,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--launcher",
             choices=("process", "step", "agent"),
             help="show which launcher starts each instance with `srtr up --launcher` this "
-            "(agent: instances SLURM must set up keep their own step)",
+            "(agent, the SLURM default with --nodelist: instances SLURM must set up keep "
+            "their own step)",
         )
         plan.add_argument(
             "--against",

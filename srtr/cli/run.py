@@ -75,7 +75,8 @@ def _add_up(up: argparse.ArgumentParser) -> None:
         choices=("auto", "process", "step", "agent"),
         default="auto",
         help="how instances start: process (local), step (an srun step each, SLURM), or "
-        "agent (a node agent per node starts them); auto: process locally, step on SLURM",
+        "agent (a node agent per node starts them); auto: process locally, agent on SLURM "
+        "(instances SLURM must set up keep their own step)",
     )
     _add_slurm_flags(up, "SLURM {what} when srtr allocates (default: resources.*)")
     up.add_argument(
@@ -200,7 +201,8 @@ def _launcher(args: argparse.Namespace, kind: str) -> str:
         if kind != "local" or args.launcher not in ("auto", "agent"):
             raise _bad("--hollow", "hollow agents simulate nodes of the local backend only")
         return "agent"
-    launcher = native if args.launcher == "auto" else str(args.launcher)
+    default = "agent" if kind == "slurm" else native  # SLURM: one srun step for the agents
+    launcher = default if args.launcher == "auto" else str(args.launcher)
     if launcher not in (native, "agent"):
         raise _bad("--launcher", f"the {kind} backend has no {launcher!r} launcher")
     return launcher

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
-from srtr.controllers import decisions, teardown
+from srtr.controllers import decisions, replacement, teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
 from srtr.reconciler.store import Phase, UserAction
 from srtr.reconciler.workqueue import Result
@@ -35,7 +35,8 @@ def observe(ctx: Ctx, obs: Observation) -> None:
     ):
         return
     if lost:
-        ctx.queue.add("replacement")
+        replacement.note_lost(ctx, obs)
+        ctx.queue.add(replacement.KEY)
     ctx.queue.add("exporters")  # an exited instance's targets leave the targets file
     _enqueue_related(ctx, store.spec(obs.name))
 
@@ -150,6 +151,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         cpu_bind=spec.cpu_bind,
         srun_options=dict(spec.srun_options),
         export_env=dict(spec.export_env),
+        stop_grace_seconds=spec.stop_grace_seconds,
     )
     try:
         pid = await ctx.backend.launch(launch)

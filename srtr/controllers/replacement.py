@@ -5,12 +5,18 @@ spare takes the lost node's place in the pool: the desired state is re-expanded 
 applied recipe with that one node swapped, and the resulting plan is applied like a live
 edit (the owner and its riders start on the spare; the lost instances are dropped). The lost
 node is left out of the allocation from then on.
+
+A node cut off from the controller (a partition) may still run the lost instances: its agent
+stops them itself once its lease runs out and their grace passes, and the backend says by
+when (`Observation.extra["fenced_in"]`, noted by `note_lost`). The spare waits until then,
+so that no instance ever runs twice.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from srtr.backends.base import Observation
 from srtr.controllers import edits
 from srtr.controllers.context import Ctx
 from srtr.reconciler.store import Phase
@@ -20,6 +26,15 @@ from srtr.resources.errors import RecipeError
 from srtr.resources.planning import plan_text_source
 
 KEY = "replacement"
+_TOLD = "replacement.told"  # lost instances whose wait for the fence was recorded
+
+
+def note_lost(ctx: Ctx, obs: Observation) -> None:
+    """Remember until when `obs`'s lost instance may still run on its cut-off node."""
+    fenced_in = obs.extra.get("fenced_in")
+    if fenced_in is not None:
+        fences: dict[str, float] = ctx.store.extensions.setdefault(KEY, {})
+        fences[obs.name] = ctx.clock.now() + float(fenced_in)
 
 
 async def reconcile(ctx: Ctx) -> Result | None:
@@ -34,6 +49,22 @@ async def reconcile(ctx: Ctx) -> Result | None:
         and n in store.desired_names
         and store.specs[n].pool
     ]
+    fences: dict[str, float] = store.extensions.get(KEY, {})
+    now = ctx.clock.now()
+    waits = [fences[n] - now for n in lost if fences.get(n, now) > now]
+    if waits:
+        # Its node's agent may still run it: the spare starts once it stopped them.
+        for name in lost:
+            if fences.get(name, now) > now and name not in store.extensions.get(_TOLD, set()):
+                store.extensions.setdefault(_TOLD, set()).add(name)
+                spec = store.specs[name]
+                store.record(
+                    f"pool/{spec.pool}",
+                    "Fencing",
+                    f"{spec.node} was lost; a spare takes its place in {fences[name] - now:.1f}s,"
+                    " once its agent has stopped its instances (its lease and their grace)",
+                )
+        return Result(requeue_after=min(waits))
     for name in lost:
         spec = store.specs[name]
         nodes = store.desired.nodes

@@ -147,6 +147,38 @@ def launcher_of(spec: InstanceSpec, launcher: Launcher) -> Launcher:
     return instance_launcher(launcher, reasons)
 
 
+def launcher_line(state: DesiredState, launcher: Launcher | None) -> str:
+    """Which launcher starts the instances: the one asked for, or the defaults (local: a
+    process group; SLURM: the node agent, but a step for what SLURM must set up)."""
+    own: dict[str, list[str]] = {}
+    for spec in state.instances:
+        reasons = own_step_reasons(
+            container=spec.container,
+            cpus_per_task=spec.cpus_per_task,
+            cpu_bind=spec.cpu_bind,
+            srun_options=dict(spec.srun_options),
+            export_env=dict(spec.export_env),
+        )
+        for reason in reasons[:1]:
+            own.setdefault(reason, []).append(spec.name)
+    steps = sum(len(names) for names in own.values())
+    mixed = (
+        f", except {steps} instance(s) on an srun step of their own ("
+        + "; ".join(f"{why}: {', '.join(names)}" for why, names in own.items())
+        + ")"
+        if steps
+        else ""
+    )
+    if launcher is Launcher.AGENT:
+        return f"Launcher: agent (a node agent per node starts its instances){mixed}"
+    if launcher is not None:
+        return f"Launcher: {launcher}"
+    return (
+        f"Launcher: process locally; on SLURM the node agent{mixed}"
+        " (`srtr up --launcher step`: an srun step each)"
+    )
+
+
 def plan_text(recipe: Recipe, state: DesiredState, launcher: Launcher | None = None) -> str:
     lines = [*service_lines(recipe), *node_map_lines(state)]
     nodes = state.nodes
@@ -158,6 +190,7 @@ def plan_text(recipe: Recipe, state: DesiredState, launcher: Launcher | None = N
         lines.append(f"  Pool {name}: {', '.join(members)}")
     workers = [n for ns in nodes.role_nodes.values() for n in ns]
     lines.append(f"  Worker nodes: {', '.join(workers) if workers else '(none: no engine roles)'}")
+    lines.append(launcher_line(state, launcher))
     if state.discovery_env:
         # What every service (unless inherit_discovery_env: false), worker and the benchmark get.
         lines.append("Discovery env:")

@@ -10,7 +10,10 @@ SLURM backend it composes (`steps`).
 
 Node loss: an agent whose connection ends, or that is silent for `channel.SILENCE` seconds,
 or whose node SLURM reports down, takes its node with it: every instance there is reported
-LOST, an agent still connected is told to kill them, and nothing launches there again.
+LOST, an agent still connected is told to kill them, and nothing launches there again. A
+node lost while its agent may live on (silent: a partition; or down in SLURM's eyes) may
+still run them until its agent's lease runs out and its grace passes: the LOST
+observation says by when (`extra["fenced_in"]`, seconds), and `replace_lost` waits for it.
 
 Adoption (`adopt=True`, `srtr up --adopt`): the listener's address goes into the run dir's
 rendezvous file, where the agents of the crashed controller look for it; they rejoin with
@@ -28,12 +31,13 @@ import logging
 import os
 import secrets
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.channel import AgentServer, Connection
+from srtr.backends.agent.channel import LEASE, AgentServer, Connection
 from srtr.backends.agent.starters import (
     EXIT_WAIT,
     EXIT_WAIT_AFTER_GOODBYES,
@@ -63,6 +67,9 @@ ANSWER_TIMEOUT = 30.0  # for an agent to answer a launch
 CLOSE_TIMEOUT = 10.0  # for the agents to report their last exits after a Shutdown
 REJOIN_WAIT = 15.0  # adoption: for a crashed controller's agents to rejoin
 UNCLAIMED_AFTER = 5.0  # adoption: then what no record claimed is killed
+# A lost node's instances count as gone this long after its agent's lease plus their grace:
+# the agent's own timer and its SIGKILL's reaping, on a loaded machine.
+FENCE_MARGIN = 0.5
 # A node whose agent died this many times (each replaced through a one-node step) is lost:
 # something there kills agents, and a fourth one would die too.
 MAX_RESPAWNS = 3
@@ -76,6 +83,7 @@ class _Node:
     lost: str | None = None  # why the node is lost: nothing launches there again
     failed: str | None = None  # why its agent never came (launches there fail)
     respawns: int = 0  # new agents started here through a one-node step
+    cut_off: bool = False  # lost while its agent may live on (silent, or down for SLURM)
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,7 @@ class AgentBackend:
         token: str | None = None,
         run_dir: Path | None = None,
         adopt: bool = False,
+        lease: float = LEASE,
     ) -> None:
         """
         Args:
@@ -112,6 +121,7 @@ class AgentBackend:
                 `starters.TOKEN_FILE`), so a controller can adopt the job; None: nowhere.
             adopt: take over the agents of a crashed controller (`srtr up --adopt`): start
                 none, wait for them to rejoin; `token` must be the job's.
+            lease: seconds an agent not renewed fences itself (`channel.LEASE`; 0: never).
         """
         self._nodes = {n.name: _Node(n) for n in nodes}
         self._starter = starter
@@ -120,6 +130,7 @@ class AgentBackend:
         self._token = token or secrets.token_urlsafe(32)
         self._run_dir = run_dir
         self._adopting = adopt
+        self._lease = lease
         self._rejoined: asyncio.Future[None] | None = None
         self._claimed: set[tuple[str, str, int]] = set()  # (node, name, attempt) adopted
         self.name = steps.name if steps is not None else "local"
@@ -134,6 +145,7 @@ class AgentBackend:
         self._answers: dict[int, tuple[str, asyncio.Future[p.Message]]] = {}
         self._live: dict[str, _Live] = {}
         self._on_step: set[str] = set()  # names whose current attempt is an srun step
+        self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
         self._closing = False
         self._no_agents = asyncio.Event()  # set while no agent is connected
 
@@ -173,6 +185,7 @@ class AgentBackend:
             self._on_step.add(spec.name)
             return await self._steps.launch(spec)
         self._on_step.discard(spec.name)
+        self._graces[spec.name] = spec.stop_grace_seconds
         conn = await self._agent_of(spec.node, spec.name)
         reply = await self._ask(conn, spec)
         if isinstance(reply, p.LaunchFailed):
@@ -249,6 +262,11 @@ class AgentBackend:
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 await self._no_agents.wait()
             within = EXIT_WAIT_AFTER_GOODBYES
+            if any(state.cut_off for state in self._nodes.values()):
+                # An agent cut off from us never ends its task: the agents' srun client
+                # would wait for it until SLURM reaches the node. Every other agent said
+                # goodbye; end the client now (a teardown during a partition, issue 22).
+                within = 0.0
         except TimeoutError:
             log.warning("agents: not every agent said goodbye within %gs", CLOSE_TIMEOUT)
         await self._starter.close(within)
@@ -351,7 +369,10 @@ class AgentBackend:
         if not self._closing:
             died = f"its agent (pid {conn.pid}) died: {why}"
             if silent or not self._respawn(conn.node, died):
-                self._lose(conn.node, f"node {conn.node} was lost: {why}")
+                # Silent: the agent may live on, cut off, until its lease runs out. Closed:
+                # its instances' leaders died with it.
+                heard = conn.last_seen if silent else None
+                self._lose(conn.node, f"node {conn.node} was lost: {why}", heard=heard)
         self._note_connections()
 
     # -- the starter's events -------------------------------------------------------------
@@ -367,7 +388,8 @@ class AgentBackend:
 
     def node_down(self, node: str, why: str) -> None:
         if node in self._nodes and self._nodes[node].lost is None:
-            self._lose(node, why)
+            conn = self._nodes[node].conn  # SLURM cannot reach it; its agent may live on
+            self._lose(node, why, heard=conn.last_seen if conn is not None else None)
 
     # -- inside ---------------------------------------------------------------------------
 
@@ -396,7 +418,7 @@ class AgentBackend:
         async with self._started:
             if self._server is not None:
                 return
-            self._server = AgentServer(self._token, self)
+            self._server = AgentServer(self._token, self, lease=self._lease)
             address = await self._server.start(self._host)
             log.info("agents: listening on %s:%d", *address)
             if self._run_dir is not None:
@@ -500,8 +522,12 @@ class AgentBackend:
             if where == node and not future.done():
                 future.set_exception(LaunchError(why))
 
-    def _lose(self, node: str, why: str) -> None:
-        """`node` is lost: its instances are LOST, its agent told to kill them, for good."""
+    def _lose(self, node: str, why: str, *, heard: float | None = None) -> None:
+        """`node` is lost: its instances are LOST, its agent told to kill them, for good.
+
+        `heard`: when its agent was last heard (monotonic), if it may live on cut off: its
+        instances then count as gone only once its lease and their grace have passed since
+        (the observations say when), for it stops them itself only then."""
         state = self._nodes[node]
         if state.lost is not None:
             return
@@ -512,7 +538,28 @@ class AgentBackend:
             state.conn.send(p.Shutdown(why))
             state.conn = None
         self._fail_waiting(node, f"node {node} was lost while we waited: {why}")
-        self._end_live(node, ObservationKind.LOST, why)
+        state.cut_off = heard is not None
+        lease = self._server.lease if self._server is not None else 0.0
+        if heard is None or lease <= 0:
+            self._end_live(node, ObservationKind.LOST, why)
+            return
+        names = [n for n, live in self._live.items() if live.node == node]
+        grace = max((self._graces.get(n, p.DEFAULT_GRACE) for n in names), default=0.0)
+        fenced_in = max(0.0, heard + lease + grace + FENCE_MARGIN - time.monotonic())
+        log.warning(
+            "agents: the agent of %s fences its %d instance(s) itself within %.1fs "
+            "(lease %gs + grace %gs after its last word)",
+            node,
+            len(names),
+            fenced_in,
+            lease,
+            grace,
+        )
+        fence = (
+            f"{why}; its agent stops it itself within {fenced_in:.1f}s "
+            f"(lease {lease:g}s + grace {grace:g}s after its last word)"
+        )
+        self._end_live(node, ObservationKind.LOST, fence, extra={"fenced_in": f"{fenced_in:.3f}"})
 
     def _end_live(
         self,
@@ -521,6 +568,7 @@ class AgentBackend:
         why: str,
         exit_code: int | None = None,
         signal: int | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         """Every instance known to run on `node` is over: forget it and report it so."""
         for name, live in sorted(self._live.items()):
@@ -535,6 +583,7 @@ class AgentBackend:
                         message=why,
                         exit_code=exit_code,
                         signal=signal,
+                        extra=extra or {},
                     )
                 )
 

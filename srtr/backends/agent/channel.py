@@ -18,6 +18,14 @@ once admitted, a connection is read in batches (`coalesced`: ~11 wake-ups a seco
 The connections are kept oldest-heard first, so the watcher, which looks every 0.25 s, reads
 only the silent ones and the first live one; a silent agent is lost at most SILENCE + 0.25 s
 after its last line.
+
+The lease: every RENEW_EVERY periods (2 s), a little after the agents' whole-second
+heartbeats, one timer writes `Renew(n)` to every connection that sent a heartbeat since the
+last renewal (n: how many it has read). An agent that gets none for LEASE seconds fences
+itself (node.py), so the controller knows, by its own clock, that an agent it last heard at
+`last_seen` stopped its instances by `last_seen + LEASE + their grace`. One timer for all
+connections, no task or timer per agent (512 writes a second at 1,024 agents: measured with
+the hollow agents, docs/agents.md).
 """
 
 from __future__ import annotations
@@ -39,10 +47,17 @@ log = logging.getLogger("srtr")
 
 HEARTBEAT = 1.0  # how often agents send one
 SILENCE = 2.5  # an agent not heard from for this long is gone
+LEASE = 5.0  # an agent not renewed for this long fences itself (stops its instances)
+RENEW_AFTER = 0.25  # the renewals go this long after each whole period (the heartbeats')
+# Renewals go every RENEW_EVERY heartbeat periods: each is a write to every agent, and at
+# 1,024 agents one a second cost the idle controller 1.1 % of a core (hollow, loopback).
+# Every 2 s the lease (5 s) still outlasts a controller stall of 2.75 s.
+RENEW_EVERY = 2
 WATCH = 0.25  # how often the watcher looks (at most)
 HANDSHAKE_TIMEOUT = 10.0
 BACKLOG = 4096  # a thousand agents dial at once: no SYN may wait for TCP's 1 s retry
 _HEARTBEAT = b'{"type":"heartbeat"'  # how every heartbeat line starts (`protocol.encode`)
+_RENEW = b'{"type":"renew","heartbeats":%d}\n'  # `protocol.encode(Renew(n))`, formatted fast
 
 
 @dataclass(eq=False)
@@ -56,6 +71,8 @@ class Connection:
     gone: bool = False
     # [name, attempt, pid, start] of the attempts the agent kept through a controller crash.
     live: list[list[Any]] = field(default_factory=list)
+    heartbeats: int = 0  # read so far on this connection
+    renewed: int = 0  # the count the last `Renew` carried
 
     def send(self, message: p.Message) -> None:
         """Queue `message`; a connection that is closing drops it (its end is reported)."""
@@ -97,16 +114,19 @@ class AgentServer:
         *,
         heartbeat: float = HEARTBEAT,
         silence: float = SILENCE,
+        lease: float = LEASE,
     ) -> None:
         self._token = token
         self._handler = handler
         self.heartbeat = heartbeat
         self.silence = silence
+        self.lease = lease
         self._server: asyncio.Server | None = None
         # Oldest-heard first (`heard` moves a connection to the end), so the watcher finds
         # the silent ones without a loop in Python over a thousand connections.
         self._conns: OrderedDict[Connection, None] = OrderedDict()
         self._watcher: asyncio.Task[None] | None = None
+        self._renewer: asyncio.Task[None] | None = None
         self.reader = CoalescedReader(_RECEIVED, handler.awaiting)
         self.address: tuple[str, int] | None = None
 
@@ -119,6 +139,8 @@ class AgentServer:
         sock = self._server.sockets[0]
         self.address = (host, int(sock.getsockname()[1]))
         self._watcher = asyncio.create_task(self._watch())
+        if self.lease > 0:
+            self._renewer = asyncio.create_task(self._renew())
         return self.address
 
     def connections(self) -> Iterable[Connection]:
@@ -126,8 +148,9 @@ class AgentServer:
 
     async def close(self) -> None:
         """Stop listening and watching, and close every connection."""
-        if self._watcher is not None:
-            self._watcher.cancel()
+        for task in (self._watcher, self._renewer):
+            if task is not None:
+                task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self._conns):
@@ -154,7 +177,8 @@ class AgentServer:
             transport.write(p.encode(p.Shutdown(refusal)))
             return False
         proof = p.proof(self._token, "controller", hello.nonce, hello.node)
-        transport.write(p.encode(p.Welcome(proof=proof, heartbeat=self.heartbeat)))
+        welcome = p.Welcome(proof=proof, heartbeat=self.heartbeat, lease=self.lease)
+        transport.write(p.encode(welcome))
         return True
 
     def _connected(self, conn: Connection) -> None:
@@ -185,6 +209,20 @@ class AgentServer:
                     silence = now - conn.last_seen
                     self._end(conn, f"its agent was silent for {silence:.1f}s", silent=True)
             last = now
+
+    async def _renew(self) -> None:
+        """Renew the lease of every agent heard since the last renewal; once a period."""
+        period = self.heartbeat * RENEW_EVERY
+        if self.lease < 2.5 * period:  # a short lease (tests): renew every heartbeat period
+            period = self.heartbeat
+        while True:
+            await asyncio.sleep(period - (time.time() - RENEW_AFTER) % period)
+            for conn in self._conns:
+                count = conn.heartbeats
+                if count != conn.renewed and not conn.gone:
+                    conn.renewed = count
+                    with contextlib.suppress(OSError):
+                        conn.transport.write(_RENEW % count)
 
     def silent(self, now: float) -> list[Connection]:
         """The connections not heard from for longer than `silence` at `now`."""
@@ -243,6 +281,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
                 and _RECEIVED.startswith(_HEARTBEAT)
                 and _RECEIVED.find(b"\n", 0, nbytes) == nbytes - 1
             ):
+                conn.heartbeats += 1
                 return  # the commonest case by far: exactly one heartbeat line
         self.data_received(bytes(_RECEIVED_VIEW[:nbytes]))
 
@@ -285,7 +324,9 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         conn = self.conn
         if conn is None:
             self._hello(line)
-        elif not line.startswith(_HEARTBEAT):  # a heartbeat's arrival is all that matters
+        elif line.startswith(_HEARTBEAT):  # a heartbeat's arrival is all that matters
+            conn.heartbeats += 1
+        else:
             try:
                 message = p.decode(line)
             except p.ProtocolError as exc:

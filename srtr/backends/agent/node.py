@@ -10,6 +10,16 @@ readiness probes here on the node (`prober.ProbeRunner`), and reports every exit
 heartbeat every period the controller chose, so the controller sees a silent node within
 seconds.
 
+It fences itself when cut off. The controller answers heartbeats with `Renew` (how many it
+has read), and the agent's lease runs from when it sent the last heartbeat so answered. With
+no renewal for the lease (`Welcome.lease`, 5 s), the agent SIGTERMs every instance, SIGKILLs
+each one still there after its grace, and logs why: the controller, which saw the same
+silence from its side, may then start their replacements elsewhere, and no instance runs
+twice (docs/agents.md, "The lease"). It keeps the connection, and the instances' exits
+queued on it, for the adopt window: a controller that was only stalled renews the lease
+and hears them; a link that comes back ends the dead connection, and the agent looks for a
+controller through the rendezvous file as after a crash.
+
 It never outlives its job for long. On SIGTERM or on `Shutdown` it SIGKILLs every instance
 it started, waits for them to be reaped, and exits. When the connection ends otherwise (the
 controller died, or the network did) it keeps its instances for `--adopt-window` seconds,
@@ -28,13 +38,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
+import fcntl
 import functools
 import logging
 import os
 import secrets
 import signal
 import sys
+import termios
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,6 +71,8 @@ log = logging.getLogger("srtr.agent")
 CONNECT_TIMEOUT = 60.0
 HANDSHAKE_TIMEOUT = 30.0
 REJOIN_PERIOD = 0.2  # how often an agent without a controller reads the rendezvous file
+UNRENEWED = 64  # heartbeats remembered until the controller renews them (the oldest go first)
+UNREAD_WAIT = 0.05  # a lease that ran out with lines unread: look again after reading them
 EXIT_AUTH = 3
 EXIT_CONNECT = 4
 
@@ -158,7 +173,17 @@ class Agent:
         self._groups = runner(node, self._exited, self._environment)
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._writer: asyncio.StreamWriter | None = None
+        self._reader: asyncio.StreamReader | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # The lease (this session's): its length (0: none), the monotonic time it runs
+        # from, the heartbeats sent and not yet renewed (number, monotonic send time).
+        self._lease = 0.0
+        self._leased_at = 0.0
+        self._unrenewed: collections.deque[tuple[int, float]] = collections.deque(maxlen=UNRENEWED)
+        self._fenced: str | None = None  # why the agent fenced itself, while it is
+        self._fenced_until = 0.0  # when its last instance's grace ends
+        self._gave_up = False  # no word for the lease and the adopt window: stop for good
+        self._graces: dict[str, float] = {}  # each live instance's SIGTERM-to-SIGKILL
 
     async def run(self, host: str, port: int) -> int:
         """Serve the controller at host:port, and the ones that adopt the job after it, until
@@ -176,7 +201,7 @@ class Agent:
         try:
             while session is not None:
                 why, orderly = await self._session(*session)
-                if orderly or self._window <= 0:
+                if orderly or self._window <= 0 or self._gave_up:
                     break
                 log.warning(
                     "agent %s: %s; keeping %d instance(s) for a new controller, up to %gs",
@@ -198,7 +223,7 @@ class Agent:
     async def _join(self, host: str, port: int, within: float) -> _Session:
         """Connect to host:port and prove who we are; the session to serve."""
         reader, writer = await _connect(host, port, within)
-        self._writer = writer
+        self._writer, self._reader = writer, reader
         try:
             heartbeat = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
         except BaseException:
@@ -212,10 +237,15 @@ class Agent:
     ) -> tuple[str, bool]:
         """Serve one controller; (why it ended, whether it told us to stop)."""
         beating = asyncio.create_task(self._beat(heartbeat))
+        serving = asyncio.create_task(self._serve(reader))
         try:
-            return await self._serve(reader)
+            await asyncio.wait((beating, serving), return_when=asyncio.FIRST_COMPLETED)
+            if serving.done():
+                return serving.result()
+            return beating.result(), False  # the lease and the adopt window ran out
         finally:
             beating.cancel()
+            serving.cancel()
             writer.close()
 
     async def _rejoin(self, deadline: float) -> _Session | None:
@@ -242,6 +272,7 @@ class Agent:
             for a in self._groups.attempts()
         ]
         hello = p.Hello(node=self.node, pid=os.getpid(), nonce=nonce, proof=proof, live=live)
+        hello_sent = time.monotonic()  # the controller hears this before it welcomes us
         self._send(hello)
         line = await reader.readline()
         if not line:
@@ -251,6 +282,11 @@ class Agent:
             raise HandshakeError(f"refused: {welcome}")
         if not p.verify(self._token, "controller", nonce, self.node, welcome.proof):
             raise HandshakeError("the controller's proof is wrong: not our controller")
+        self._lease, self._leased_at = welcome.lease, hello_sent
+        self._unrenewed.clear()
+        if self._fenced is not None:
+            log.warning("agent %s: a controller welcomed us back; the fence is over", self.node)
+            self._fenced = None
         return welcome.heartbeat
 
     async def _serve(self, reader: asyncio.StreamReader) -> tuple[str, bool]:
@@ -278,7 +314,9 @@ class Agent:
                 await self._writer.drain()
 
     def _handle(self, message: p.Message) -> None:
-        if isinstance(message, p.Launch):
+        if isinstance(message, p.Renew):
+            self._renewed(message.heartbeats)
+        elif isinstance(message, p.Launch):
             self._launch(message.seq, message.spec)
         elif isinstance(message, p.Signal):
             live = self._groups.get(message.name)
@@ -292,7 +330,12 @@ class Agent:
             log.warning("agent %s: ignoring unexpected %s", self.node, type(message).__name__)
 
     def _launch(self, seq: int, spec: LaunchSpec) -> None:
+        if self._fenced is not None:  # a launch TCP delivered late, after the lease ran out
+            why = f"the agent of {self.node} fenced itself: {self._fenced}"
+            self._send(p.LaunchFailed(seq, spec.name, spec.attempt, why))
+            return
         self._probes.forget(spec.name)
+        self._graces[spec.name] = spec.stop_grace_seconds
         try:
             attempt = self._groups.start(spec)
         except LaunchError as exc:
@@ -320,17 +363,118 @@ class Agent:
         code = None if status is None else status.code
         signum = None if status is None else status.signal
         message = "exit status unknown" if status is None else status.message
+        if self._fenced is not None:
+            message = f"{message} (fenced: {self._fenced})"
+            log.warning(
+                "agent %s: fenced %s (attempt %d): %s",
+                self.node,
+                attempt.name,
+                attempt.attempt,
+                message,
+            )
         self._send(p.Exited(attempt.name, attempt.attempt, attempt.pid, code, signum, message))
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
         return instance_environment(spec, self._inherited)
 
-    async def _beat(self, period: float) -> None:
+    async def _beat(self, period: float) -> str:
+        """Send heartbeats and keep the lease: fence when it runs out, and return (ending
+        the session) once the fence is done and the adopt window passed with no word."""
         # On whole periods of the wall clock, as every other node does: the controller then
         # reads the heartbeats of many nodes per wake-up, not one (channel.py, "Cost").
+        sent = 0
+        due = time.monotonic()
         while True:
-            self._write(_heartbeat(len(self._groups.attempts())))
-            await asyncio.sleep(period - time.time() % period)
+            now = time.monotonic()
+            if now >= due:
+                sent += 1
+                if self._lease > 0:
+                    self._unrenewed.append((sent, now))
+                self._write(_heartbeat(len(self._groups.attempts())))
+                due = now + period - time.time() % period
+            wake = due
+            if self._lease > 0:
+                expires = self._leased_at + self._lease
+                if now < expires:
+                    wake = min(wake, expires)
+                elif self._fenced is None and self._unread():
+                    # Lines wait unread: we were slow (a starved machine), not cut off. Read
+                    # them first; they may renew the lease.
+                    wake = now + UNREAD_WAIT
+                else:
+                    if self._fenced is None:
+                        self._fence(now - self._leased_at)
+                    ends = max(expires + self._window, self._fenced_until)
+                    if now >= ends:
+                        self._gave_up = True
+                        return (
+                            f"no word from the controller for {now - self._leased_at:.1f}s "
+                            f"(lease {self._lease:g}s, then the adopt window)"
+                        )
+                    wake = min(wake, ends)
+            await asyncio.sleep(max(0.0, wake - time.monotonic()))
+
+    def _unread(self) -> bool:
+        """Whether the controller's lines wait in the socket or our reader's buffer."""
+        writer = self._writer
+        if writer is None or self._reader is None:
+            return False
+        if getattr(self._reader, "_buffer", b""):  # asyncio has no public "bytes buffered"
+            return True
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            pending = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return False
+        return int.from_bytes(pending, sys.byteorder) > 0
+
+    def _renewed(self, heartbeats: int) -> None:
+        """The controller read our first `heartbeats`: the lease runs from when we sent the
+        last of them (an older renewal, delivered late, renews nothing)."""
+        while self._unrenewed and self._unrenewed[0][0] < heartbeats:
+            self._unrenewed.popleft()
+        if not self._unrenewed or self._unrenewed[0][0] != heartbeats:
+            return
+        _, sent = self._unrenewed.popleft()
+        self._leased_at = max(self._leased_at, sent)
+        if self._fenced is not None and time.monotonic() < self._leased_at + self._lease:
+            log.warning("agent %s: the controller hears us again; the fence is over", self.node)
+            self._fenced = None
+
+    def _fence(self, silence: float) -> None:
+        """Cut off for the lease: stop every instance (SIGTERM, SIGKILL after its grace)."""
+        why = f"no word from the controller for {silence:.1f}s (lease {self._lease:g}s)"
+        self._fenced = why
+        attempts = list(self._groups.attempts())
+        log.warning(
+            "agent %s: %s: fencing: SIGTERM to %d instance(s), SIGKILL after their grace; "
+            "waiting %gs for the controller",
+            self.node,
+            why,
+            len(attempts),
+            self._window,
+        )
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        self._fenced_until = now
+        for live in attempts:
+            grace = self._graces.get(live.name, p.DEFAULT_GRACE)
+            self._groups.signal(live.name, signal.SIGTERM)
+            loop.call_later(grace, self._fence_kill, live.name, live.attempt, grace)
+            self._fenced_until = max(self._fenced_until, now + grace + 1.0)
+
+    def _fence_kill(self, name: str, attempt: int, grace: float) -> None:
+        live = self._groups.get(name)
+        if live is not None and live.attempt == attempt:
+            log.warning(
+                "agent %s: fenced %s still running %gs after SIGTERM: SIGKILL",
+                self.node,
+                name,
+                grace,
+            )
+            self._groups.signal(name, signal.SIGKILL)
 
     async def _stop(self) -> None:
         for task in list(self._tasks):

@@ -17,7 +17,7 @@ an agent (and learn instance specs) nor as the controller (and start processes),
 cannot be replayed on another connection (fresh nonces). Everything after that is in clear
 text: the channel is authenticated, not encrypted (docs/agents.md).
 
-Controller → agent: `Launch`, `Signal`, `Probe`, `Shutdown`. Agent → controller:
+Controller → agent: `Launch`, `Signal`, `Probe`, `Renew`, `Shutdown`. Agent → controller:
 `Launched` / `LaunchFailed` (the answer to a `Launch`, same `seq`), `Exited`, `ProbeResult`
 (same `seq` as its `Probe`), `Heartbeat`, `Bye` (after a `Shutdown`, when every instance of
 the node has been reaped and reported).
@@ -40,6 +40,7 @@ VERSION = 1
 # The longest line either side reads: a launch with a large environment fits.
 MAX_LINE = 16 * 1024 * 1024
 TOKEN_ENV = "SRTR_AGENT_TOKEN"
+DEFAULT_GRACE = 30.0  # a Launch without a grace (an older controller): the recipe's default
 
 
 class ProtocolError(Exception):
@@ -69,9 +70,13 @@ class Hello:
 
 @dataclass(frozen=True)
 class Welcome:
+    """`lease`: seconds the agent may go without a `Renew` before it fences itself (stops
+    its instances); 0: no lease (a controller of before the lease)."""
+
     TYPE: ClassVar[str] = "welcome"
     proof: str
     heartbeat: float
+    lease: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,19 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class Renew:
+    """The controller has read the first `heartbeats` heartbeats of this connection.
+
+    The agent's lease then runs from the moment it *sent* that heartbeat, by its own clock,
+    not from when this line arrived: a renewal that TCP delivers late (a link that came
+    back) renews only as far as the controller really heard. So the controller knows, from
+    its own clock alone, that an agent it last heard at T has fenced itself by T + lease."""
+
+    TYPE: ClassVar[str] = "renew"
+    heartbeats: int
+
+
+@dataclass(frozen=True)
 class Shutdown:
     """SIGKILL every instance of the node, report their exits, answer `Bye`, exit."""
 
@@ -175,6 +193,7 @@ Message = (
     | Probe
     | ProbeResult
     | Heartbeat
+    | Renew
     | Shutdown
     | Bye
 )
@@ -192,6 +211,7 @@ _TYPES: dict[str, type[Any]] = {
         Probe,
         ProbeResult,
         Heartbeat,
+        Renew,
         Shutdown,
         Bye,
     )
@@ -245,6 +265,7 @@ def spec_to_json(spec: LaunchSpec) -> dict[str, Any]:
         "preamble": spec.preamble,
         "shell": spec.shell,
         "cwd": None if spec.cwd is None else str(spec.cwd),
+        "stop_grace_seconds": spec.stop_grace_seconds,
     }
 
 
@@ -263,6 +284,7 @@ def spec_from_json(doc: dict[str, Any]) -> LaunchSpec:
         preamble=doc["preamble"],
         shell=bool(doc["shell"]),
         cwd=None if doc["cwd"] is None else Path(doc["cwd"]),
+        stop_grace_seconds=float(doc.get("stop_grace_seconds", DEFAULT_GRACE)),
     )
 
 
@@ -295,6 +317,7 @@ __all__ = [
     "Probe",
     "ProbeResult",
     "ProtocolError",
+    "Renew",
     "Shutdown",
     "Signal",
     "Welcome",
