@@ -40,6 +40,7 @@ SCENARIOS = (
     "scale",
     "teardown",
     "hollow",
+    "control",
     "slurm",
     "slurm_scale",
 )

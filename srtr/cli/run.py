@@ -24,6 +24,7 @@ from srtr.reconciler.rundir import STATE_FILE, RunState
 if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.base import Backend
+    from srtr.backends.certs import JobCert
     from srtr.backends.slurm import SlurmBackend
     from srtr.resources.pins import Pin
     from srtr.resources.recipe import Recipe
@@ -169,12 +170,27 @@ def _run_dir_path(args: argparse.Namespace, name: str) -> Path:
         run_dir = Path("outputs") / f"{name}-{stamp}"
     if (run_dir / STATE_FILE).exists():
         state = read_run(run_dir)
-        if state.running:
-            raise _bad(
-                "--run-dir",
-                f"{run_dir} belongs to a running job (controller pid {state.controller_pid})",
-            )
+        running = None if state.ended else controller_running(run_dir)
+        if running:
+            raise _bad("--run-dir", f"{run_dir} belongs to a running job ({running})")
     return run_dir
+
+
+def controller_running(run_dir: Path) -> str | None:
+    """How a controller of `run_dir` is known to run (for the refusal), or None.
+
+    Its heartbeat decides, from any host. On the controller's own machine (same kernel and
+    pid namespace, `Heartbeat.same_machine`) its pid is meaningful too, and a dead pid is
+    believed at once: `srtr up --adopt` right after a crash need not wait for the heartbeat
+    to go stale. That is the one place a pid is looked up, and only where it is ours."""
+    from srtr.reconciler.rundir import pid_alive, read_heartbeat
+
+    heartbeat = read_heartbeat(run_dir)
+    if heartbeat is None or not heartbeat.fresh(time.time()):
+        return None
+    if heartbeat.same_machine() and not pid_alive(heartbeat.pid):
+        return None
+    return f"its controller, pid {heartbeat.pid} on {heartbeat.host}, beats"
 
 
 def _create_run_dir(run_dir: Path) -> Path:
@@ -242,7 +258,13 @@ def _agent_backend(
         starter = LocalAgents(nodes, run_dir, adopt_window=window, node_tmp=node_tmp)
         host, steps = "127.0.0.1", None
     return AgentBackend(
-        nodes, starter, steps=steps, host=host, token=token, run_dir=run_dir, adopt=adopt
+        nodes,
+        starter,
+        steps=steps,
+        host=host,
+        token=token,
+        run_dir=run_dir,
+        adopt=adopt,
     )
 
 
@@ -338,6 +360,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         _, desired = plan_text_source(text, args.recipe, allocation, pins=pins)
         _create_run_dir(run_dir)
         write_pins(run_dir, pins)
+        cert = _job_cert(run_dir)
         _isolate_nodes(backend, run_dir, launcher)
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
@@ -371,6 +394,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         launcher=launcher,
         early_guard=early_guard,
         source_pins=pins,
+        cert=cert,
     )
     if tui:
         return run_with_tui(run_dir, run_job(desired, run_dir, backend, options, prober))
@@ -475,8 +499,9 @@ def _crashed_job(args: argparse.Namespace) -> RunState | None:
         if args.adopt:
             raise _bad(args.adopt, f"the job has ended ({state.phase}); nothing to adopt")
         return None
-    if state.controller_alive():
-        raise _bad(str(where), f"belongs to a running job (controller pid {state.controller_pid})")
+    running = controller_running(Path(where))
+    if running:
+        raise _bad(str(where), f"belongs to a running job ({running})")
     return state
 
 
@@ -502,8 +527,8 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
     )
     recipe_path = args.recipe or job.get("recipe_path")
     print(
-        f"srtr: adopting the job in {run_dir} (its controller pid {job.get('controller_pid')} "
-        "is gone)",
+        f"srtr: adopting the job in {run_dir} (its controller, pid {job.get('controller_pid')} "
+        f"on {job.get('controller_host', '?')}, is gone)",
         file=sys.stderr,
     )
     backend: Backend
@@ -515,6 +540,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         backend = LocalBackend(len(allocation))
     launcher = str(job.get("launcher") or "")
     _isolate_nodes(backend, run_dir, launcher)
+    cert = _job_cert(run_dir, adopt=True)  # the one the agents pinned
     prober = None
     if launcher == "agent":
         from srtr.backends.agent.backend import AgentProber
@@ -538,10 +564,24 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         slurm_job_id=slurm_job_id,
         launcher=launcher,
         source_pins=pins,
+        cert=cert,
     )
     import asyncio
 
     return asyncio.run(run_job(desired, run_dir, backend, options, prober))
+
+
+def _job_cert(run_dir: Path, *, adopt: bool = False) -> JobCert:
+    """The job's TLS certificate: a new one, or (adopting) the crashed controller's, which
+    its agents pinned; a run dir without one (made before TLS) gets a new one."""
+    from srtr.backends import certs
+
+    if adopt:
+        try:
+            return certs.for_job(run_dir, adopt=True)
+        except (OSError, ValueError):
+            pass
+    return certs.for_job(run_dir)
 
 
 def _adopt_allocation(job: Mapping[str, Any], state: Mapping[str, Any]) -> SlurmBackend:
