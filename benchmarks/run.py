@@ -41,6 +41,7 @@ SCENARIOS = (
     "teardown",
     "hollow",
     "control",
+    "handshakes",
     "slurm",
     "slurm_scale",
 )

@@ -19,6 +19,7 @@ from typing import Any
 from e2e_util import cmdlines_with, processes_with
 from e2e_util import wait_for_async as wait_for
 
+from srtr.backends import certs
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.backend import MAX_RESPAWNS, AgentBackend, AgentProber
 from srtr.backends.agent.starters import LocalAgents
@@ -27,14 +28,22 @@ from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeS
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, node_count: int, *, respawn: bool = False) -> None:
+    def __init__(
+        self, tmp_path: Path, node_count: int, *, respawn: bool = False, tls: bool = False
+    ) -> None:
+        """`tls`: the channel is TLS with a job certificate, as `srtr up` runs it."""
         self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
         (self.run_dir / "logs").mkdir(parents=True)
         self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}\0"
         self.token = uuid.uuid4().hex
         self.nodes = [NodeInfo(f"node{k}", f"127.0.0.{k + 1}") for k in range(1, node_count + 1)]
+        self.cert = certs.for_job(self.run_dir) if tls else None
         self.backend = AgentBackend(
-            self.nodes, LocalAgents(self.nodes, self.run_dir, respawn=respawn), token=self.token
+            self.nodes,
+            LocalAgents(self.nodes, self.run_dir, respawn=respawn),
+            token=self.token,
+            tls=self.cert.server_context() if self.cert else None,
+            fingerprint=self.cert.fingerprint if self.cert else "",
         )
         self.observations: list[Observation] = []
         self.backend.set_listener(self.observations.append)
@@ -80,9 +89,10 @@ def run(
     node_count: int = 2,
     *,
     respawn: bool = False,
+    tls: bool = False,
 ) -> None:
     async def main() -> None:
-        harness = Harness(tmp_path, node_count, respawn=respawn)
+        harness = Harness(tmp_path, node_count, respawn=respawn, tls=tls)
         try:
             await body(harness)
         finally:

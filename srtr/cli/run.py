@@ -227,6 +227,7 @@ def _agent_backend(
     backend: Backend,
     run_dir: Path,
     window: float,
+    cert: JobCert,
     *,
     adopt: bool = False,
     hollow: bool = False,
@@ -265,6 +266,8 @@ def _agent_backend(
         token=token,
         run_dir=run_dir,
         adopt=adopt,
+        tls=cert.server_context(),
+        fingerprint=cert.fingerprint,
     )
 
 
@@ -371,7 +374,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         from srtr.backends.agent.backend import AgentProber
 
         backend = agent_backend = _agent_backend(
-            kind, backend, run_dir, args.adopt_window, hollow=args.hollow
+            kind, backend, run_dir, args.adopt_window, cert, hollow=args.hollow
         )
         prober = AgentProber(agent_backend)
     tui = not args.headless and sys.stdout.isatty()
@@ -549,7 +552,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         # A hollow job's agents are one process: losing a node must not kill all of them.
         hollow = job["backend"] == "local" and (run_dir / HOLLOW_CONTROL).exists()
         backend = agents = _agent_backend(
-            job["backend"], backend, run_dir, args.adopt_window, adopt=True, hollow=hollow
+            job["backend"], backend, run_dir, args.adopt_window, cert, adopt=True, hollow=hollow
         )
         prober = AgentProber(agents)
     options = JobOptions(

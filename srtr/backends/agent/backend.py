@@ -28,6 +28,7 @@ import logging
 import os
 import secrets
 import socket
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -99,6 +100,8 @@ class AgentBackend:
         token: str | None = None,
         run_dir: Path | None = None,
         adopt: bool = False,
+        tls: ssl.SSLContext | None = None,
+        fingerprint: str = "",
     ) -> None:
         """
         Args:
@@ -112,6 +115,9 @@ class AgentBackend:
                 `starters.TOKEN_FILE`), so a controller can adopt the job; None: nowhere.
             adopt: take over the agents of a crashed controller (`srtr up --adopt`): start
                 none, wait for them to rejoin; `token` must be the job's.
+            tls, fingerprint: the server context of the job's certificate (`certs`), and
+                its fingerprint, which the agents get next to the token and pin; None and
+                "": the channel is in the clear (tests of the protocol alone).
         """
         self._nodes = {n.name: _Node(n) for n in nodes}
         self._starter = starter
@@ -120,6 +126,8 @@ class AgentBackend:
         self._token = token or secrets.token_urlsafe(32)
         self._run_dir = run_dir
         self._adopting = adopt
+        self._tls = tls
+        starter.fingerprint = fingerprint
         self._rejoined: asyncio.Future[None] | None = None
         self._claimed: set[tuple[str, str, int]] = set()  # (node, name, attempt) adopted
         self.name = steps.name if steps is not None else "local"
@@ -396,7 +404,7 @@ class AgentBackend:
         async with self._started:
             if self._server is not None:
                 return
-            self._server = AgentServer(self._token, self)
+            self._server = AgentServer(self._token, self, tls=self._tls)
             address = await self._server.start(self._host)
             log.info("agents: listening on %s:%d", *address)
             if self._run_dir is not None:
