@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any
+from typing import Any, cast
 
 # A TLS record holds at most 16 KiB of plaintext. Reads go into one buffer shared by every
 # session (the loop runs one feed at a time): `read(n)` without a buffer allocates n bytes
@@ -66,7 +66,8 @@ class TlsBytes:
         out = []
         while self._in.pending or self._ssl.pending():
             try:
-                nbytes = self._ssl.read(_RECORD, _PLAIN)
+                # With a buffer, read returns a count (typeshed says bytes).
+                nbytes = cast(int, self._ssl.read(_RECORD, _PLAIN))
             except ssl.SSLWantReadError:  # a record not yet whole
                 break
             except ssl.SSLZeroReturnError:  # close_notify: the transport's end follows
