@@ -9,6 +9,7 @@ the test and the reason it would have skipped. Without it, skips stay skips, wit
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,23 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
         slurm_util.release(held, stop=started)
 
 
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """pytest's tmp_path, except for tests marked `slurm`: a dir under the cluster dir that
+    every node sees at the same path (a node's /tmp is its own on the separate-hosts
+    cluster: a run dir there would be split between the nodes). Removed after a pass."""
+    if request.node.get_closest_marker("slurm") is None:
+        yield tmp_path
+        return
+    import slurm_util
+
+    shared = slurm_util.shared_dir(request.node.name)
+    yield shared
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.passed:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
 def _reason(report: Any) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
@@ -62,7 +80,10 @@ def _fail_skip(report: Any) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
-    _fail_skip(outcome.get_result())  # type: ignore[attr-defined]
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    _fail_skip(report)
+    if report.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]  # tmp_path reads it
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -114,12 +114,61 @@ def test_t81_kind_annotations() -> None:
     assert node is not None and dcgm is not None
     assert node.binary == "prometheus-node-exporter" and dcgm.binary == "dcgm-exporter"
     assert node.default_command is not None and dcgm.default_command is not None
-    # Bound to the node's own IP: simulated nodes share one kernel.
-    assert "--web.listen-address={node_ip}:9101" in node.default_command({})
-    assert "{node_ip}:9401" in dcgm.default_command({})
+    # Every address where nodes are separate hosts, the node's IP where they share one
+    # kernel (test_kinds_listen_on_every_address_only_where_nodes_are_separate_hosts).
+    assert "--web.listen-address={listen_host}:9101" in node.default_command({})
+    assert "{listen_host}:9401" in dcgm.default_command({})
     assert (dcgm.metrics_prefix, node.metrics_prefix) == ("dcgm", "node_exporter")
     generic = get_kind("generic")
     assert generic is not None and generic.binary is None and generic.metrics_prefix is None
+
+
+LISTENERS = """\
+name: t
+services:
+  - {name: train, command: [sleep, inf], nodes: 1}
+  - {name: node, type: node-exporter, placement: {pool: train}}
+  - {name: dcgm, type: dcgm-exporter, placement: {pool: train}}
+  - {name: procs, type: process-exporter}
+  - {name: etcd, type: etcd}
+  - {name: nats, type: nats}
+  - name: ray
+    type: ray
+    nodes: 1
+"""
+
+
+def test_kinds_listen_on_every_address_only_where_nodes_are_separate_hosts() -> None:
+    """As srtctl's (`dcgm-exporter --address :9401`) on nodes of their own; on the node's IP
+    where nodes share one network stack (loopback addresses: the local backend), where a
+    wildcard bind would take the port on every node at once (issue 22 part 7)."""
+
+    def argvs(allocation: list[tuple[str, str]]) -> dict[str, str]:
+        """Each service's first instance: its argv with its node's IP written as IP."""
+        state = expand(load_text(LISTENERS), allocation)
+        found: dict[str, str] = {}
+        for i in state.instances:
+            found.setdefault(i.service, " ".join(i.argv).replace(i.node_ip, "IP"))
+        return found
+
+    hosts = argvs([("node1", "10.77.42.11"), ("node2", "10.77.42.12")])
+    assert "--web.listen-address=:9101" in hosts["node"]
+    assert "--address :9401" in hosts["dcgm"]
+    assert "-web.listen-address=:9256" in hosts["procs"]
+    assert "--listen-client-urls http://0.0.0.0:2379" in hosts["etcd"]
+    assert "--advertise-client-urls http://IP:2379" in hosts["etcd"]
+    assert "-a 0.0.0.0" in hosts["nats"]
+    assert "--dashboard-host=0.0.0.0" in hosts["ray"]
+    assert "--node-ip-address=IP" in hosts["ray"]
+    assert argvs([("node1", "node1"), ("node2", "node2")])["dcgm"] == hosts["dcgm"]
+
+    shared = argvs(local_allocation(2))
+    assert "--web.listen-address=IP:9101" in shared["node"]
+    assert "--address IP:9401" in shared["dcgm"]
+    assert "-web.listen-address=IP:9256" in shared["procs"]
+    assert "--listen-client-urls http://IP:2379" in shared["etcd"]
+    assert "-a IP" in shared["nats"]
+    assert "--dashboard-host=IP" in shared["ray"]
 
 
 # --- T-82..T-85: targets ------------------------------------------------------------------------

@@ -62,7 +62,7 @@ benchmark:
 
 def check_pools_run(run: Run, launcher: str = "step") -> None:
     logs = run.run_dir / "logs"
-    ips = {f"node{k}": f"127.0.0.{k + 1}" for k in range(1, 5)}
+    ips = {f"node{k}": slurm_util.node_ip(f"node{k}") for k in range(1, 5)}
     for name, node in (
         ("service_train_node2", "node2"),
         ("service_train_node3", "node3"),

@@ -6,7 +6,7 @@ controllers, so the dry run is the real code path.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from srtr.resources import placeholders
 from srtr.resources.carving import CarveError, carve
@@ -77,11 +77,30 @@ def local_allocation(count: int, prefix: str = "node") -> list[tuple[str, str]]:
     return [(f"{prefix}{k}", str(base + k)) for k in range(1, count + 1)]
 
 
+def one_network(ips: Iterable[str]) -> bool:
+    """Whether the nodes share one network stack: every node's address is a loopback one
+    (the local backend's 127.0.0.K, or a SLURM cluster of slurmds on one machine), and a
+    loopback address is reachable only from its own host. Real nodes, and the separate-host
+    test cluster's, have addresses of their own."""
+    import ipaddress
+
+    def loopback(ip: str) -> bool:
+        if ip == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(ip).is_loopback
+        except ValueError:  # a host name (NodeAddr unset): a host of its own
+            return False
+
+    return all(loopback(ip) for ip in ips)
+
+
 class _Expander:
     def __init__(self, recipe: Recipe, nodes: NodeMap) -> None:
         self.recipe = recipe
         self.nodes = nodes
         self.ips = {spec.name: spec.ip for spec in nodes.allocation}
+        self.one_network = one_network(self.ips.values())
         self.compute_pos = {n: i for i, n in enumerate(nodes.compute)}
         self.by_name = {s.name: s for s, _ in effective_services(recipe)}
         self.index_of = {s.name: i for i, s in enumerate(recipe.services)}
@@ -136,6 +155,8 @@ class _Expander:
         return {
             "node": "",
             "node_ip": "",
+            "listen_ip": "",
+            "listen_host": "",
             "node_id": "",
             "index": "",
             "role": role,
@@ -157,7 +178,12 @@ class _Expander:
     def node_values(self, shared: dict[str, str], node: str, index: int) -> dict[str, str]:
         values = shared.copy()
         values["node"] = node
-        values["node_ip"] = self.ips[node]
+        values["node_ip"] = ip = self.ips[node]
+        # Where the built-in kinds listen: every address, as srtctl's do, where nodes are
+        # separate hosts; the node's own IP where they share one network stack (there a
+        # wildcard bind would take the port on every node at once).
+        values["listen_ip"] = ip if self.one_network else "0.0.0.0"
+        values["listen_host"] = ip if self.one_network else ""
         values["node_id"] = str(self.compute_pos.get(node, index))
         values["index"] = str(index)
         return values

@@ -15,6 +15,8 @@ _KEY = re.compile(r"\{([a-z_]+)\}")
 KEYS = (
     "node",
     "node_ip",
+    "listen_ip",
+    "listen_host",
     "node_id",
     "index",
     "role",

@@ -6,9 +6,10 @@ What differs from the older system, and why:
   per node on a cluster, but simulated nodes share one machine and would share the dir. The
   preamble `cd`s into the run dir (`$SRTR_RUN_DIR`, set for every instance) so the paths in the
   argv stay relative and the argv keeps srtctl's shape;
-- every listener binds the node's own IP, not 0.0.0.0 (simulated nodes share the kernel, see
-  kinds/exporters.py), and the ports are options (`port`, etcd's `peer_port`) so that two jobs on
-  one machine need not collide.
+- where nodes share one network stack (the local backend), every listener binds the node's
+  own IP, not 0.0.0.0 (see kinds/exporters.py); where they are separate hosts, the client
+  listeners take every address as srtctl's do (`{listen_ip}`). The ports are options (`port`,
+  etcd's `peer_port`) so that two jobs on one machine need not collide.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _etcd_command(o: Options) -> list[str]:
         "--data-dir",
         "data/etcd-{node}",
         "--listen-client-urls",
-        f"http://{{node_ip}}:{port}",
+        f"http://{{listen_ip}}:{port}",
         "--advertise-client-urls",
         f"http://{{node_ip}}:{port}",
         # etcd's default peer listener is localhost:2380: a second etcd on the machine would
@@ -59,7 +60,7 @@ def _nats_command(o: Options) -> list[str]:
         base = ["nats-server", "-c", "data/nats-{node}.conf"]
     else:
         base = ["nats-server", "-js", "-sd", "data/nats-{node}"]
-    return [*base, "-a", "{node_ip}", "-p", str(_port(o, NATS_PORT))]
+    return [*base, "-a", "{listen_ip}", "-p", str(_port(o, NATS_PORT))]
 
 
 def _nats_preamble(o: Options) -> str:

@@ -8,11 +8,12 @@ from srtr.resources.kinds.base import port_option as _port
 register(
     Kind(
         name="node-exporter",
-        # Bound to the node's own IP: on one machine every simulated node shares the kernel,
-        # so a wildcard bind would collide on the second node.
+        # `{listen_host}`: every address (`:9101`, as srtctl's) where nodes are separate
+        # hosts; the node's own IP where they share one network stack (the local backend),
+        # where a wildcard bind would collide on the second node.
         default_command=lambda o: [
             "prometheus-node-exporter",
-            f"--web.listen-address={{node_ip}}:{_port(o, 9101)}",
+            f"--web.listen-address={{listen_host}}:{_port(o, 9101)}",
         ],
         default_placement="workers",
         option_keys=("port",),
@@ -29,7 +30,7 @@ register(
             "dcgm-exporter",
             f"--collect-interval={o.get('collect_interval_ms', 1000)}",
             "--address",
-            f"{{node_ip}}:{_port(o, 9401)}",
+            f"{{listen_host}}:{_port(o, 9401)}",
         ],
         default_placement="workers",
         option_keys=("port", "collect_interval_ms"),
@@ -74,7 +75,7 @@ register(
             _process_exporter_binary(o),
             "-config.path",
             PROCESS_EXPORTER_CONFIG,
-            f"-web.listen-address={{node_ip}}:{_port(o, 9256)}",
+            f"-web.listen-address={{listen_host}}:{_port(o, 9256)}",
             "-threads=true",
             "-children=false",
             "-recheck=false",

@@ -5,9 +5,10 @@ joins it. Readiness is per instance (head: the dashboard's `/api/version`; membe
 `Ray runtime started` line), then the fleet gate holds the stage until the head's dashboard
 lists every instance as an ALIVE raylet (`fleet`).
 
-One deliberate difference from srtctl: the dashboard binds to `{node_ip}`, not 0.0.0.0, as the
-exporters do (kinds/exporters.py): on the local backend every simulated node shares one
-network namespace, so a wildcard bind would take the port on every simulated node at once.
+The dashboard binds to `{listen_ip}`, as the exporters do (kinds/exporters.py): 0.0.0.0, as
+srtctl's, where nodes are separate hosts; the node's own IP on the local backend, where every
+simulated node shares one network namespace, so a wildcard bind would take the port on every
+simulated node at once.
 Ray's own agent ports (node manager, object manager, metrics export, dashboard agent gRPC,
 runtime env agent) stay at Ray's defaults, which are random free ports, and its session dir
 lives under the node's private /tmp (the local backend gives each simulated node its own),
@@ -54,7 +55,7 @@ def _command(options: Options, index: int) -> list[str]:
             "start",
             "--head",
             f"--port={port}",
-            "--dashboard-host={node_ip}",
+            "--dashboard-host={listen_ip}",
             f"--dashboard-port={_int(options, 'dashboard_port')}",
             "--node-ip-address={node_ip}",
             f"--num-gpus={gpus}",
