@@ -7,6 +7,9 @@ handshake, pins the certificate, then the token's challenge/hello/welcome. Figur
 controller's CPU seconds (`time.process_time` of this process) and the wall time until all
 1,024 are admitted, with TLS and without it (the baseline); the difference is the
 handshakes' cost to the controller. The agents' side (the hollow process) pays its own half.
+Then, all joined and idle (a heartbeat a second each, read in batches as in a job), the
+controller's CPU over IDLE seconds, TLS against the clear: what decrypting 1,024 heartbeats
+a second costs.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ from pathlib import Path
 from benchmarks.common import Context, Figure, raise_nofile
 
 TOKEN = "bench-token"
+IDLE = 10.0
 
 
 class Count:
     """A channel Handler that admits every node and counts them."""
 
-    def __init__(self) -> None:
+    def __init__(self, expected: int) -> None:
         self.joined = 0
+        self.expected = expected
 
     def connected(self, conn: object) -> None:
         self.joined += 1
@@ -42,18 +47,21 @@ class Count:
         return None
 
     def awaiting(self) -> bool:
-        return True  # read at once: the figure is the handshakes, not the batching window
+        # While they join, read at once (the figure is the handshakes, not the batching
+        # window); then in batches, as a job's controller reads its heartbeats.
+        return self.joined < self.expected
 
 
-async def join(where: Path, nodes: int, encrypted: bool) -> tuple[float, float]:
-    """(controller CPU seconds, wall seconds) until `nodes` hollow agents are admitted."""
+async def join(where: Path, nodes: int, encrypted: bool) -> tuple[float, float, float]:
+    """(controller CPU seconds, wall seconds) until `nodes` hollow agents are admitted, and
+    the controller's CPU % of one core while they are idle."""
     from srtr import tls
     from srtr.backends import certs
     from srtr.backends.agent import protocol as p
     from srtr.backends.agent.channel import AgentServer
 
     cert = certs.create(where / "job.crt", where / "job.key")
-    handler = Count()
+    handler = Count(nodes)
     server = AgentServer(TOKEN, handler, tls=cert.server_context() if encrypted else None)
     host, port = await server.start("127.0.0.1")
     env = {**os.environ, p.TOKEN_ENV: TOKEN}
@@ -74,7 +82,11 @@ async def join(where: Path, nodes: int, encrypted: bool) -> tuple[float, float]:
             if time.perf_counter() - wall > 300:
                 raise TimeoutError(f"{handler.joined}/{nodes} joined in 300 s")
             await asyncio.sleep(0.01)
-        return time.process_time() - cpu, time.perf_counter() - wall
+        joined = time.process_time() - cpu, time.perf_counter() - wall
+        await asyncio.sleep(2.0)  # the last welcomes and first heartbeats settle
+        idle = time.process_time()
+        await asyncio.sleep(IDLE)
+        return (*joined, (time.process_time() - idle) / IDLE * 100)
     finally:
         hollow.kill()
         hollow.wait()
@@ -86,8 +98,8 @@ def run(ctx: Context) -> list[Figure]:
     nodes = 256 if ctx.quick else 1024
     raise_nofile()
     where = ctx.dir("handshakes")
-    clear_cpu, clear_wall = asyncio.run(join(where, nodes, encrypted=False))
-    tls_cpu, tls_wall = asyncio.run(join(where, nodes, encrypted=True))
+    clear_cpu, clear_wall, clear_idle = asyncio.run(join(where, nodes, encrypted=False))
+    tls_cpu, tls_wall, tls_idle = asyncio.run(join(where, nodes, encrypted=True))
     per = (tls_cpu - clear_cpu) / nodes * 1000
     ctx.log(f"handshakes: clear {clear_cpu:.2f} s CPU / {clear_wall:.2f} s")
     ctx.log(f"handshakes: TLS {tls_cpu:.2f} s CPU / {tls_wall:.2f} s")
@@ -109,4 +121,13 @@ def run(ctx: Context) -> list[Figure]:
             baseline_label="in the clear",
         ),
         Figure("handshakes", "controller CPU per TLS handshake", per, "ms"),
+        Figure(
+            "handshakes",
+            f"{nodes} agents idle over TLS: controller CPU ({IDLE:.0f}s)",
+            tls_idle,
+            "%",
+            baseline=clear_idle,
+            baseline_label="in the clear",
+            note="% of one core: the channel alone, no job",
+        ),
     ]
