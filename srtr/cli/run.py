@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from srtr.cli import StoppedBySignal, status
 from srtr.cli import bad as _bad
-from srtr.cli.pins import decide_pins, read_pins, write_pins
 from srtr.cli.status import read_run
 from srtr.reconciler.rundir import STATE_FILE, RunState
+
+# The planning verbs' imports (pydantic, the recipe model: 0.1-0.3 s) stay in their functions:
+# `srtr status` from a login node must not pay for them (benchmarks/control.py).
 
 if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
@@ -336,6 +338,7 @@ def _isolate_nodes(backend: Backend, run_dir: Path, launcher: str) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from srtr.cli.pins import decide_pins, write_pins
     from srtr.resources.effective import allocation_size
     from srtr.resources.loading import load_text, read_text
     from srtr.resources.planning import plan_text_source
@@ -409,12 +412,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _submitted_pins(run_dir: Path) -> dict[str, Pin]:
     """The pins `srtr submit` left in the run dir it made for this job (none once a job
     ran there: a new job in an old run dir pins afresh)."""
+    from srtr.cli.pins import read_pins
+
     return {} if (run_dir / STATE_FILE).exists() else read_pins(run_dir)
 
 
 def _submit_plan(args: argparse.Namespace) -> tuple[Recipe, int, Path]:
     """The recipe to submit, its node count and its run dir (with the job's source pins);
     refuses what cannot fit and revs that do not resolve."""
+    from srtr.cli.pins import decide_pins, write_pins
     from srtr.resources.effective import allocation_size
     from srtr.resources.expand import local_allocation
     from srtr.resources.loading import load_text, read_text
@@ -510,6 +516,7 @@ def _crashed_job(args: argparse.Namespace) -> RunState | None:
 
 def _adopt(args: argparse.Namespace, state: RunState) -> int:
     from srtr.backends.local import LocalBackend
+    from srtr.cli.pins import read_pins
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
     from srtr.resources.planning import plan_text_source
