@@ -267,3 +267,24 @@ def write(run_dir: Path, base: control.Credentials, **changes: str) -> None:
         **changes,
     }
     (run_dir / control.CONTROL_FILE).write_text(json.dumps(fields))
+
+
+def test_a_fresh_heartbeat_of_a_job_slurm_has_ended_is_not_running(tmp_path: Path) -> None:
+    """Liveness is the heartbeat together with the SLURM job's state: a job SLURM lists as
+    CANCELLED is not running, however fresh its controller's last beat."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue = bin_dir / "squeue"
+    squeue.write_text("#!/bin/sh\necho CANCELLED\n")
+    squeue.chmod(0o755)
+    run_dir = decoy_run_dir(tmp_path, 1, backend="slurm", slurm_job_id="77")
+    beat = {"ts": time.time() + 60, "period": 1.0, "host": "node2", "machine": "x", "pid": 9}
+    (run_dir / rundir.HEARTBEAT_FILE).write_text(json.dumps({**beat, "stopped": False}))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    status = srtr("status", str(run_dir), env=env)
+    assert "controller=gone (last heartbeat 0.0s ago on node2; SLURM job 77: CANCELLED)" in (
+        status.stdout
+    ), status.stdout
+    squeue.write_text("#!/bin/sh\necho RUNNING\n")
+    status = srtr("status", str(run_dir), env=env)
+    assert "controller=running (" in status.stdout, status.stdout

@@ -97,3 +97,58 @@ def test_a_submitted_job_is_watched_and_stopped_from_another_node(tmp_path: Path
     no_job_left("srtr-hctl")
     for node in NODES:
         wait_for(lambda n=node: not strays_on(n), 30, f"nothing left on {node}")
+
+
+HOLD = """
+name: hgone
+services:
+  - name: hold
+    command: ["sleep", "1000"]
+    nodes: 2
+"""
+
+
+def test_down_from_another_node_offers_scancel_when_the_controller_is_dead(
+    tmp_path: Path,
+) -> None:
+    """The controller (on node1, under sbatch) is killed -9. From node3, `srtr down` cannot
+    reach it and says so, with its last heartbeat and the SLURM job's state, and offers
+    `scancel <id>` (exit 1); it signals nothing. That scancel ends everything."""
+    run_dir = tmp_path / ("g" * 50) / ("h" * 40) / "run"
+    recipe = tmp_path / "hold.yaml"
+    recipe.write_text(HOLD)
+    done = subprocess.run(
+        [sys.executable, "-m", "srtr", "submit", str(recipe), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        env=slurm_util.outside_env(),
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    try:
+        state = wait_for(
+            lambda: (
+                (s := state_of(run_dir)) is not None
+                and s["job"]["phase"] == "Running"
+                and all(i["phase"] == "Running" for i in s["instances"])
+                and s
+            ),
+            120,
+            "the submitted job Running",
+        )
+        job_id = state["job"]["slurm_job_id"]
+        pid = json.loads((run_dir / "heartbeat.json").read_text())["pid"]  # as node1 sees it
+        killed = slurm_util.run_on("node1", ["kill", "-KILL", str(pid)])
+        assert killed.returncode == 0, killed.stderr
+        down = srtr_on("node3", "down", str(run_dir))
+        assert down.returncode == 1, down.stdout + down.stderr
+        assert "cannot reach the controller" in down.stderr
+        assert f"SLURM job {job_id}: RUNNING" in down.stderr
+        assert f"`scancel {job_id}`" in down.stderr
+        assert slurm_util.squeue("-j", str(job_id), "-o", "%T").strip() == "RUNNING"
+        subprocess.run(["scancel", str(job_id)], check=True, timeout=30)
+    finally:
+        subprocess.run(["scancel", "-n", "srtr-hgone"], check=False)
+    no_job_left("srtr-hgone")
+    for node in NODES:
+        wait_for(lambda n=node: not strays_on(n), 60, f"nothing left on {node}")
