@@ -40,6 +40,8 @@ SCENARIOS = (
     "scale",
     "teardown",
     "hollow",
+    "control",
+    "handshakes",
     "slurm",
     "slurm_scale",
     "slurm_status",

@@ -20,6 +20,7 @@ from typing import Any
 from e2e_util import cmdlines_with, processes_with
 from e2e_util import wait_for_async as wait_for
 
+from srtr.backends import certs
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.backend import MAX_RESPAWNS, AgentBackend, AgentProber
 from srtr.backends.agent.starters import LocalAgents
@@ -95,7 +96,9 @@ class Harness:
         respawn: bool = False,
         link: Link | None = None,
         lease: float | None = None,
+        tls: bool = False,
     ) -> None:
+        """`tls`: the channel is TLS with a job certificate, as `srtr up` runs it."""
         self.run_dir = tmp_path / f"run-{uuid.uuid4().hex[:8]}"
         (self.run_dir / "logs").mkdir(parents=True)
         self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}\0"
@@ -106,8 +109,16 @@ class Harness:
             if link is None
             else LinkedAgents(self.nodes, self.run_dir, link)
         )
-        more = {} if lease is None else {"lease": lease}
-        self.backend = AgentBackend(self.nodes, starter, token=self.token, **more)
+        self.cert = certs.for_job(self.run_dir) if tls else None
+        more: dict[str, Any] = {} if lease is None else {"lease": lease}
+        self.backend = AgentBackend(
+            self.nodes,
+            starter,
+            token=self.token,
+            tls=self.cert.server_context() if self.cert else None,
+            fingerprint=self.cert.fingerprint if self.cert else "",
+            **more,
+        )
         self.observations: list[Observation] = []
         self.backend.set_listener(self.observations.append)
 
@@ -154,9 +165,10 @@ def run(
     respawn: bool = False,
     link: Link | None = None,
     lease: float | None = None,
+    tls: bool = False,
 ) -> None:
     async def main() -> None:
-        harness = Harness(tmp_path, node_count, respawn=respawn, link=link, lease=lease)
+        harness = Harness(tmp_path, node_count, respawn=respawn, link=link, lease=lease, tls=tls)
         try:
             await body(harness)
         finally:

@@ -75,3 +75,31 @@ def test_a_torn_mirror_falls_back_to_state_json(tmp_path: Path) -> None:
                 proc.kill()
                 proc.wait()
         mirror.close()
+
+
+def test_a_successor_beating_from_another_host_is_an_adoption(tmp_path: Path) -> None:
+    """A controller that adopted the job from another host (a login node) has a pid that
+    means nothing here: its heartbeat tells the guard, which leaves and kills nothing."""
+    import time
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    hold = [sys.executable, "-c", "import time; time.sleep(600)"]
+    victim = subprocess.Popen(hold, start_new_session=True)
+    controller = subprocess.Popen(hold)
+    (run_dir / "state.json").write_text(_doc(controller.pid, victim))
+    argv = [sys.executable, "-m", "srtr.runtime.guard", str(run_dir), str(controller.pid), "600"]
+    watcher = subprocess.Popen(argv)
+    try:
+        # Dated ahead (a clock a little fast counts as fresh): fresh however slow the guard.
+        beat = {"ts": time.time() + 30, "period": 1.0, "host": "login1", "machine": "other"}
+        (run_dir / "heartbeat.json").write_text(json.dumps({**beat, "pid": 1, "stopped": False}))
+        controller.kill()
+        controller.wait()
+        assert watcher.wait(timeout=60) == 0  # well within its 600 s window
+        assert victim.poll() is None
+    finally:
+        for proc in (victim, controller, watcher):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -72,17 +72,41 @@ def test_read_state_tells_missing_torn_and_foreign_files_apart(tmp_path: Path) -
         assert error.value.foreign and str(error.value) == "not an srtr state file"
 
 
-def test_a_run_state_knows_whether_its_job_can_be_driven(tmp_path: Path) -> None:
+def test_a_run_state_knows_whether_its_job_has_ended(tmp_path: Path) -> None:
     job = {"name": "t", "phase": "Running", "controller_pid": os.getpid()}
     write(tmp_path, json.dumps({"job": job}))
     state = rundir.read_state(tmp_path)
-    assert state.running and not state.ended and state.instances == []
+    assert not state.ended and state.instances == []
     write(tmp_path, json.dumps({"job": {**job, "phase": "Failed"}}))
     assert rundir.read_state(tmp_path).ended
-    assert not rundir.read_state(tmp_path).running
     write(tmp_path, json.dumps({"job": {**job, "controller_pid": None}}))
-    state = rundir.read_state(tmp_path)
-    assert state.controller_pid is None and not state.running
+    assert rundir.read_state(tmp_path).controller_pid is None
+
+
+def beat(tmp_path: Path, **doc: object) -> rundir.Heartbeat | None:
+    (tmp_path / rundir.HEARTBEAT_FILE).write_text(json.dumps(doc))
+    return rundir.read_heartbeat(tmp_path)
+
+
+def test_a_heartbeat_is_fresh_until_it_is_stale_or_says_stopped(tmp_path: Path) -> None:
+    """Liveness is the heartbeat's age, never a pid: a beat from a pid that does not exist
+    here (another host's) is fresh; one older than HEARTBEAT_STALE is not, whatever pid."""
+    now = 1_000_000.0
+    assert rundir.read_heartbeat(tmp_path) is None
+    elsewhere = beat(tmp_path, ts=now - 1, period=1.0, host="node3", machine="m", pid=2**22 + 1)
+    assert elsewhere is not None and elsewhere.fresh(now) and elsewhere.host == "node3"
+    assert not elsewhere.same_machine()  # so its pid means nothing here
+    stale = beat(tmp_path, ts=now - rundir.HEARTBEAT_STALE - 1, period=1.0, pid=os.getpid())
+    assert stale is not None and not stale.fresh(now)
+    assert stale.age(now) == pytest.approx(rundir.HEARTBEAT_STALE + 1)
+    last = beat(tmp_path, ts=now, period=1.0, pid=os.getpid(), stopped=True)
+    assert last is not None and not last.fresh(now)
+    ahead = beat(tmp_path, ts=now + 3, period=1.0)  # a host whose clock is a little ahead
+    assert ahead is not None and ahead.age(now) == 0 and ahead.fresh(now)
+    here = beat(tmp_path, ts=now, machine=rundir.machine_id(), pid=os.getpid())
+    assert here is not None and here.same_machine() and here.pid == os.getpid()
+    (tmp_path / rundir.HEARTBEAT_FILE).write_text('{"ts": 1')  # torn: no beat
+    assert rundir.read_heartbeat(tmp_path) is None
 
 
 @pytest.mark.parametrize("pid", [None, 0, -1, "12", 2**22 + 1])

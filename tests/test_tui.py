@@ -568,13 +568,17 @@ def test_attach_refuses_a_finished_job_and_a_dead_controller(
     (run_dir / "state.json").write_text(json.dumps(state))
     assert attach(run_dir) == 2
     assert "has ended (Succeeded" in capsys.readouterr().err
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    # The recorded pid is alive here (ours), but no controller beats: a pid on this host
+    # says nothing about a controller that may run on another one.
     state = fake_state("Running")
-    state["job"]["controller_pid"] = dead.pid
+    state["job"]["controller_pid"] = os.getpid()
     (run_dir / "state.json").write_text(json.dumps(state))
     assert attach(run_dir) == 2
-    assert "is not running" in capsys.readouterr().err
+    assert "is not running (no heartbeat)" in capsys.readouterr().err
+    stale = {"ts": time.time() - 60, "period": 1.0, "host": "node4", "pid": os.getpid()}
+    (run_dir / "heartbeat.json").write_text(json.dumps({**stale, "stopped": False}))
+    assert attach(run_dir) == 2
+    assert "last heartbeat 60s ago on node4" in capsys.readouterr().err
 
 
 # -- against a real controller ---------------------------------------------------------------

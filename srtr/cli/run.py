@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from srtr.cli import StoppedBySignal, status
 from srtr.cli import bad as _bad
-from srtr.cli.pins import decide_pins, read_pins, write_pins
 from srtr.cli.status import read_run
 from srtr.reconciler.rundir import STATE_FILE, RunState
+
+# The planning verbs' imports (pydantic, the recipe model: 0.1-0.3 s) stay in their functions:
+# `srtr status` from a login node must not pay for them (benchmarks/control.py).
 
 if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.base import Backend
+    from srtr.backends.certs import JobCert
     from srtr.backends.slurm import SlurmBackend
     from srtr.resources.pins import Pin
     from srtr.resources.recipe import Recipe
@@ -170,12 +173,27 @@ def _run_dir_path(args: argparse.Namespace, name: str) -> Path:
         run_dir = Path("outputs") / f"{name}-{stamp}"
     if (run_dir / STATE_FILE).exists():
         state = read_run(run_dir)
-        if state.running:
-            raise _bad(
-                "--run-dir",
-                f"{run_dir} belongs to a running job (controller pid {state.controller_pid})",
-            )
+        running = None if state.ended else controller_running(run_dir)
+        if running:
+            raise _bad("--run-dir", f"{run_dir} belongs to a running job ({running})")
     return run_dir
+
+
+def controller_running(run_dir: Path) -> str | None:
+    """How a controller of `run_dir` is known to run (for the refusal), or None.
+
+    Its heartbeat decides, from any host. On the controller's own machine (same kernel and
+    pid namespace, `Heartbeat.same_machine`) its pid is meaningful too, and a dead pid is
+    believed at once: `srtr up --adopt` right after a crash need not wait for the heartbeat
+    to go stale. That is the one place a pid is looked up, and only where it is ours."""
+    from srtr.reconciler.rundir import pid_alive, read_heartbeat
+
+    heartbeat = read_heartbeat(run_dir)
+    if heartbeat is None or not heartbeat.fresh(time.time()):
+        return None
+    if heartbeat.same_machine() and not pid_alive(heartbeat.pid):
+        return None
+    return f"its controller, pid {heartbeat.pid} on {heartbeat.host}, beats"
 
 
 def _create_run_dir(run_dir: Path) -> Path:
@@ -213,6 +231,7 @@ def _agent_backend(
     backend: Backend,
     run_dir: Path,
     window: float,
+    cert: JobCert,
     *,
     adopt: bool = False,
     hollow: bool = False,
@@ -244,7 +263,15 @@ def _agent_backend(
         starter = LocalAgents(nodes, run_dir, adopt_window=window, node_tmp=node_tmp)
         host, steps = "127.0.0.1", None
     return AgentBackend(
-        nodes, starter, steps=steps, host=host, token=token, run_dir=run_dir, adopt=adopt
+        nodes,
+        starter,
+        steps=steps,
+        host=host,
+        token=token,
+        run_dir=run_dir,
+        adopt=adopt,
+        tls=cert.server_context(),
+        fingerprint=cert.fingerprint,
     )
 
 
@@ -313,6 +340,7 @@ def _isolate_nodes(backend: Backend, run_dir: Path, launcher: str) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from srtr.cli.pins import decide_pins, write_pins
     from srtr.resources.effective import allocation_size
     from srtr.resources.loading import load_text, read_text
     from srtr.resources.planning import plan_text_source
@@ -340,6 +368,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         _, desired = plan_text_source(text, args.recipe, allocation, pins=pins)
         _create_run_dir(run_dir)
         write_pins(run_dir, pins)
+        cert = _job_cert(run_dir)
         _isolate_nodes(backend, run_dir, launcher)
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
@@ -350,7 +379,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         from srtr.backends.agent.backend import AgentProber
 
         backend = agent_backend = _agent_backend(
-            kind, backend, run_dir, args.adopt_window, hollow=args.hollow
+            kind, backend, run_dir, args.adopt_window, cert, hollow=args.hollow
         )
         prober = AgentProber(agent_backend)
     tui = not args.headless and sys.stdout.isatty()
@@ -373,6 +402,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         launcher=launcher,
         early_guard=early_guard,
         source_pins=pins,
+        cert=cert,
     )
     if tui:
         return run_with_tui(run_dir, run_job(desired, run_dir, backend, options, prober))
@@ -384,12 +414,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _submitted_pins(run_dir: Path) -> dict[str, Pin]:
     """The pins `srtr submit` left in the run dir it made for this job (none once a job
     ran there: a new job in an old run dir pins afresh)."""
+    from srtr.cli.pins import read_pins
+
     return {} if (run_dir / STATE_FILE).exists() else read_pins(run_dir)
 
 
 def _submit_plan(args: argparse.Namespace) -> tuple[Recipe, int, Path]:
     """The recipe to submit, its node count and its run dir (with the job's source pins);
     refuses what cannot fit and revs that do not resolve."""
+    from srtr.cli.pins import decide_pins, write_pins
     from srtr.resources.effective import allocation_size
     from srtr.resources.expand import local_allocation
     from srtr.resources.loading import load_text, read_text
@@ -477,13 +510,15 @@ def _crashed_job(args: argparse.Namespace) -> RunState | None:
         if args.adopt:
             raise _bad(args.adopt, f"the job has ended ({state.phase}); nothing to adopt")
         return None
-    if state.controller_alive():
-        raise _bad(str(where), f"belongs to a running job (controller pid {state.controller_pid})")
+    running = controller_running(Path(where))
+    if running:
+        raise _bad(str(where), f"belongs to a running job ({running})")
     return state
 
 
 def _adopt(args: argparse.Namespace, state: RunState) -> int:
     from srtr.backends.local import LocalBackend
+    from srtr.cli.pins import read_pins
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
     from srtr.resources.planning import plan_text_source
@@ -504,8 +539,8 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
     )
     recipe_path = args.recipe or job.get("recipe_path")
     print(
-        f"srtr: adopting the job in {run_dir} (its controller pid {job.get('controller_pid')} "
-        "is gone)",
+        f"srtr: adopting the job in {run_dir} (its controller, pid {job.get('controller_pid')} "
+        f"on {job.get('controller_host', '?')}, is gone)",
         file=sys.stderr,
     )
     backend: Backend
@@ -517,6 +552,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         backend = LocalBackend(len(allocation))
     launcher = str(job.get("launcher") or "")
     _isolate_nodes(backend, run_dir, launcher)
+    cert = _job_cert(run_dir, adopt=True)  # the one the agents pinned
     prober = None
     if launcher == "agent":
         from srtr.backends.agent.backend import AgentProber
@@ -525,7 +561,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         # A hollow job's agents are one process: losing a node must not kill all of them.
         hollow = job["backend"] == "local" and (run_dir / HOLLOW_CONTROL).exists()
         backend = agents = _agent_backend(
-            job["backend"], backend, run_dir, args.adopt_window, adopt=True, hollow=hollow
+            job["backend"], backend, run_dir, args.adopt_window, cert, adopt=True, hollow=hollow
         )
         prober = AgentProber(agents)
     options = JobOptions(
@@ -540,10 +576,24 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         slurm_job_id=slurm_job_id,
         launcher=launcher,
         source_pins=pins,
+        cert=cert,
     )
     import asyncio
 
     return asyncio.run(run_job(desired, run_dir, backend, options, prober))
+
+
+def _job_cert(run_dir: Path, *, adopt: bool = False) -> JobCert:
+    """The job's TLS certificate: a new one, or (adopting) the crashed controller's, which
+    its agents pinned; a run dir without one (made before TLS) gets a new one."""
+    from srtr.backends import certs
+
+    if adopt:
+        try:
+            return certs.for_job(run_dir, adopt=True)
+        except (OSError, ValueError):
+            pass
+    return certs.for_job(run_dir)
 
 
 def _adopt_allocation(job: Mapping[str, Any], state: Mapping[str, Any]) -> SlurmBackend:

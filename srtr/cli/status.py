@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -23,6 +21,8 @@ from srtr.reconciler.rundir import RunState, StateFileError, read_state, ready_n
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+
+    from srtr.runtime.liveness import Liveness
 
 STATUS_COLUMNS = ("NAME", "SERVICE", "KIND", "NODE", "IP", "PHASE", "READY", "RESTARTS", "EXIT")
 
@@ -74,20 +74,25 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     # Piped output is for grep and tests: never truncate cells to an 80-column guess.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
-    _print_job(console, state)
+    _print_job(console, state, check_liveness(Path(args.run_dir), state))
     _print_pools(console, state)
     console.print(_instances_table(state))
     _print_exporters(console, state)
     return 0
 
 
-def _print_job(console: Console, state: RunState) -> None:
+def controller_summary(liveness: Liveness) -> str:
+    """`running (last heartbeat 0.4s ago on node1; SLURM job 12: RUNNING)`, or gone, ..."""
+    return f"{liveness.word()} ({liveness.describe()})"
+
+
+def _print_job(console: Console, state: RunState, liveness: Liveness) -> None:
     job = state.job
-    alive = state.running
+    alive = liveness.running
     console.print(
         f"[bold]{job['name']}[/bold]  backend={job['backend']}  phase={job['phase']}"
         f"  exit_code={job['exit_code']}  gen {job['generation']}/{job['observed_generation']}"
-        f"  controller={'running' if alive else 'gone'} (pid {job['controller_pid']})"
+        f"  controller={controller_summary(liveness)}"
     )
     if job.get("reason"):
         console.print(f"reason: {job['reason']}")
@@ -179,7 +184,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 out.flush()
         if not args.follow:
             return 0
-        if not read_run(run_dir).running:
+        if not check_liveness(run_dir, read_run(run_dir), slurm=False).running:
             return 0
         time.sleep(0.25)  # a CLI tail, not the controller: polling a file here is fine
 
@@ -195,19 +200,42 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    state = read_run(Path(args.run_dir))
+    """Ask the job to tear down over its control channel. Never signals a pid: one read
+    from state.json may be anyone's process on this host. When no controller answers, say
+    what is known and how to end the job without it (exit 1)."""
+    run_dir = Path(args.run_dir)
+    state = read_run(run_dir)
     job = state.job
-    pid = job["controller_pid"]
-    if not state.running:
-        raise bad(str(args.run_dir), f"the job is not running (phase {job['phase']})")
-    from srtr.runtime.control import ControlError, send
+    if state.ended:
+        raise bad(str(run_dir), f"the job is not running (phase {job['phase']})")
+    from srtr.runtime.control import ControlError, Unreachable, send
 
     try:
-        message = send(Path(args.run_dir), "kill" if args.now else "teardown")
+        message = send(run_dir, "kill" if args.now else "teardown")
+    except Unreachable as exc:
+        print(f"srtr down: {exc}", file=sys.stderr)
+        print(f"srtr down: {down_advice(check_liveness(run_dir, state))}", file=sys.stderr)
+        return 1
     except ControlError as exc:
-        # A controller without a reachable socket still honours SIGTERM.
-        print(f"{exc}; sending SIGTERM to pid {pid}", file=sys.stderr)
-        os.kill(pid, signal.SIGTERM)
-        message = "asked by SIGTERM to tear down"
+        raise bad(str(run_dir), f"the job refused: {exc}") from None
     print(f"{job['name']}: {message}; follow with `srtr status {args.run_dir}`")
     return 0
+
+
+def check_liveness(run_dir: Path, state: RunState, *, slurm: bool = True) -> Liveness:
+    from srtr.runtime.liveness import check
+
+    return check(run_dir, state, slurm=slurm)
+
+
+def down_advice(liveness: Liveness) -> str:
+    """What `srtr down` knows of a job it cannot reach, and the way out."""
+    known = liveness.describe()
+    if liveness.slurm_job_id and liveness.slurm_state != "":
+        return (
+            f"{known}. To end the job without its controller, cancel srtr's SLURM job: "
+            f"`scancel {liveness.slurm_job_id}`"
+        )
+    if liveness.running:
+        return f"{known}: the controller beats but does not answer from here; try again"
+    return f"{known}: nothing of srtr's is known to run"

@@ -13,8 +13,11 @@ design.md ("Contracts") says what a run dir holds; this module says it in types,
   (`srtr.runtime`), and the TUI (`srtr.tui.source`, `srtr.tui.launch`).
 - `restart_marker` is the line the local backend writes into an instance's log before a
   restart; `parse_restart_marker` is how the TUI finds it again.
-- `pid_alive` answers "does the controller recorded in state.json still run?", and
-  `ready_now` "is this instance ready now?" (its `ready` outlives the attempt).
+- `read_heartbeat` reads the controller's heartbeat (`heartbeat.json`, refreshed every
+  `HEARTBEAT_PERIOD`): whether a controller runs is decided from its age (with the SLURM
+  job's state, in `srtr.runtime.liveness`), never from a pid, which means nothing on another
+  host. `pid_alive` is left for the controller's own host (the guard, adoption).
+- `ready_now` answers "is this instance ready now?" (its `ready` outlives the attempt).
 
 The documents are TypedDicts, i.e. the plain dicts `json` reads and writes: state.json is
 rewritten up to five times a second with 4,096 instance records, the TUI's view-model reads
@@ -81,7 +84,9 @@ class JobDoc(TypedDict):
     conditions: list[ConditionDoc]
     write_faults: list[WriteFaultDoc]  # files srtr cannot write now (absent before issue 16)
     # Added by the runner (`srtr.runtime.lifecycle`) on top of the store's snapshot:
-    control: NotRequired[str]  # the control socket's path
+    control: NotRequired[str]  # the control socket's path (a same-host fast path; may be absent)
+    control_addresses: NotRequired[list[str]]  # HOST:PORT of the control channel (TLS)
+    controller_host: NotRequired[str]  # the host name the controller runs on
     recipe_path: NotRequired[str | None]  # the recipe file being watched for live edits
     owns_allocation: NotRequired[bool]  # srtr made the SLURM allocation (and releases it)
     metrics_url: NotRequired[str | None]
@@ -236,15 +241,6 @@ class RunState:
         pid = self.job.get("controller_pid")
         return pid if isinstance(pid, int) else None
 
-    def controller_alive(self) -> bool:
-        """The recorded controller process exists (it may have ended the job already)."""
-        return pid_alive(self.controller_pid)
-
-    @property
-    def running(self) -> bool:
-        """The job has not ended and its controller is alive: it can be driven."""
-        return not self.ended and self.controller_alive()
-
     @property
     def nodes(self) -> list[NodeDoc]:
         return self.doc.get("nodes") or []
@@ -287,6 +283,78 @@ def read_state(run_dir: Path) -> RunState:
     except (OSError, ValueError) as exc:
         raise StateFileError(path, str(exc)) from None
     return RunState.from_doc(doc, path)
+
+
+class HeartbeatDoc(TypedDict):
+    """heartbeat.json: the controller's heartbeat, rewritten (atomically) every `period`."""
+
+    ts: float  # wall seconds of the last beat
+    period: float
+    host: str  # the controller's host name
+    machine: (
+        str  # boot id and pid namespace: `same_machine` tells whether its pid means anything here
+    )
+    pid: int
+    stopped: bool  # its last beat: the controller has ended (cleanly)
+
+
+HEARTBEAT_FILE = "heartbeat.json"
+HEARTBEAT_PERIOD = 1.0
+# Missed beats (or a controller stuck this long) before readers call the controller gone. Wall
+# clocks of the hosts are compared: they must agree within a second or two (NTP does).
+HEARTBEAT_STALE = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One reading of heartbeat.json."""
+
+    doc: HeartbeatDoc
+
+    def age(self, now: float) -> float:
+        """Seconds since the last beat, by this host's wall clock (0 for a clock ahead)."""
+        return max(0.0, now - float(self.doc.get("ts") or 0.0))
+
+    def fresh(self, now: float) -> bool:
+        """The controller beat recently and has not said it stopped: it runs."""
+        if self.doc.get("stopped"):
+            return False
+        period = float(self.doc.get("period") or HEARTBEAT_PERIOD)
+        return self.age(now) <= max(HEARTBEAT_STALE, 5 * period)
+
+    @property
+    def host(self) -> str:
+        return str(self.doc.get("host") or "?")
+
+    @property
+    def pid(self) -> int | None:
+        pid = self.doc.get("pid")
+        return pid if isinstance(pid, int) else None
+
+    def same_machine(self) -> bool:
+        """The controller runs in this kernel and pid namespace: its pid is one of ours."""
+        return bool(self.doc.get("machine")) and self.doc.get("machine") == machine_id()
+
+
+def read_heartbeat(run_dir: Path) -> Heartbeat | None:
+    """`run_dir`'s heartbeat.json; None when there is none (no controller ever beat there,
+    or one older than heartbeats) or it cannot be read."""
+    try:
+        doc = json.loads((run_dir / HEARTBEAT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return Heartbeat(cast(HeartbeatDoc, doc)) if isinstance(doc, dict) else None
+
+
+def machine_id() -> str:
+    """This kernel (boot id) and pid namespace: two processes with the same id see each
+    other's pids. Host names do not say that (a container, a node's pid namespace)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pidns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    return f"{boot}/{pidns}"
 
 
 def ready_now(instance: Mapping[str, Any]) -> bool:

@@ -6,7 +6,9 @@ reach it). It blocks on the controller's pidfd (no polling while the controller 
 When the controller exits:
 
 - another controller adopted the run dir within WINDOW seconds (`srtr up --adopt`): that
-  controller has its own guard, this one leaves;
+  controller has its own guard, this one leaves. It knows by the successor's heartbeat
+  (heartbeat.json: another machine or pid beats), which works whatever host adopted, or by
+  its pid in state.json before its first beat (this host only);
 - the job ended normally (state.json phase Succeeded/Failed): no instance is killed;
 - no state.json was ever written (the controller died while allocating or planning): nobody
   can adopt such a job, so the guard acts at once;
@@ -47,7 +49,14 @@ from srtr.backends.slurm_cmd import (
     parse_salloc_pending_job_id,
     scancel_job_argv,
 )
-from srtr.reconciler.rundir import STATE_FILE, RunState, StateFileError, pid_alive, read_state
+from srtr.reconciler.rundir import (
+    STATE_FILE,
+    RunState,
+    StateFileError,
+    pid_alive,
+    read_heartbeat,
+    read_state,
+)
 
 ADOPT_WINDOW = 60.0
 
@@ -244,12 +253,24 @@ def _wait_for_adoption(
             return False, None
         if state.ended or (last.state is not None and last.state.ended):
             return False, state if state.ended else last.state
+        if _successor_beats(run_dir, controller):
+            return True, None  # adopted: the new controller runs its own guard
         successor = state.controller_pid
         if successor and successor != controller and pid_alive(successor):
-            return True, None  # adopted: the new controller runs its own guard
+            return True, None  # the same, seen by pid before its first beat
         if time.monotonic() >= deadline:
             return False, last.state
         time.sleep(0.5)  # only inside the adoption window, after the controller is gone
+
+
+def _successor_beats(run_dir: Path, controller: int) -> bool:
+    """Another controller beats in the run dir: one that adopted the job, maybe from another
+    host (a login node), whose pid means nothing here. Our dead controller's last beat stays
+    fresh for a few seconds: it is told apart by its machine and pid."""
+    beat = read_heartbeat(run_dir)
+    if beat is None or not beat.fresh(time.time()):
+        return False
+    return not (beat.same_machine() and beat.pid == controller)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from srtr.backends import certs
 from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
 from srtr.controllers import exporter, manager
@@ -38,6 +39,7 @@ from srtr.runtime.side_tasks import (
     ControlSocket,
     Exporters,
     Guard,
+    Heartbeat,
     OwnMetrics,
     Progress,
     RecipeWatch,
@@ -63,6 +65,8 @@ class JobOptions:
     early_guard: the job's guard when `srtr up` started it before the job (at salloc time);
         None: the lifecycle starts it.
     source_pins: the job's source pins (resources/pins.py), for every later planning.
+    cert: the job's TLS certificate (`backends.certs`), which the agent channel presents
+        too; None: the control channel makes one.
     """
 
     progress: bool = True
@@ -78,6 +82,7 @@ class JobOptions:
     launcher: str = ""
     early_guard: guard.Started | None = None
     source_pins: Pins = dataclasses.field(default_factory=dict)
+    cert: certs.JobCert | None = None
 
 
 class SideTask(Protocol):
@@ -142,7 +147,7 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
     tasks: list[SideTask] = [run_dir, EventFile(ctx, note), LogFile(ctx)]
     if options.progress:
         tasks.append(Progress(ctx, on_lost=hangup))
-    tasks += [state, ControlSocket(ctx, state, run_dir)]
+    tasks += [state, ControlSocket(ctx, options, state, run_dir), Heartbeat(ctx)]
     if options.metrics_listen is not None:
         tasks.append(OwnMetrics(ctx, options.metrics_listen, state))
     tasks += [Announcement(ctx), Exporters(ctx), StopSignals(ctx)]

@@ -2,8 +2,9 @@
 
 Each has `start()` and `stop()`; `Lifecycle` starts them in order and stops the started ones
 in reverse, whatever fails. Who depends on whom is the start order: `StateFile` reads the
-control socket's path and the metrics URL when it writes, so those start after it and stop
-before its final write.
+control channel's addresses and the metrics URL when it writes, so those start after it and
+stop before its final write; the heartbeat starts after the control channel (a beat says
+"drive me": control.json must be there) and its last beat says the controller stopped.
 """
 
 from __future__ import annotations
@@ -14,18 +15,26 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from srtr.backends import certs
 from srtr.controllers import exporter, instance, intents, manager
 from srtr.controllers.context import Ctx
 from srtr.reconciler.persist import snapshot, write_atomic
-from srtr.reconciler.rundir import StateDoc
+from srtr.reconciler.rundir import (
+    HEARTBEAT_FILE,
+    HEARTBEAT_PERIOD,
+    HeartbeatDoc,
+    StateDoc,
+    machine_id,
+)
 from srtr.runtime import adoption, guard
-from srtr.runtime.control import ControlServer
+from srtr.runtime.control import ControlServer, advertised_hosts
 from srtr.runtime.progress import ProgressPrinter, RawOut
 from srtr.runtime.recipe_watch import RecipeWatcher
 from srtr.runtime.run_files import RETRY_PERIOD, RunDir
@@ -95,6 +104,7 @@ class StateFile:
         self.ctx = ctx
         self.options = options
         self.control_path: Path | None = None
+        self.control_addresses: list[str] = []
         self.metrics: JobMetrics | None = None
         self._pending: asyncio.TimerHandle | None = None
         self._saved_generation = 0
@@ -168,8 +178,11 @@ class StateFile:
             slurm_job_id=options.slurm_job_id,
         )
         job = doc["job"]
-        if self.control_path is not None:  # always, once the control socket has started
+        if self.control_path is not None:  # once the control socket has started, if any
             job["control"] = str(self.control_path)
+        if self.control_addresses:
+            job["control_addresses"] = self.control_addresses
+        job["controller_host"] = socket.gethostname()
         job["recipe_path"] = str(options.recipe.resolve()) if options.recipe else None
         job["owns_allocation"] = backend.owns_allocation
         job["metrics_url"] = self.metrics.url if self.metrics else None
@@ -187,45 +200,110 @@ def _save_recipe(run_dir: Path, text: str, generation: int) -> None:
 
 
 class ControlSocket:
-    """The 0600 control socket: intents from `srtr down`, `srtr tui` and this TUI.
+    """The control channel (`runtime.control`): TLS on every address, control.json (0600)
+    with its addresses and credential, and the same-host 0600 socket when it fits.
 
-    When the run dir is recreated (it vanished with the socket in it), it listens again at
-    the same path, so `srtr down` and the TUI's keys keep working.
+    When the run dir is recreated (it vanished with control.json in it), it writes the file
+    and listens at the socket again, so `srtr down` and the TUI's keys keep working.
     """
 
-    name = "control socket"
+    name = "control channel"
 
-    def __init__(self, ctx: Ctx, state: StateFile, run_dir: RunDir) -> None:
+    def __init__(self, ctx: Ctx, options: JobOptions, state: StateFile, run_dir: RunDir) -> None:
         self.ctx = ctx
-        self.server = ControlServer(
-            ctx.run_dir,
-            lambda op, name, node: intents.handle(ctx, op, name, node),
-            intents.IntentError,
-        )
+        self.options = options
         self.state = state
+        self.server: ControlServer | None = None
         self.reopening: asyncio.Task[None] | None = None
         run_dir.on_recreated.append(self._reopen)
 
     async def start(self) -> None:
+        ctx = self.ctx
+        cert = self.options.cert or certs.for_job(ctx.run_dir)
+        self.server = ControlServer(
+            ctx.run_dir,
+            lambda op, name, node: intents.handle(ctx, op, name, node),
+            intents.IntentError,
+            context=cert.server_context(),
+            fingerprint=cert.fingerprint,
+            hosts=advertised_hosts([n.ip for n in ctx.backend.nodes()]),
+        )
         await self.server.start()
         self.state.control_path = self.server.path
+        self.state.control_addresses = self.server.addresses
 
     def _reopen(self) -> None:
         if self.reopening is None or self.reopening.done():
             self.reopening = asyncio.ensure_future(self._listen_again())
 
     async def _listen_again(self) -> None:
+        if self.server is None:
+            return
         try:
             await self.server.reopen()
         except OSError as exc:
             self.ctx.store.write_faults.failed(
-                "control.sock", exc, "`srtr down` falls back to SIGTERM; the TUI's keys fail"
+                "control.json", exc, "`srtr down` and the TUI's keys cannot reach the job"
             )
 
     async def stop(self) -> None:
         if self.reopening is not None:
             self.reopening.cancel()
-        await self.server.close()
+        if self.server is not None:
+            await self.server.close()
+
+
+class Heartbeat:
+    """heartbeat.json, rewritten every `HEARTBEAT_PERIOD`: how any host that sees the run dir
+    knows this controller runs (`runtime.liveness`), with no pid and no socket.
+
+    A rename of a small file a second: cheap, and readers see a whole beat or the previous
+    one. No fsync: a beat lost to a crash is a beat a reader must not believe anyway. A
+    write that fails is a write fault (reported once), tried again at the next beat.
+    """
+
+    name = "heartbeat"
+    TARGET = HEARTBEAT_FILE
+
+    def __init__(self, ctx: Ctx, period: float = HEARTBEAT_PERIOD) -> None:
+        self.ctx = ctx
+        self.period = period
+        self._timer: asyncio.TimerHandle | None = None
+        self._host = socket.gethostname()
+        self._machine = machine_id()
+
+    async def start(self) -> None:
+        self._beat()
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._write(stopped=True)
+
+    def _beat(self) -> None:
+        self._write(stopped=False)
+        self._timer = asyncio.get_running_loop().call_later(self.period, self._beat)
+
+    def _write(self, *, stopped: bool) -> None:
+        doc: HeartbeatDoc = {
+            "ts": time.time(),
+            "period": self.period,
+            "host": self._host,
+            "machine": self._machine,
+            "pid": os.getpid(),
+            "stopped": stopped,
+        }
+        path = self.ctx.run_dir / HEARTBEAT_FILE
+        text = json.dumps(doc, separators=(",", ":")) + "\n"
+        self.ctx.store.write_faults.attempt(self.TARGET, lambda: _replace(path, text))
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write `path` by rename (whole or not at all), without the fsync of `write_atomic`."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 class OwnMetrics:

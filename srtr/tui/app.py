@@ -4,7 +4,8 @@ The App reads snapshots and sends intents, nothing else (style.md principle 10):
 - a worker polls the run dir (`source.RunSource`) every 0.25 s in a thread and turns what
   changed into a `viewmodel.Frame` there; the App only hands the frame to its widgets,
   which write changed cells only;
-- keys become intents (`srtr.runtime.control.send`, through the run dir's 0600 control socket,
+- keys become intents (`srtr.runtime.control.send`, over the job's control channel (TLS, from
+  any host; the 0600 socket on the controller's own),
   also when the job runs in this very process), the destructive ones after a confirmation.
 
 The keys are in `keys.py`; what happens when the job of `srtr up` ends, in `job_end.py`.
@@ -43,7 +44,7 @@ from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from srtr.reconciler.rundir import EventDoc, RunState
+from srtr.reconciler.rundir import EventDoc, RunState, read_heartbeat
 from srtr.runtime.control import ControlError, send
 from srtr.tui import job_end, keys
 from srtr.tui import viewmodel as vm
@@ -210,7 +211,7 @@ class SrtrApp(App[int]):
             self.state = poll.state
         if state is None or (poll.state is None and not rebuild_anyway):
             return poll, None
-        alive = state.controller_alive() if self.check_controller else True
+        alive = controller_beats(self.run_dir, time.time()) if self.check_controller else True
         if poll.state is not None:
             self._probe_failures = vm.remember_probe_failures(self._probe_failures, state.instances)
         self._built = vm.frame(state.doc, now, controller_alive=alive, previous=self._built)
@@ -535,3 +536,9 @@ class SrtrApp(App[int]):
         else:
             self.notify(message, title=op, timeout=3)
         self._wake.set()
+
+
+def controller_beats(run_dir: Path, now: float) -> bool:
+    """The job's controller beats (its heartbeat file is fresh): from any host, no pid."""
+    heartbeat = read_heartbeat(run_dir)
+    return heartbeat is not None and heartbeat.fresh(now)

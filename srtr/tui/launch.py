@@ -4,8 +4,9 @@ and `srtr tui RUN_DIR` (`attach`).
 - In `srtr up` the job runs in the App's event loop (see `job_end.py` for what the App does
   when it ends). Quitting while the job runs asks to tear it down (the job cannot outlive
   its TUI), and if the TUI dies the job is torn down before `srtr up` returns.
-- `srtr tui RUN_DIR` refuses (exit 2) a run whose job has ended or whose controller is
-  dead: use `srtr status` / `srtr logs` for those. A job that ends while attached stays on
+- `srtr tui RUN_DIR` refuses (exit 2) a run whose job has ended or whose controller does
+  not beat (its heartbeat file, from any host that sees the run dir; no pid is looked up):
+  use `srtr status` / `srtr logs` for those. A job that ends while attached stays on
   screen, read-only, until `q`.
 """
 
@@ -14,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from srtr.reconciler.rundir import StateFileError, read_state
+from srtr.reconciler.rundir import StateFileError, read_heartbeat, read_state
 from srtr.runtime.control import ControlError, send
 from srtr.tui.app import SrtrApp
 
@@ -59,10 +61,16 @@ def attach(run_dir: Path) -> int:
             file=sys.stderr,
         )
         return EXIT_GONE
-    if not state.controller_alive():
+    heartbeat = read_heartbeat(run_dir)
+    if heartbeat is None or not heartbeat.fresh(time.time()):
+        beat = (
+            "no heartbeat"
+            if heartbeat is None
+            else f"last heartbeat {heartbeat.age(time.time()):.0f}s ago on {heartbeat.host}"
+        )
         print(
-            f"srtr tui: the controller of {run_dir} (pid {job.get('controller_pid')}) is not "
-            f"running; its last state: phase {job.get('phase')}. See `srtr status {run_dir}`",
+            f"srtr tui: the controller of {run_dir} is not running ({beat}); its last "
+            f"state: phase {job.get('phase')}. See `srtr status {run_dir}`",
             file=sys.stderr,
         )
         return EXIT_GONE

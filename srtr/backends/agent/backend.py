@@ -31,6 +31,7 @@ import logging
 import os
 import secrets
 import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,8 @@ class AgentBackend:
         run_dir: Path | None = None,
         adopt: bool = False,
         lease: float = LEASE,
+        tls: ssl.SSLContext | None = None,
+        fingerprint: str = "",
     ) -> None:
         """
         Args:
@@ -122,6 +125,9 @@ class AgentBackend:
             adopt: take over the agents of a crashed controller (`srtr up --adopt`): start
                 none, wait for them to rejoin; `token` must be the job's.
             lease: seconds an agent not renewed fences itself (`channel.LEASE`; 0: never).
+            tls, fingerprint: the server context of the job's certificate (`certs`), and
+                its fingerprint, which the agents get next to the token and pin; None and
+                "": the channel is in the clear (tests of the protocol alone).
         """
         self._nodes = {n.name: _Node(n) for n in nodes}
         self._starter = starter
@@ -131,6 +137,8 @@ class AgentBackend:
         self._run_dir = run_dir
         self._adopting = adopt
         self._lease = lease
+        self._tls = tls
+        starter.fingerprint = fingerprint
         self._rejoined: asyncio.Future[None] | None = None
         self._claimed: set[tuple[str, str, int]] = set()  # (node, name, attempt) adopted
         self.name = steps.name if steps is not None else "local"
@@ -418,7 +426,7 @@ class AgentBackend:
         async with self._started:
             if self._server is not None:
                 return
-            self._server = AgentServer(self._token, self, lease=self._lease)
+            self._server = AgentServer(self._token, self, lease=self._lease, tls=self._tls)
             address = await self._server.start(self._host)
             log.info("agents: listening on %s:%d", *address)
             if self._run_dir is not None:

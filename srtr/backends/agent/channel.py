@@ -7,6 +7,12 @@ that has no live agent yet; anything else is closed. Once accepted, every messag
 `Handler`, and the connection's end, or a silence longer than `silence` seconds, is reported
 once through `Handler.gone`.
 
+With a TLS context (`tls`: the job's certificate, `certs`; how `srtr up` always runs it)
+every connection is TLS 1.3: the handshake comes first, then the same lines, encrypted. The
+socket stays a plain asyncio transport, and `tls_bytes.TlsBytes` encrypts and decrypts its
+bytes, so that the batch reader below can go on reading raw fds. The agents pin the
+certificate's fingerprint (`srtr.tls`); the token's proofs still authenticate both ends.
+
 A stalled event loop (a long state.json write under load) must not read as silent agents:
 the watcher only counts silence while it runs on time itself.
 
@@ -34,6 +40,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -42,6 +49,7 @@ from typing import Any, Protocol
 
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.coalesced import CoalescedReader
+from srtr.backends.agent.tls_bytes import TlsBytes
 
 log = logging.getLogger("srtr")
 
@@ -60,13 +68,22 @@ _HEARTBEAT = b'{"type":"heartbeat"'  # how every heartbeat line starts (`protoco
 _RENEW = b'{"type":"renew","heartbeats":%d}\n'  # `protocol.encode(Renew(n))`, formatted fast
 
 
+class Transport(Protocol):
+    """What the channel writes to: an asyncio transport, or `TlsBytes` over one."""
+
+    def write(self, data: bytes) -> None: ...
+    def is_closing(self) -> bool: ...
+    def close(self) -> None: ...
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
 @dataclass(eq=False)
 class Connection:
     """One authenticated agent."""
 
     node: str
     pid: int
-    transport: asyncio.WriteTransport
+    transport: Transport
     last_seen: float = field(default_factory=time.monotonic)
     gone: bool = False
     # [name, attempt, pid, start] of the attempts the agent kept through a controller crash.
@@ -115,8 +132,10 @@ class AgentServer:
         heartbeat: float = HEARTBEAT,
         silence: float = SILENCE,
         lease: float = LEASE,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._token = token
+        self.tls = tls
         self._handler = handler
         self.heartbeat = heartbeat
         self.silence = silence
@@ -161,7 +180,7 @@ class AgentServer:
                     await self._server.wait_closed()
         self.reader.close()
 
-    def _admit(self, hello: p.Message, transport: asyncio.WriteTransport, nonce: str) -> bool:
+    def _admit(self, hello: p.Message, transport: Transport, nonce: str) -> bool:
         """Answer an agent's first line: Welcome (True), or a refusal (False: close it)."""
         if not isinstance(hello, p.Hello):
             raise p.ProtocolError(f"expected hello, got {type(hello).__name__}")
@@ -256,6 +275,8 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._server = server
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
+        self._tls: TlsBytes | None = None
+        self._io: Transport | None = None  # what messages are written to: TLS, or the socket
         self._nonce = secrets.token_hex(16)
         self._timer: asyncio.TimerHandle | None = None
         self._fd = -1  # while the server's CoalescedReader reads it
@@ -265,7 +286,10 @@ class _AgentProtocol(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        transport.write(p.encode(p.Challenge(self._nonce)))
+        context = self._server.tls
+        self._io = transport if context is None else TlsBytes(transport, context)
+        self._tls = self._io if isinstance(self._io, TlsBytes) else None
+        self._io.write(p.encode(p.Challenge(self._nonce)))  # TLS: sent after the handshake
         loop = asyncio.get_running_loop()
         self._timer = loop.call_later(HANDSHAKE_TIMEOUT, self._refuse, "no hello in time")
 
@@ -273,6 +297,9 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         return _RECEIVED_VIEW
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._tls is not None:
+            self._decrypted(nbytes)
+            return
         conn = self.conn
         if conn is not None:
             self._server.heard(conn)
@@ -284,6 +311,29 @@ class _AgentProtocol(asyncio.BufferedProtocol):
                 conn.heartbeats += 1
                 return  # the commonest case by far: exactly one heartbeat line
         self.data_received(bytes(_RECEIVED_VIEW[:nbytes]))
+
+    def _decrypted(self, nbytes: int) -> None:
+        """`buffer_updated` over TLS: the same, on the plaintext of what arrived."""
+        assert self._tls is not None
+        try:
+            data = self._tls.feed(_RECEIVED_VIEW[:nbytes])
+        except ssl.SSLError as exc:
+            if self.conn is not None:
+                self._fail(f"TLS failed: {exc}")
+            else:
+                self._refuse(f"TLS failed: {exc}")
+            return
+        conn = self.conn
+        if conn is not None:
+            self._server.heard(conn)
+            if (
+                not self._buffer
+                and data.startswith(_HEARTBEAT)
+                and data.find(b"\n") == len(data) - 1
+            ):
+                return  # one heartbeat line, as in the clear
+        if data:
+            self.data_received(data)
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -335,12 +385,12 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._server._handler.received(conn, message)
 
     def _hello(self, line: bytes) -> None:
-        assert self._transport is not None
+        assert self._transport is not None and self._io is not None
         if self._timer is not None:
             self._timer.cancel()
         try:
             hello = p.decode(line)
-            admitted = self._server._admit(hello, self._transport, self._nonce)
+            admitted = self._server._admit(hello, self._io, self._nonce)
         except p.ProtocolError as exc:
             self._refuse(str(exc))
             return
@@ -349,7 +399,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             return
         assert isinstance(hello, p.Hello)
         self.conn = Connection(
-            node=hello.node, pid=hello.pid, transport=self._transport, live=list(hello.live)
+            node=hello.node, pid=hello.pid, transport=self._io, live=list(hello.live)
         )
         self._server._connected(self.conn)
         if not self._transport.is_closing():
@@ -370,6 +420,6 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._transport.close()
 
 
-def _peer(transport: asyncio.BaseTransport) -> str:
+def _peer(transport: asyncio.BaseTransport | Transport) -> str:
     peer = transport.get_extra_info("peername")
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from srtr import tls
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.node import (
     Agent,
@@ -238,6 +239,7 @@ class HollowAgent(Agent):
         *,
         adopt_window: float,
         rendezvous: Path | None,
+        fingerprint: str | None = None,
     ) -> None:
         self.processes: SimulatedProcesses | None = None
         self._gate = gate
@@ -250,6 +252,7 @@ class HollowAgent(Agent):
             rendezvous=rendezvous,
             runner=self._runner,
             probes=SimulatedProbes(),
+            fingerprint=fingerprint,
         )
 
     def _runner(self, node: str, on_exit: ExitReport, environment: EnvironmentOf) -> Runner:
@@ -280,12 +283,19 @@ class HollowAgent(Agent):
 class Hollow:
     """The simulated nodes of one hollow process and their control FIFO."""
 
-    def __init__(self, nodes: list[str], token: str, args: argparse.Namespace) -> None:
+    def __init__(
+        self, nodes: list[str], token: str, args: argparse.Namespace, fingerprint: str = ""
+    ) -> None:
         gate = asyncio.Semaphore(JOIN_GATE)
         rendezvous = Path(args.rendezvous) if args.rendezvous else None
         self.agents = {
             node: HollowAgent(
-                node, token, gate, adopt_window=args.adopt_window, rendezvous=rendezvous
+                node,
+                token,
+                gate,
+                adopt_window=args.adopt_window,
+                rendezvous=rendezvous,
+                fingerprint=fingerprint or None,
             )
             for node in nodes
         }
@@ -343,9 +353,9 @@ def _open_control(path: Path, hollow: Hollow) -> int:
     return fd
 
 
-async def _main(args: argparse.Namespace, token: str) -> int:
+async def _main(args: argparse.Namespace, token: str, fingerprint: str = "") -> int:
     nodes = [n for n in args.nodes.split(",") if n]
-    hollow = Hollow(nodes, token, args)
+    hollow = Hollow(nodes, token, args, fingerprint)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(signum, hollow.stop)
@@ -380,10 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     # Two lines per node at INFO: a thousand nodes' worth is still a small log.
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     token = os.environ.pop(p.TOKEN_ENV, "")
+    fingerprint = os.environ.pop(tls.FINGERPRINT_ENV, "")
     if not token:
         log.error("hollow: %s is not set", p.TOKEN_ENV)
         return 2
-    return asyncio.run(_main(args, token))
+    return asyncio.run(_main(args, token, fingerprint))
 
 
 if __name__ == "__main__":

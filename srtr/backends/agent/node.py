@@ -1,6 +1,7 @@
 """The node agent: owns the instances of one node for the controller that started it.
 
-    SRTR_AGENT_TOKEN=... python -m srtr.backends.agent.node --controller HOST:PORT \\
+    SRTR_AGENT_TOKEN=... SRTR_AGENT_FINGERPRINT=sha256:... \\
+        python -m srtr.backends.agent.node --controller HOST:PORT \\
         (--node NAME | --node-env VAR) [--inherit minimal|all] [--log-dir DIR]
 
 It connects to the controller, proves it holds the job's token (`protocol`), and then does
@@ -28,10 +29,15 @@ reading the `--rendezvous` file for the address of a controller that adopts the 
 comes in time, it stops everything as above. Its instances' leaders also die with it if
 it is killed outright (the parent-death signal, `die_with_parent`).
 
-The token comes from the environment and is removed from it at once, so no instance
-inherits it. `--inherit all` (SLURM: the agent step's environment is the controller's,
-handed over by `--export=ALL`) passes the agent's environment on to instances, as a step
-would; `minimal` passes the same few variables as the local backend.
+The connection is TLS 1.3 when `SRTR_AGENT_FINGERPRINT` is set (`srtr up` always sets it):
+the agent pins the job's certificate by that SHA-256 fingerprint (`srtr.tls`, stdlib `ssl`
+and `hashlib` only) and hangs up on any other before it sends a byte of its own; then the
+token's proofs run inside the encrypted channel as before.
+
+The token and the fingerprint come from the environment and are removed from it at once,
+so no instance inherits them. `--inherit all` (SLURM: the agent step's environment is the
+controller's, handed over by `--export=ALL`) passes the agent's environment on to
+instances, as a step would; `minimal` passes the same few variables as the local backend.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import logging
 import os
 import secrets
 import signal
+import ssl
 import sys
 import termios
 import time
@@ -53,6 +60,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from srtr import tls
 from srtr.backends.agent import protocol as p
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.prober import ProbeRunner
@@ -164,9 +172,13 @@ class Agent:
         rendezvous: Path | None = None,
         runner: RunnerFactory = real_processes,
         probes: Probes | None = None,
+        fingerprint: str | None = None,
     ) -> None:
+        """`fingerprint`: speak TLS and pin the controller's certificate to it; None: the
+        clear (tests of the protocol alone)."""
         self.node = node
         self._token = token
+        self._fingerprint = fingerprint
         self._window = adopt_window if rendezvous is not None else 0.0
         self._rendezvous = rendezvous
         self._inherited = _inherited_env(inherit_all, node)
@@ -222,9 +234,14 @@ class Agent:
 
     async def _join(self, host: str, port: int, within: float) -> _Session:
         """Connect to host:port and prove who we are; the session to serve."""
-        reader, writer = await _connect(host, port, within)
+        reader, writer = await _connect(host, port, within, tls=self._fingerprint is not None)
         self._writer, self._reader = writer, reader
         try:
+            if self._fingerprint is not None:
+                try:
+                    tls.check_ssl_object(writer.get_extra_info("ssl_object"), self._fingerprint)
+                except tls.PinError as exc:
+                    raise HandshakeError(f"not our controller: {exc}") from None
             heartbeat = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
         except BaseException:
             writer.close()
@@ -503,9 +520,12 @@ def _heartbeat(running: int) -> bytes:
     return p.encode(p.Heartbeat(running=running))
 
 
+_SECRETS = (p.TOKEN_ENV, tls.FINGERPRINT_ENV)  # never passed on to an instance
+
+
 def _inherited_env(inherit_all: bool, node: str) -> dict[str, str]:
     if inherit_all:
-        return one_task_view({k: v for k, v in os.environ.items() if k != p.TOKEN_ENV}, node)
+        return one_task_view({k: v for k, v in os.environ.items() if k not in _SECRETS}, node)
     return inherited_environment()
 
 
@@ -559,14 +579,22 @@ def _read_rendezvous(path: Path) -> tuple[str, int] | None:
 
 
 async def _connect(
-    host: str, port: int, within: float
+    host: str, port: int, within: float, *, tls: bool = False
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect, retrying refusals (the controller may still be starting) for `within` s."""
+    """Connect, retrying refusals (the controller may still be starting) for `within` s.
+    `tls`: speak TLS (the caller pins the certificate before it sends anything)."""
     deadline = time.monotonic() + within
     delay = 0.05
+    context = _client_context() if tls else None
     while True:
         try:
-            return await asyncio.open_connection(host, port, limit=p.MAX_LINE)
+            return await asyncio.open_connection(
+                host,
+                port,
+                limit=p.MAX_LINE,
+                ssl=context,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if context is not None else None,
+            )
         except OSError:
             if time.monotonic() + delay > deadline:
                 raise
@@ -574,7 +602,13 @@ async def _connect(
             delay = min(1.0, delay * 2)
 
 
-async def _main(args: argparse.Namespace, node: str, token: str) -> int:
+@functools.lru_cache(maxsize=1)
+def _client_context() -> ssl.SSLContext:
+    """One context for every connection (hollow mode: a thousand agents in one process)."""
+    return tls.client_context()
+
+
+async def _main(args: argparse.Namespace, node: str, token: str, fingerprint: str) -> int:
     if not node:
         log.error("agent: no node name (--node, or --node-env %s is unset)", args.node_env)
         return 2
@@ -584,6 +618,7 @@ async def _main(args: argparse.Namespace, node: str, token: str) -> int:
         inherit_all=args.inherit == "all",
         adopt_window=args.adopt_window,
         rendezvous=Path(args.rendezvous) if args.rendezvous else None,
+        fingerprint=fingerprint or None,
     )
     host, _, port = args.controller.rpartition(":")
     task = asyncio.current_task()
@@ -627,10 +662,11 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     token = os.environ.pop(p.TOKEN_ENV, "")
+    fingerprint = os.environ.pop(tls.FINGERPRINT_ENV, "")
     if not token:
         log.error("agent: %s is not set", p.TOKEN_ENV)
         return 2
-    return asyncio.run(_main(args, node, token))
+    return asyncio.run(_main(args, node, token, fingerprint))
 
 
 if __name__ == "__main__":

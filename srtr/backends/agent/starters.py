@@ -33,6 +33,7 @@ from srtr.backends.procgroup import (
     kill_group,
 )
 from srtr.backends.slurm import POLL_PERIOD, SlurmCommands, SlurmError
+from srtr.tls import FINGERPRINT_ENV
 
 log = logging.getLogger("srtr")
 
@@ -65,6 +66,9 @@ class Events(Protocol):
 
 class Starter(Protocol):
     simulated: bool  # nodes are simulated: `kill` fails one on request
+    # The job certificate's fingerprint the agents pin (`srtr.tls`); set by the backend
+    # before `start`; "" for a channel in the clear (tests of the protocol alone).
+    fingerprint: str
     # A node whose agent died can get a new one (`respawn`). Not a simulated node: its agent
     # is the node, and its death is the node's loss.
     respawns: bool
@@ -93,6 +97,12 @@ class Starter(Protocol):
         ...
 
 
+def _secrets(token: str, fingerprint: str) -> dict[str, str]:
+    """The agent's credentials, for its environment (never its argv): the token, and the
+    certificate fingerprint it pins."""
+    return {TOKEN_ENV: token, **({FINGERPRINT_ENV: fingerprint} if fingerprint else {})}
+
+
 def _verbatim(spec: LaunchSpec) -> list[str]:
     return list(spec.argv)
 
@@ -115,6 +125,7 @@ class LocalAgents:
     """One agent process per simulated node, each a process group of this controller."""
 
     simulated = True
+    fingerprint = ""
 
     def __init__(
         self,
@@ -154,7 +165,7 @@ class LocalAgents:
     def _start_one(self, node: NodeInfo, group: str | None = None) -> None:
         assert self._dial is not None
         address, token = self._dial
-        env = {TOKEN_ENV: token, "SRTR_RUN_DIR": str(self._run_dir.resolve())}
+        env = {**_secrets(token, self.fingerprint), "SRTR_RUN_DIR": str(self._run_dir.resolve())}
         where = ("--node", node.name, "--inherit", "minimal")
         argv = _agent_command(address, self._run_dir, self._window, *where)
         if self._node_tmp is not None:  # the agent's children inherit its view and TMPDIR
@@ -215,6 +226,7 @@ class HollowAgents:
     simulated = True
     respawns = False  # a hollow node's agent is the node, as a local one's is
     NAME = "hollow-agents"
+    fingerprint = ""
 
     def __init__(self, nodes: list[NodeInfo], run_dir: Path, *, adopt_window: float = 0.0) -> None:
         self._nodes = nodes
@@ -255,7 +267,7 @@ class HollowAgents:
             "--rendezvous",
             str((self._run_dir / RENDEZVOUS).resolve()),
         )
-        env = {TOKEN_ENV: token, "SRTR_RUN_DIR": str(self._run_dir.resolve())}
+        env = {**_secrets(token, self.fingerprint), "SRTR_RUN_DIR": str(self._run_dir.resolve())}
         self._groups.start(
             LaunchSpec(
                 name=self.NAME,
@@ -306,6 +318,7 @@ class SlurmAgents:
     simulated = False
     respawns = True
     STEP_NAME = "srtr-agents"
+    fingerprint = ""
 
     def __init__(
         self,
@@ -379,7 +392,7 @@ class SlurmAgents:
             command=command,
             cpus_per_task=min(c for c in cpus if c) if all(cpus) and cpus else None,
         )
-        env = {TOKEN_ENV: token, "SRTR_RUN_DIR": str(self._run_dir.resolve())}
+        env = {**_secrets(token, self.fingerprint), "SRTR_RUN_DIR": str(self._run_dir.resolve())}
         self._groups.start(
             LaunchSpec(
                 name=group,
