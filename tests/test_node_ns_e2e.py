@@ -1,6 +1,6 @@
-"""One mount namespace per simulated node (node_tmp.NodeTmp.enter): made at the node's first
-launch, entered by every instance of the node with one exec, held by the controller's fds
-alone (no holder process), gone with the job.
+"""One mount namespace per simulated node (node_tmp.NodeTmp.enter): made by one helper while
+the job starts, entered by every instance of the node with one exec, held by the controller's
+fds alone (no holder process), gone with the job.
 
 Namespaces are seen from outside through /proc: /proc/PID/ns/mnt names a process's mount
 namespace, and /proc/PID/root/tmp is /tmp as that process sees it.
@@ -12,7 +12,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -204,8 +203,8 @@ def test_nothing_outlives_a_killed_controller_but_its_instances(tmp_path: Path) 
 
 
 def test_launches_after_adoption_see_the_same_node_files(tmp_path: Path) -> None:
-    """Adopted instances keep their namespace; an instance the new controller starts gets
-    a new one, over the same node dir."""
+    """Adopted instances keep their namespace, and an instance the new controller starts
+    on their node joins it."""
     run = Run(tmp_path, NODES, "--adopt-window", "60")
     try:
         pids = _pids(_running(run))
@@ -229,7 +228,7 @@ def test_launches_after_adoption_see_the_same_node_files(tmp_path: Path) -> None
             "the adopted rider to be relaunched",
         )
         new = instance(state, "service_ridera_node1")["pid"]
-        assert _ns(new) != old and _ns(pids["service_box_node1"]) == old
+        assert _ns(new) == old and _ns(pids["service_box_node1"]) == old
         assert _tmp_seen_by(new) >= NODE1 and not _tmp_seen_by(new) & NODE2
         second.send_signal(signal.SIGINT)
         assert second.wait(60) == 130
@@ -238,92 +237,72 @@ def test_launches_after_adoption_see_the_same_node_files(tmp_path: Path) -> None
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
 
 
-def test_an_nsenter_that_fails_falls_back_to_the_per_launch_namespace(tmp_path: Path) -> None:
-    # An `nsenter` that always fails: every launch builds its own view, as before.
+TMPDIR_NODES = """
+name: nodens
+services:
+  - name: box
+    nodes: 2
+    command: [bash, -c, 'touch "$TMPDIR/$SRTR_INSTANCE" && echo serving && exec sleep 1000']
+    readiness: {log: {pattern: "^serving$"}, timeout_seconds: 60, interval_seconds: 0.05}
+"""
+
+
+def test_an_nsenter_that_fails_leaves_the_nodes_tmpdir_only(tmp_path: Path) -> None:
+    # An `nsenter` that always fails: one warning, and the nodes get TMPDIR (no view).
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     refuse = bin_dir / "nsenter"
     refuse.write_text("#!/bin/sh\necho 'nsenter: reassociate to namespace failed' >&2\nexit 1\n")
     refuse.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    run = Run(tmp_path, NODES, env=env)
+    run = Run(tmp_path, TMPDIR_NODES, env=env)
     try:
         pids = _pids(_running(run))
-        wait_for(lambda: _files_written(pids), 30, "each instance's file in its /tmp")
-        for name in NODE1:
-            assert _tmp_seen_by(pids[name]) >= NODE1 and not _tmp_seen_by(pids[name]) & NODE2
-        # Each launch made its own namespace.
-        assert len({_ns(pid) for pid in pids.values()}) == len(pids)
+        nodes = run.run_dir / "nodes"
+        for name, pid in pids.items():
+            node = name.rsplit("_", 1)[1]
+            wait_for(lambda n=node, i=name: (nodes / n / "tmp" / i).exists(), 30, "its file")
+            assert _ns(pid) == _ns(os.getpid())  # no view: the host's namespace
     finally:
         code = _stop(run)
     assert code == 130, run.out + run.err
     log = (run.run_dir / "logs" / "srtr.log").read_text()
-    assert log.count("nsenter cannot enter a node's namespace") == 1, log
+    assert log.count("nsenter cannot enter a node's view") == 1, log
     assert "reassociate to namespace failed" in log
+    assert (nodes / "isolation.txt").read_text().startswith("node isolation: TMPDIR only; nsenter")
 
 
-def _makers_of(root: Path) -> list[tuple[int, str]]:
-    """Live makers of node dirs under `root` (their argv names the node dir)."""
-    return [(pid, line) for pid, line in cmdlines_with(str(root)) if "srtr-ns-maker" in line]
+def _helpers() -> list[int]:
+    """Live node-view helpers started by this test process."""
+    me = str(os.getpid())
+    found = []
+    for pid, _ in cmdlines_with("srtr.backends.node_view"):
+        with_parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if with_parent[1] == me and with_parent[0] != "Z":
+            found.append(pid)
+    return found
 
 
-def test_makers_of_nodes_not_launched_yet_end_with_close(tmp_path: Path) -> None:
-    """The first launch starts the makers of the next nodes too; `close` ends those that
-    were never used, and a namespace in use is not touched by it."""
-    root = tmp_path / "nodes"
-    node_tmp = NodeTmp(root, ["node1", "node2", "node3"])
-    argv = node_tmp.enter("node1", ["sh", "-c", "touch /tmp/mine && exec sleep 1000"])
-    proc = subprocess.Popen(argv, start_new_session=True)
+def test_one_helper_makes_every_view_and_is_gone_once_done(tmp_path: Path) -> None:
+    """No process per node and none left: the helper exits once the views are made, and a
+    view lives on in the controller's fd (the instance finds its node's file again)."""
+    node_tmp = NodeTmp(tmp_path / "nodes", [f"node{k}" for k in range(1, 9)])
     try:
-        wait_for(lambda: "mine" in _tmp_seen_by(proc.pid), 30, "the instance's file")
-        assert {line.split(" srtr-ns-maker ")[1].split()[0] for _, line in _makers_of(root)} == {
-            str(root / "node2" / "tmp"),
-            str(root / "node3" / "tmp"),
-        }
+        argv = node_tmp.enter("node8", ["sh", "-c", "echo mine > /tmp/mine"])
+        assert argv[0].endswith("nsenter")
+        assert subprocess.run(argv, check=False).returncode == 0
+        wait_for(lambda: not _helpers(), 30, "the helper to exit")
+        again = node_tmp.enter("node8", ["cat", "/tmp/mine"])
+        assert subprocess.run(again, capture_output=True, text=True).stdout == "mine\n"
+        other = node_tmp.enter("node1", ["sh", "-c", "test ! -e /tmp/mine && echo absent"])
+        assert subprocess.run(other, capture_output=True, text=True).stdout == "absent\n"
+    finally:
         node_tmp.close()
-        assert _makers_of(root) == []
-        assert "mine" in _tmp_seen_by(proc.pid)
-        assert (root / "node1" / "tmp" / "mine").exists()
-    finally:
-        proc.kill()
-        proc.wait()
 
 
-MAKER_OWNER = """
-import sys
-from pathlib import Path
-from srtr.backends.node_tmp import NodeTmp
-
-node_tmp = NodeTmp(Path(sys.argv[1]), ["node1", "node2"])
-node_tmp.enter("node1", ["true"])
-print("made", flush=True)
-sys.stdin.read()
-"""
-
-
-def test_makers_do_not_outlive_a_killed_controller(tmp_path: Path) -> None:
-    root = tmp_path / "nodes"
-    owner = subprocess.Popen(
-        [sys.executable, "-c", MAKER_OWNER, str(root)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert owner.stdout is not None and owner.stdout.readline() == "made\n"
-        assert len(_makers_of(root)) == 1  # node2's, started ahead of its first launch
-        owner.kill()
-        owner.wait()
-        wait_for(lambda: not _makers_of(root), 30, "node2's maker to end")
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-            owner.wait()
-
-
-def test_a_namespace_is_made_when_the_controller_has_over_1024_fds(tmp_path: Path) -> None:
-    """A controller of thousands of instances holds a pidfd each: a maker's pipe then gets
-    an fd number above select()'s limit of 1023."""
+def test_a_view_is_made_when_the_controller_has_over_1024_fds(tmp_path: Path) -> None:
+    """A controller of thousands of instances holds a pidfd each: the views' socket then
+    gets an fd number above select()'s limit of 1023."""
     low, high = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(low, min(high, 2048)), high))
     with open(os.devnull) as null:
@@ -331,10 +310,11 @@ def test_a_namespace_is_made_when_the_controller_has_over_1024_fds(tmp_path: Pat
     try:
         assert max(taken) > 1024
         node_tmp = NodeTmp(tmp_path / "nodes", ["node1"])
-        argv = node_tmp.enter("node1", ["sh", "-c", "echo here > /tmp/mine"])
+        argv = node_tmp.enter("node1", ["sh", "-c", "echo here > /tmp/mine && cat /tmp/mine"])
         assert argv[0].endswith("nsenter")
-        assert subprocess.run(argv, check=False).returncode == 0
-        assert (tmp_path / "nodes" / "node1" / "tmp" / "mine").read_text() == "here\n"
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert done.stdout == "here\n"
+        assert not Path("/tmp/mine").exists() or Path("/tmp/mine").read_text() != "here\n"
         node_tmp.close()
     finally:
         for fd in taken:

@@ -301,13 +301,12 @@ def _base_backend(
     return LocalBackend(count), None, None
 
 
-def _isolate_nodes(backend: Backend, run_dir: Path, launcher: str) -> None:
+def _isolate_nodes(backend: Backend, run_dir: Path) -> None:
     """Simulated nodes get their own temp dirs under the run dir (local backend only)."""
     from srtr.backends.local import LocalBackend
 
     if isinstance(backend, LocalBackend):
-        # Node agents launch the instances: no namespace makers ahead for this backend.
-        backend.isolate_nodes(run_dir / "nodes", launches=launcher != "agent")
+        backend.isolate_nodes(run_dir / "nodes")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -338,7 +337,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         _, desired = plan_text_source(text, args.recipe, allocation, pins=pins)
         _create_run_dir(run_dir)
         write_pins(run_dir, pins)
-        _isolate_nodes(backend, run_dir, launcher)
+        _isolate_nodes(backend, run_dir)
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
             slurm_backend.release_allocation()
@@ -514,7 +513,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
     else:
         backend = LocalBackend(len(allocation))
     launcher = str(job.get("launcher") or "")
-    _isolate_nodes(backend, run_dir, launcher)
+    _isolate_nodes(backend, run_dir)
     prober = None
     if launcher == "agent":
         from srtr.backends.agent.backend import AgentProber
