@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -320,3 +322,61 @@ def test_a_view_is_made_when_the_controller_has_over_1024_fds(tmp_path: Path) ->
         for fd in taken:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (low, high))
+
+
+AS_USER = """
+import subprocess, sys
+from pathlib import Path
+from srtr.backends.node_tmp import NodeTmp
+
+root = Path(sys.argv[1])
+node_tmp = NodeTmp(root, ["node1", "node2"])
+mine = sys.argv[2]
+script = f"id -u; echo node1 > {mine}; cat {mine}; cat {sys.argv[3]}"
+write = node_tmp.enter("node1", ["sh", "-c", script])
+other = node_tmp.enter("node2", ["sh", "-c", f"test -e {mine} || echo absent"])
+print(write[0].rsplit("/", 1)[-1], (root / "isolation.txt").read_text().strip(), flush=True)
+subprocess.run(write, check=True)
+subprocess.run(other, check=True)
+node_tmp.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to an unprivileged user with setpriv")
+def test_an_unprivileged_user_gets_node_views_through_a_user_namespace(tmp_path: Path) -> None:
+    """Without root the helper first enters one user namespace (root in it, as `unshare
+    --map-root-user`); the nodes' instances enter it with their node's view."""
+    # The user must be able to run the interpreter: the test's may live under /root.
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin")
+    if shutil.which("setpriv") is None or python is None:
+        pytest.skip("setpriv (util-linux) or a system python3 is not installed")
+    where = Path(tempfile.mkdtemp(prefix="srtr-userns-", dir="/tmp"))
+    try:
+        where.chmod(0o777)
+        host = where / "host-file"
+        host.write_text("host data\n")
+        host.chmod(0o644)
+        mine = f"/tmp/srtr-userns-x-{os.getpid()}"
+        drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        done = subprocess.run(
+            [*drop, python, "-c", AS_USER, str(where / "nodes"), mine, str(host)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd="/",
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines() == [
+            "nsenter node isolation: own /tmp over the host's (overlay in a mount namespace), "
+            "TMPDIR=/tmp",
+            "0",  # root in the job's user namespace
+            "node1",
+            "host data",
+            "absent",
+        ], done.stdout + done.stderr
+        assert not Path(mine).exists()
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
