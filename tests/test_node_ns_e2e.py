@@ -380,3 +380,22 @@ def test_an_unprivileged_user_gets_node_views_through_a_user_namespace(tmp_path:
         assert not Path(mine).exists()
     finally:
         shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs under /tmp on the host")
+def test_a_filesystem_mounted_under_tmp_is_visible_on_every_node(tmp_path: Path) -> None:
+    """An overlay's lower layer hides the mounts beneath it: those under /tmp are bound back."""
+    where = Path(tempfile.mkdtemp(prefix="srtr-submount-", dir="/tmp"))
+    subprocess.run(["mount", "-t", "tmpfs", "srtr-test", str(where)], check=True)
+    try:
+        (where / "on-the-mount").write_text("mounted\n")
+        node_tmp = NodeTmp(tmp_path / "nodes", ["node1"])
+        try:
+            argv = node_tmp.enter("node1", ["cat", str(where / "on-the-mount")])
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            assert done.stdout == "mounted\n", done.stderr
+        finally:
+            node_tmp.close()
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+        where.rmdir()

@@ -68,8 +68,8 @@ class NodeTmp:
         """Start making the views of `nodes` (in the order they are likely to be launched
         on). `shared`: paths to keep the host's own on every node besides the run dir
         (`root`'s parent) and the working directory."""
-        self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        self.root = root = root.resolve()  # the helper runs in /
         self._shared = shared_paths([root.parent, Path.cwd(), *shared], TMP)
         self._nsenter = shutil.which("nsenter")
         self._views: dict[str, int | None] = {}  # node → its mount namespace fd, or None

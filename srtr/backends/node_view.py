@@ -9,7 +9,8 @@ mount namespace of the calling thread it mounts an overlay on /tmp:
 - the upper layer is the node's own dir: what the node writes, creates or deletes under
   /tmp lands there, and neither the host nor another node sees it;
 - `shared` paths under /tmp (the run dir, the working directory) are bound back on top,
-  the host's own dirs, so writes there reach the host as on a cluster's shared filesystem.
+  the host's own dirs, so writes there reach the host as on a cluster's shared filesystem;
+  so are the mounts under /tmp (`submounts`), which an overlay's lower layer does not show.
 
 Where the upper layer lives. An overlay's upper and work dirs must not lie inside its lower
 layer (the kernel documents such layers as overlapping, with undefined behaviour). So when
@@ -37,6 +38,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -99,6 +101,21 @@ def shared_paths(paths: Sequence[Path], tmp: Path = TMP) -> list[str]:
         if not any(path.startswith(k.rstrip("/") + "/") for k in kept):
             kept.append(path)
     return kept
+
+
+def submounts(tmp: Path = TMP) -> list[Path]:
+    """Mount points strictly under `tmp` in our mount namespace. An overlay's lower layer
+    shows none of them (only the directories beneath), so they are bound back as they are."""
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+        for line in table:
+            fields = line.split(" ")
+            if len(fields) > 4:
+                # mountinfo escapes space, tab, newline and backslash as octal (\040).
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                if Path(point).is_relative_to(tmp) and Path(point) != tmp:
+                    found.append(Path(point))
+    return found
 
 
 def _escape(path: str) -> str:
@@ -165,7 +182,8 @@ def serve(sock: socket.socket, request: dict[str, object]) -> int:
     `request`: {"shared": [...], "nodes": [[name, node dir], ...]}. Messages: "user" with
     the user namespace's fd (unprivileged only, first), then "ok <node>" with the node's
     mount namespace fd or "err <node> <why>", in the order asked; "fatal <why>" ends it."""
-    shared = [str(p) for p in request["shared"]]  # type: ignore[attr-defined]
+    asked = [Path(p) for p in request["shared"]]  # type: ignore[attr-defined]
+    shared = shared_paths([*asked, *submounts()])
     nodes: list[list[str]] = request["nodes"]  # type: ignore[assignment]
     try:
         if os.geteuid() != 0:
