@@ -81,7 +81,8 @@ def _ns(pid: int) -> str:
 
 
 def _tmp_seen_by(pid: int) -> set[str]:
-    return set(os.listdir(f"/proc/{pid}/root/tmp"))
+    """What `pid`'s node wrote under its /tmp: what it sees there that the host has not."""
+    return set(os.listdir(f"/proc/{pid}/root/tmp")) - set(os.listdir("/tmp"))
 
 
 def _members(namespaces: set[str]) -> set[int]:
@@ -278,7 +279,7 @@ def _helpers() -> list[int]:
     """Live node-view helpers started by this test process."""
     me = str(os.getpid())
     found = []
-    for pid, _ in cmdlines_with("srtr.backends.node_view"):
+    for pid, _ in cmdlines_with("backends/node_view.py"):
         with_parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         if with_parent[1] == me and with_parent[0] != "Z":
             found.append(pid)

@@ -97,7 +97,7 @@ class LocalBackend:
             # A program that cannot be found fails the launch as it always did (LaunchError),
             # not as an exit of the wrapper's shell.
             return argv
-        return self._node_tmp.enter(spec.node, argv)
+        return self._node_tmp.enter(spec.node, argv, here=True)
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
         inherited = inherited_environment()
@@ -131,9 +131,11 @@ class LocalBackend:
         """
         if spec.node in self._lost_nodes:
             raise LaunchError(f"cannot start {spec.name!r}: node {spec.node} is lost")
-        if self._node_tmp is not None:
-            await self._node_tmp.prepare(spec.node)
-        return self._groups.start(spec).pid
+        if self._node_tmp is None:
+            return self._groups.start(spec).pid
+        await self._node_tmp.prepare(spec.node)
+        with self._node_tmp.entered(spec.node):  # as root: no nsenter exec per launch
+            return self._groups.start(spec).pid
 
     async def signal(self, name: str, signum: int) -> None:
         self._groups.signal(name, signum)

@@ -21,7 +21,7 @@ mounted on the node dir first (in the node's namespace only) and holds upper and
 node still sees its writes at `<node dir>/tmp`, the host does not, and they end with the
 namespace. Measured (2 cores, root): making one view costs 0.8-1.7 ms either way.
 
-`main` is a short-lived helper process (`python -m srtr.backends.node_view`) that makes the
+`main` is a short-lived helper process (`python -I <this file> FD`) that makes the
 views of many nodes one after the other in its single thread and hands each namespace to its
 parent as a file descriptor over a Unix socket (SCM_RIGHTS), then exits: no process per node,
 no exec per node. Without root it first enters one new user namespace (mapped to root in it,
@@ -223,8 +223,8 @@ def serve(sock: socket.socket, request: dict[str, object]) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    """`python -m srtr.backends.node_view FD`: the request (JSON) on stdin, answers on the
-    inherited socket FD."""
+    """`python -I node_view.py FD`: the request (JSON) on stdin, answers on the inherited
+    socket FD."""
     sock = socket.socket(fileno=int(argv[0]))
     request = json.loads(sys.stdin.read())
     os.chdir("/")  # setns resets it anyway; a cwd under /tmp must not pin anything
