@@ -103,7 +103,9 @@ def test_a_member_that_exits_before_the_fleet_gate_passes_fails_the_job(tmp_path
     fake.write_text(FAKE_RAY.format(python=os.path.realpath(sys.executable)))
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    run = Run(tmp_path, textwrap.dedent(EXITING % (tmp_path / "polled")), env=env)
+    # The head's mark goes in the run dir: a node's other /tmp writes are its own.
+    run_dir = tmp_path / "run"
+    run = Run(tmp_path, textwrap.dedent(EXITING % (run_dir / "polled")), env=env, run_dir=run_dir)
     assert Run.finish(run, timeout=120) == 1, run.out + run.err
     state = run.state()
     assert state is not None

@@ -171,7 +171,11 @@ def test_a_stage_whose_every_launch_fails_fails_the_job(
     assert reason.startswith(f"services[x] {why}"), reason
     assert "srtr-no-such-tool --serve" in reason and "; see logs/service_x_node" in reason
     assert f"exit code 1: {reason}" in run.out
-    messages = [e["message"] for e in events(run.run_dir)]
-    assert not any("every stage is up" in m for m in messages), messages
-    assert "Converged" not in [e["reason"] for e in events(run.run_dir)]
-    assert instance(state, "service_app")["pid"] is None  # its stage never began
+    if "could not be started" in why:
+        # A launch that never started holds its stage: the job never says it is up.
+        messages = [e["message"] for e in events(run.run_dir)]
+        assert not any("every stage is up" in m for m in messages), messages
+        assert "Converged" not in [e["reason"] for e in events(run.run_dir)]
+        assert instance(state, "service_app")["pid"] is None  # its stage never began
+    # An exit 127 of a member without a probe may come after its stage passed (it was
+    # "ready" once launched); the job fails all the same (`decisions.unstartable`).
