@@ -20,6 +20,7 @@ from srtr.controllers.decisions import (
     StopStep,
     TeardownStep,
     after_exit,
+    could_not_start,
     critical_failure,
     exited_unready,
     job_end,
@@ -32,6 +33,7 @@ from srtr.controllers.decisions import (
     stage_gate,
     stop_step,
     teardown_step,
+    unstartable,
 )
 from srtr.reconciler.status import InstanceStatus, Phase, UserAction
 from srtr.resources.objects import (
@@ -336,8 +338,11 @@ def test_ready_members_and_members_without_a_probe_hold_no_deadline() -> None:
     assert gate(now=99.0, node1=ready, node3=ready) == Gate()
     no_probe = {n: replace(s, probe=None) for n, s in GATED_SPECS.items()}
     st = {n: member(Phase.FAILED, code=1, ready=True) for n in GATED.instances}
-    st["service_x_node3"] = member(Phase.FAILED, code=127)  # launch failed: no probe, no gate
+    st["service_x_node3"] = member(Phase.FAILED, code=1)  # it ran, then failed: no probe
     assert stage_gate(GATED, no_probe, st, started_at=0.0, now=99.0) == Gate()
+    # One that never ran (code 127) does fail it: see the tests of `could_not_start`.
+    st["service_x_node3"] = member(Phase.FAILED, code=127)
+    assert stage_gate(GATED, no_probe, st, started_at=0.0, now=99.0).failed == "service_x_node3"
 
 
 def test_a_ready_member_that_exits_later_does_not_fail_the_gate() -> None:
@@ -519,3 +524,61 @@ def test_stop_sends_sigkill_once_the_grace_passed() -> None:
 def test_nothing_is_left_to_do_once_killed() -> None:
     assert stop_step(TIERED["a"], running(stop_sent_at=1.0, kill_sent=True), 99.0) == StopStep()
     assert stop_step(TIERED["a"], running(kill_sent=True), 99.0) == StopStep(term=True)
+
+
+# --- a program that never ran (issue 21) ---------------------------------------------------------
+
+NO_PROBE = Stage("after_frontend", "after_frontend", ("service_a_node1", "service_a_node2"))
+NO_PROBE_SPECS = {
+    n: spec(n, service="a", argv=("srtr-no-such-tool", "--serve"), node=n[-5:])
+    for n in NO_PROBE.instances
+}
+
+
+def never_ran(error: str | None = None, code: int = 127) -> InstanceStatus:
+    """Ended for good (restart: never) without running: a failed launch or exit 127."""
+    return InstanceStatus(
+        phase=Phase.FAILED,
+        activated=True,
+        attempt=0,
+        exited_attempt=0,
+        ready_attempt=0,  # no probe: "ready" once launched
+        exit_code=code,
+        launch_error=error,
+    )
+
+
+def test_a_member_without_a_probe_that_never_ran_fails_the_gate() -> None:
+    up = InstanceStatus(phase=Phase.RUNNING, activated=True, attempt=0, ready_attempt=0)
+    st = {"service_a_node1": up, "service_a_node2": never_ran()}
+    gate = stage_gate(NO_PROBE, NO_PROBE_SPECS, st, started_at=0.0, now=1.0)
+    assert gate.failed == "service_a_node2"
+    assert gate.reason == (
+        "services[a] exited with code 127 on node2 at once: its program was not found "
+        "(command: srtr-no-such-tool --serve); see logs/service_a_node2.out"
+    )
+    # srtctl would let this stage pass: the member is "ready", and not critical.
+    assert stage_done(NO_PROBE_SPECS["service_a_node2"], st["service_a_node2"])
+
+
+def test_a_launch_that_never_started_fails_the_gate_with_the_backends_reason() -> None:
+    error = "cannot start 'srtr-no-such-tool': [Errno 2] No such file or directory"
+    st = {n: never_ran(error) for n in NO_PROBE.instances}
+    gate = stage_gate(NO_PROBE, NO_PROBE_SPECS, st, started_at=0.0, now=1.0)
+    assert gate.reason == (
+        f"services[a] could not be started on node1: {error} "
+        "(command: srtr-no-such-tool --serve); see logs/service_a_node1.out"
+    )
+
+
+def test_a_service_none_of_whose_instances_ran_fails_the_job_after_the_gate() -> None:
+    names = set(NO_PROBE.instances)
+    st = {n: never_ran(code=126) for n in names}
+    assert unstartable(NO_PROBE_SPECS, st, names) == (
+        "services[a] exited with code 126 on node1 at once: its program could not be "
+        "executed (command: srtr-no-such-tool --serve); see logs/service_a_node1.out"
+    )
+    # One instance that ran is enough: the others' exits are the service's own business.
+    st["service_a_node2"] = replace(never_ran(), exit_code=3)
+    assert unstartable(NO_PROBE_SPECS, st, names) is None
+    assert not could_not_start(NO_PROBE_SPECS["service_a_node2"], st["service_a_node2"])

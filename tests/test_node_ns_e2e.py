@@ -1,6 +1,6 @@
-"""One mount namespace per simulated node (node_tmp.NodeTmp.enter): made at the node's first
-launch, entered by every instance of the node with one exec, held by the controller's fds
-alone (no holder process), gone with the job.
+"""One mount namespace per simulated node (node_tmp.NodeTmp.enter): made by one helper while
+the job starts, entered by every instance of the node with one exec, held by the controller's
+fds alone (no holder process), gone with the job.
 
 Namespaces are seen from outside through /proc: /proc/PID/ns/mnt names a process's mount
 namespace, and /proc/PID/root/tmp is /tmp as that process sees it.
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import subprocess
-import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,8 @@ def _ns(pid: int) -> str:
 
 
 def _tmp_seen_by(pid: int) -> set[str]:
-    return set(os.listdir(f"/proc/{pid}/root/tmp"))
+    """What `pid`'s node wrote under its /tmp: what it sees there that the host has not."""
+    return set(os.listdir(f"/proc/{pid}/root/tmp")) - set(os.listdir("/tmp"))
 
 
 def _members(namespaces: set[str]) -> set[int]:
@@ -204,8 +206,8 @@ def test_nothing_outlives_a_killed_controller_but_its_instances(tmp_path: Path) 
 
 
 def test_launches_after_adoption_see_the_same_node_files(tmp_path: Path) -> None:
-    """Adopted instances keep their namespace; an instance the new controller starts gets
-    a new one, over the same node dir."""
+    """Adopted instances keep their namespace, and an instance the new controller starts
+    on their node joins it."""
     run = Run(tmp_path, NODES, "--adopt-window", "60")
     try:
         pids = _pids(_running(run))
@@ -229,7 +231,7 @@ def test_launches_after_adoption_see_the_same_node_files(tmp_path: Path) -> None
             "the adopted rider to be relaunched",
         )
         new = instance(state, "service_ridera_node1")["pid"]
-        assert _ns(new) != old and _ns(pids["service_box_node1"]) == old
+        assert _ns(new) == old and _ns(pids["service_box_node1"]) == old
         assert _tmp_seen_by(new) >= NODE1 and not _tmp_seen_by(new) & NODE2
         second.send_signal(signal.SIGINT)
         assert second.wait(60) == 130
@@ -238,92 +240,72 @@ def test_launches_after_adoption_see_the_same_node_files(tmp_path: Path) -> None
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
 
 
-def test_an_nsenter_that_fails_falls_back_to_the_per_launch_namespace(tmp_path: Path) -> None:
-    # An `nsenter` that always fails: every launch builds its own view, as before.
+TMPDIR_NODES = """
+name: nodens
+services:
+  - name: box
+    nodes: 2
+    command: [bash, -c, 'touch "$TMPDIR/$SRTR_INSTANCE" && echo serving && exec sleep 1000']
+    readiness: {log: {pattern: "^serving$"}, timeout_seconds: 60, interval_seconds: 0.05}
+"""
+
+
+def test_an_nsenter_that_fails_leaves_the_nodes_tmpdir_only(tmp_path: Path) -> None:
+    # An `nsenter` that always fails: one warning, and the nodes get TMPDIR (no view).
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     refuse = bin_dir / "nsenter"
     refuse.write_text("#!/bin/sh\necho 'nsenter: reassociate to namespace failed' >&2\nexit 1\n")
     refuse.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    run = Run(tmp_path, NODES, env=env)
+    run = Run(tmp_path, TMPDIR_NODES, env=env)
     try:
         pids = _pids(_running(run))
-        wait_for(lambda: _files_written(pids), 30, "each instance's file in its /tmp")
-        for name in NODE1:
-            assert _tmp_seen_by(pids[name]) >= NODE1 and not _tmp_seen_by(pids[name]) & NODE2
-        # Each launch made its own namespace.
-        assert len({_ns(pid) for pid in pids.values()}) == len(pids)
+        nodes = run.run_dir / "nodes"
+        for name, pid in pids.items():
+            node = name.rsplit("_", 1)[1]
+            wait_for(lambda n=node, i=name: (nodes / n / "tmp" / i).exists(), 30, "its file")
+            assert _ns(pid) == _ns(os.getpid())  # no view: the host's namespace
     finally:
         code = _stop(run)
     assert code == 130, run.out + run.err
     log = (run.run_dir / "logs" / "srtr.log").read_text()
-    assert log.count("nsenter cannot enter a node's namespace") == 1, log
+    assert log.count("nsenter cannot enter a node's view") == 1, log
     assert "reassociate to namespace failed" in log
+    assert (nodes / "isolation.txt").read_text().startswith("node isolation: TMPDIR only; nsenter")
 
 
-def _makers_of(root: Path) -> list[tuple[int, str]]:
-    """Live makers of node dirs under `root` (their argv names the node dir)."""
-    return [(pid, line) for pid, line in cmdlines_with(str(root)) if "srtr-ns-maker" in line]
+def _helpers() -> list[int]:
+    """Live node-view helpers started by this test process."""
+    me = str(os.getpid())
+    found = []
+    for pid, _ in cmdlines_with("backends/node_view.py"):
+        with_parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if with_parent[1] == me and with_parent[0] != "Z":
+            found.append(pid)
+    return found
 
 
-def test_makers_of_nodes_not_launched_yet_end_with_close(tmp_path: Path) -> None:
-    """The first launch starts the makers of the next nodes too; `close` ends those that
-    were never used, and a namespace in use is not touched by it."""
-    root = tmp_path / "nodes"
-    node_tmp = NodeTmp(root, ["node1", "node2", "node3"])
-    argv = node_tmp.enter("node1", ["sh", "-c", "touch /tmp/mine && exec sleep 1000"])
-    proc = subprocess.Popen(argv, start_new_session=True)
+def test_one_helper_makes_every_view_and_is_gone_once_done(tmp_path: Path) -> None:
+    """No process per node and none left: the helper exits once the views are made, and a
+    view lives on in the controller's fd (the instance finds its node's file again)."""
+    node_tmp = NodeTmp(tmp_path / "nodes", [f"node{k}" for k in range(1, 9)])
     try:
-        wait_for(lambda: "mine" in _tmp_seen_by(proc.pid), 30, "the instance's file")
-        assert {line.split(" srtr-ns-maker ")[1].split()[0] for _, line in _makers_of(root)} == {
-            str(root / "node2" / "tmp"),
-            str(root / "node3" / "tmp"),
-        }
+        argv = node_tmp.enter("node8", ["sh", "-c", "echo mine > /tmp/mine"])
+        assert argv[0].endswith("nsenter")
+        assert subprocess.run(argv, check=False).returncode == 0
+        wait_for(lambda: not _helpers(), 30, "the helper to exit")
+        again = node_tmp.enter("node8", ["cat", "/tmp/mine"])
+        assert subprocess.run(again, capture_output=True, text=True).stdout == "mine\n"
+        other = node_tmp.enter("node1", ["sh", "-c", "test ! -e /tmp/mine && echo absent"])
+        assert subprocess.run(other, capture_output=True, text=True).stdout == "absent\n"
+    finally:
         node_tmp.close()
-        assert _makers_of(root) == []
-        assert "mine" in _tmp_seen_by(proc.pid)
-        assert (root / "node1" / "tmp" / "mine").exists()
-    finally:
-        proc.kill()
-        proc.wait()
 
 
-MAKER_OWNER = """
-import sys
-from pathlib import Path
-from srtr.backends.node_tmp import NodeTmp
-
-node_tmp = NodeTmp(Path(sys.argv[1]), ["node1", "node2"])
-node_tmp.enter("node1", ["true"])
-print("made", flush=True)
-sys.stdin.read()
-"""
-
-
-def test_makers_do_not_outlive_a_killed_controller(tmp_path: Path) -> None:
-    root = tmp_path / "nodes"
-    owner = subprocess.Popen(
-        [sys.executable, "-c", MAKER_OWNER, str(root)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert owner.stdout is not None and owner.stdout.readline() == "made\n"
-        assert len(_makers_of(root)) == 1  # node2's, started ahead of its first launch
-        owner.kill()
-        owner.wait()
-        wait_for(lambda: not _makers_of(root), 30, "node2's maker to end")
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-            owner.wait()
-
-
-def test_a_namespace_is_made_when_the_controller_has_over_1024_fds(tmp_path: Path) -> None:
-    """A controller of thousands of instances holds a pidfd each: a maker's pipe then gets
-    an fd number above select()'s limit of 1023."""
+def test_a_view_is_made_when_the_controller_has_over_1024_fds(tmp_path: Path) -> None:
+    """A controller of thousands of instances holds a pidfd each: the views' socket then
+    gets an fd number above select()'s limit of 1023."""
     low, high = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(low, min(high, 2048)), high))
     with open(os.devnull) as null:
@@ -331,12 +313,90 @@ def test_a_namespace_is_made_when_the_controller_has_over_1024_fds(tmp_path: Pat
     try:
         assert max(taken) > 1024
         node_tmp = NodeTmp(tmp_path / "nodes", ["node1"])
-        argv = node_tmp.enter("node1", ["sh", "-c", "echo here > /tmp/mine"])
+        argv = node_tmp.enter("node1", ["sh", "-c", "echo here > /tmp/mine && cat /tmp/mine"])
         assert argv[0].endswith("nsenter")
-        assert subprocess.run(argv, check=False).returncode == 0
-        assert (tmp_path / "nodes" / "node1" / "tmp" / "mine").read_text() == "here\n"
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert done.stdout == "here\n"
+        assert not Path("/tmp/mine").exists() or Path("/tmp/mine").read_text() != "here\n"
         node_tmp.close()
     finally:
         for fd in taken:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (low, high))
+
+
+AS_USER = """
+import subprocess, sys
+from pathlib import Path
+from srtr.backends.node_tmp import NodeTmp
+
+root = Path(sys.argv[1])
+node_tmp = NodeTmp(root, ["node1", "node2"])
+mine = sys.argv[2]
+script = f"id -u; echo node1 > {mine}; cat {mine}; cat {sys.argv[3]}"
+write = node_tmp.enter("node1", ["sh", "-c", script])
+other = node_tmp.enter("node2", ["sh", "-c", f"test -e {mine} || echo absent"])
+print(write[0].rsplit("/", 1)[-1], (root / "isolation.txt").read_text().strip(), flush=True)
+subprocess.run(write, check=True)
+subprocess.run(other, check=True)
+node_tmp.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to an unprivileged user with setpriv")
+def test_an_unprivileged_user_gets_node_views_through_a_user_namespace(tmp_path: Path) -> None:
+    """Without root the helper first enters one user namespace (root in it, as `unshare
+    --map-root-user`); the nodes' instances enter it with their node's view."""
+    # The user must be able to run the interpreter: the test's may live under /root.
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin")
+    if shutil.which("setpriv") is None or python is None:
+        pytest.skip("setpriv (util-linux) or a system python3 is not installed")
+    where = Path(tempfile.mkdtemp(prefix="srtr-userns-", dir="/tmp"))
+    try:
+        where.chmod(0o777)
+        host = where / "host-file"
+        host.write_text("host data\n")
+        host.chmod(0o644)
+        mine = f"/tmp/srtr-userns-x-{os.getpid()}"
+        drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        done = subprocess.run(
+            [*drop, python, "-c", AS_USER, str(where / "nodes"), mine, str(host)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd="/",
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines() == [
+            "nsenter node isolation: own /tmp over the host's (overlay in a mount namespace), "
+            "TMPDIR=/tmp",
+            "0",  # root in the job's user namespace
+            "node1",
+            "host data",
+            "absent",
+        ], done.stdout + done.stderr
+        assert not Path(mine).exists()
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs under /tmp on the host")
+def test_a_filesystem_mounted_under_tmp_is_visible_on_every_node(tmp_path: Path) -> None:
+    """An overlay's lower layer hides the mounts beneath it: those under /tmp are bound back."""
+    where = Path(tempfile.mkdtemp(prefix="srtr-submount-", dir="/tmp"))
+    subprocess.run(["mount", "-t", "tmpfs", "srtr-test", str(where)], check=True)
+    try:
+        (where / "on-the-mount").write_text("mounted\n")
+        node_tmp = NodeTmp(tmp_path / "nodes", ["node1"])
+        try:
+            argv = node_tmp.enter("node1", ["cat", str(where / "on-the-mount")])
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            assert done.stdout == "mounted\n", done.stderr
+        finally:
+            node_tmp.close()
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+        where.rmdir()

@@ -134,3 +134,48 @@ def test_after_the_gate_a_non_critical_exit_does_not_fail_the_job(tmp_path: Path
     assert [(e["type"], e["message"]) for e in exited] == [
         ("Warning", "exited with code 3 on node3")
     ]
+
+
+# Issue 21: a service none of whose launches ever ran, no probe, not critical. srtctl counts
+# such a member up once its srun exists; srtr fails the job and names the command and log.
+NEVER_RAN = """
+name: gate
+services:
+  - name: x
+    command: {command}
+    nodes: 3
+  - name: app
+    command: ["sleep", "1000"]
+benchmark:
+  type: custom
+  command: "sleep 1000"
+"""
+
+
+@pytest.mark.parametrize(
+    ("launcher", "command", "why"),
+    [
+        ("process", '["srtr-no-such-tool", "--serve"]', "could not be started on node"),
+        ("agent", '["srtr-no-such-tool", "--serve"]', "could not be started on node"),
+        ("process", '["bash", "-c", "srtr-no-such-tool --serve"]', "exited with code 127 on"),
+    ],
+)
+def test_a_stage_whose_every_launch_fails_fails_the_job(
+    tmp_path: Path, launcher: str, command: str, why: str
+) -> None:
+    run = Run(tmp_path, NEVER_RAN.format(command=command), "--launcher", launcher)
+    assert finish(run) == 1, run.out + run.err
+    state = run.state()
+    assert state is not None
+    reason = state["job"]["reason"]
+    assert reason.startswith(f"services[x] {why}"), reason
+    assert "srtr-no-such-tool --serve" in reason and "; see logs/service_x_node" in reason
+    assert f"exit code 1: {reason}" in run.out
+    if "could not be started" in why:
+        # A launch that never started holds its stage: the job never says it is up.
+        messages = [e["message"] for e in events(run.run_dir)]
+        assert not any("every stage is up" in m for m in messages), messages
+        assert "Converged" not in [e["reason"] for e in events(run.run_dir)]
+        assert instance(state, "service_app")["pid"] is None  # its stage never began
+    # An exit 127 of a member without a probe may come after its stage passed (it was
+    # "ready" once launched); the job fails all the same (`decisions.unstartable`).

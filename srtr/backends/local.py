@@ -6,8 +6,9 @@ which argv and environment start an attempt and what an exit means.
 
 Nodes are simulated: node K is `nodeK` with the loopback IP 127.0.0.1 + K, so services that
 bind to `{node_ip}` do not collide. Once a job has a run dir (`isolate_nodes`), each node also
-gets its own temp dir, and a private /tmp where the kernel allows (`node_tmp`): one mount
-namespace per node, which every instance of the node enters with one exec.
+gets its own view of the machine where the kernel allows (`node_tmp`): every host path, and
+its own writes under /tmp; one mount namespace per node, which every instance of the node
+enters with one exec.
 The CLI constructs this backend; controllers see it only as
 a `srtr.backends.base.Backend`.
 
@@ -78,19 +79,16 @@ class LocalBackend:
         self._lost_nodes: set[str] = set()
         self._lost_attempts: set[tuple[str, int]] = set()  # (name, attempt) killed with a node
 
-    def isolate_nodes(self, root: Path, *, launches: bool = True) -> str:
-        """Give each simulated node its own temp dir under `root` (`<run dir>/nodes`): TMPDIR,
-        and a private /tmp where the kernel allows (see `node_tmp`). Returns how.
-
-        `launches`: this backend launches the instances (not node agents), so the first
-        nodes' namespaces are made ahead."""
-        ahead = [node.name for node in self._nodes] if launches else []
-        self._node_tmp = NodeTmp(root, ahead)
+    def isolate_nodes(self, root: Path) -> str:
+        """Give each simulated node its own /tmp under `root` (`<run dir>/nodes`): a view of
+        the machine with its own /tmp writes where the kernel allows, else TMPDIR (see
+        `node_tmp`); the views are made from now on, while the job starts. Returns how."""
+        self._node_tmp = NodeTmp(root, [node.name for node in self._nodes])
         return (root / "isolation.txt").read_text().strip()
 
     @property
     def node_tmp(self) -> NodeTmp | None:
-        """The nodes' temp dirs once `isolate_nodes` ran (node agents start inside them)."""
+        """The nodes' views once `isolate_nodes` ran (node agents start inside them)."""
         return self._node_tmp
 
     def _command(self, spec: LaunchSpec) -> list[str]:
@@ -99,7 +97,7 @@ class LocalBackend:
             # A program that cannot be found fails the launch as it always did (LaunchError),
             # not as an exit of the wrapper's shell.
             return argv
-        return self._node_tmp.enter(spec.node, argv)
+        return self._node_tmp.enter(spec.node, argv, here=True)
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
         inherited = inherited_environment()
@@ -133,9 +131,11 @@ class LocalBackend:
         """
         if spec.node in self._lost_nodes:
             raise LaunchError(f"cannot start {spec.name!r}: node {spec.node} is lost")
-        if self._node_tmp is not None:
-            await self._node_tmp.prepare(spec.node)
-        return self._groups.start(spec).pid
+        if self._node_tmp is None:
+            return self._groups.start(spec).pid
+        await self._node_tmp.prepare(spec.node)
+        with self._node_tmp.entered(spec.node):  # as root: no nsenter exec per launch
+            return self._groups.start(spec).pid
 
     async def signal(self, name: str, signum: int) -> None:
         self._groups.signal(name, signum)
@@ -177,7 +177,12 @@ class LocalBackend:
         The process is not our child, so its exit status cannot be read: its exit is
         reported with `exit_code=None`.
         """
-        return self._groups.adopt(name, attempt, identity)
+        adopted = self._groups.adopt(name, attempt, identity)
+        live = self._groups.get(name)
+        if adopted and live is not None and live.node and self._node_tmp is not None:
+            # The node's next launches join the adopted instance's view, and its /tmp.
+            self._node_tmp.adopt(live.node, live.pid)
+        return adopted
 
     async def end_time(self) -> float | None:
         """None: a local job has no time limit."""

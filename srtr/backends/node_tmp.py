@@ -1,340 +1,400 @@
-"""A simulated node's own temp dir on the local backend: "a node is a node" (issue #13 part 5).
+"""A simulated node's own /tmp on the local backend, with every host path still visible.
 
 Multi-node software assumes one host per node: Ray keeps its session, sockets and
 `ray_current_cluster` under /tmp/ray, etcd and NATS put their data dirs under /tmp. Simulated
-nodes share one machine, so each gets `<run dir>/nodes/<node>/tmp`:
+nodes share one machine, so each gets a *node view* (`node_view.make_view`): its own mount
+namespace in which /tmp is an overlay of the host's /tmp with the node's writes on top. A
+node reads every file of the machine as the host does (a venv, a program or a working
+directory under /tmp included: issue 21), and what it writes under /tmp is its own. The run
+dir and the controller's working directory, when under /tmp, are the host's own dirs again
+on every node (writes there are shared, as on a cluster's shared filesystem). TMPDIR is /tmp,
+which keeps Unix socket paths short (Ray's must fit in 107 bytes).
 
-- `TMPDIR` points at it (programs that honour TMPDIR, Ray among them, need nothing more);
-- where the kernel allows a mount namespace (root, or an unprivileged user namespace),
-  every process of the node also sees that dir *as* /tmp: the node has its own mount
-  namespace (`unshare --mount --propagation private`) with that dir bind-mounted over /tmp,
-  so programs that hard-code /tmp are separated too. TMPDIR is then /tmp itself, which
-  keeps Unix socket paths short (Ray's must fit in 107 bytes).
+Where that is impossible (no user namespaces without root, no overlayfs, no nsenter), each
+node gets `TMPDIR=<run dir>/nodes/<node>/tmp` instead, with one warning: programs that honour
+TMPDIR (Ray does) are separated, programs that hard-code /tmp are not. `SRTR_NODE_ISOLATION=
+tmpdir` asks for that mode (the benchmarks compare the two in one run).
 
-What a node still shares: the network namespace (nodes keep their 127.0.0.K addresses, so
-a wildcard bind still takes a port on every node), /dev/shm, the process table, and every
-other path. The run dir stays visible at its own path inside the private /tmp (its top-level
-directory under /tmp is bound back), as a cluster's shared filesystem would be, and so does
-the controller's working directory.
+Cost, and why it is built this way. The views are made once per node, off the launch path:
+one short-lived helper process (`python -I .../srtr/backends/node_view.py`, started with the job)
+makes every node's view in turn and passes each namespace back as an fd over a Unix socket;
+1,024 views take it 0.5-0.8 s on another core while the job starts. An open namespace fd keeps
+the namespace and its mounts alive with no process in it, so there is no holder process to
+watch or leave behind: a namespace ends once the controller's fds are closed (`close`, or
+its death, even by kill -9) and its last process is gone. As root, the launching thread
+enters the node's view itself around the Popen (`entered`: setns(2) there and back, 17 µs);
+otherwise (and for node agents) each launch is one exec of
+`nsenter --mount=/proc/<controller pid>/fd/N --wd=. -- argv` (not root: `--user=...
+--preserve-credentials` first, so the instance is root in the job's user namespace as under
+`unshare --map-root-user`). nsenter opens our fd by its /proc path, so the instance inherits
+no extra fd; it execs, so the pid and process group stay the instance's own; `--wd=.` keeps
+the cwd (entering a mount namespace resets it to /). The previous design, a maker process of
+`unshare`, `sh` and `mount` execs per node, cost 4,096 instances 11.6-18.3 s to be Running
+(5.8 s without namespaces); benchmarks/README.md has the figures of this one.
 
-Instances of one node share its dir and namespace view, so a Ray driver in the benchmark
-step on node 1 finds the head's sockets under /tmp/ray like on a real node.
-
-One namespace per node, made once (`enter`). Building the view at every launch (`wrap`:
-unshare, sh, mkdir and a mount per shared entry, then the instance) made 4,096 local
-instances take 16.2 s to be Running instead of 5.8 s, and a rider's relaunch 8.6 ms instead
-of 2.7 ms (benchmarks/README.md). Now a short-lived *maker* (the same mounts under the same
-`unshare`, then a shell that says "ready" and waits) builds a node's view; the controller
-opens the maker's namespace files (/proc/PID/ns/mnt, and ns/user when not root) and kills
-it. An open namespace file keeps the namespace and its mounts alive with no process in it,
-so there is no holder process to watch, replace or leave behind: a namespace ends once the
-controller's fds are closed (`close`, or its death, even by kill -9) and its last instance
-is gone. Each launch is one exec of `nsenter --mount=/proc/<controller pid>/fd/N --wd=. --
-argv` (not root: with `--user=... --preserve-credentials` first, so the instance is root in
-the node's user namespace as under `unshare --map-root-user`). nsenter opens our fd by its
-/proc path, so the instance inherits no extra fd; it execs, so the pid and process group
-stay the instance's own; `--wd=.` keeps the cwd (entering a mount namespace resets it to /).
-Measured, 256 nodes x 4 `sleep infinity`, `srtr up` to all Launched, one run each on a
-shared 2-core machine: 6.0 s per-launch `wrap`, 2.6 s `enter`, 1.7 s TMPDIR only; a
-SIGKILLed rider relaunched (median of 30) in 6.1 ms with `wrap`, 4.9 ms with `enter`.
-
-Costs: one fd per node in the controller (two when not root). The first launch on a node
-waits for its maker (about 5 ms of exec and mount work), so makers of the next nodes start
-ahead (`_AHEAD`) and build their views on other cores while we launch. Where nsenter is
-missing or fails its first use, or a maker fails, launches fall back to `wrap` (one
-warning). Node agents (`--launcher agent`) keep using `wrap`: it runs once per node.
+Node agents (`--launcher agent`) enter their node's view the same way, once per node; the
+instances they start inherit it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import json
 import logging
 import os
 import select
 import shutil
+import socket
 import subprocess
-from collections.abc import Sequence
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from srtr.backends import node_view
+from srtr.backends.node_view import TMP, UPPER, shared_paths
 
 log = logging.getLogger("srtr")
 
-# Run inside the new mount namespace by `sh -c`: bind each shared /tmp entry back into the
-# node dir, put the node dir over /tmp, then become the instance's own argv. $0 is a name,
-# $1 the node dir, then the shared entries (relative to /tmp) up to "--", then the argv.
-_SCRIPT = (
-    'd=$1; shift; while [ "$1" != -- ]; do '
-    'mkdir -p "$d/$1" && mount --bind "/tmp/$1" "$d/$1" || exit 111; shift; done; shift; '
-    'mount --rbind "$d" /tmp || exit 111; exec "$@"'
-)
-_TMP = Path("/tmp")
-# A maker, run by `sh -c` under the unshare prefix: `_SCRIPT`'s mounts (the node dir and its
-# shared entries exist already), then say the view is ready and wait until the controller
-# has opened the namespace files and kills it (or dies: read sees EOF). $0 is
-# "srtr-ns-maker" and $1 the node dir, which name it in ps; then the shared entries.
-_MAKE = (
-    'd=$1; shift; for e; do mount --bind "/tmp/$e" "$d/$e" || exit 111; done; '
-    'mount --rbind "$d" /tmp || exit 111; echo ready; read -r _'
-)
-_READY = b"ready\n"
-_MAKER_TIMEOUT = 10.0
-_AHEAD = 16  # makers running at once
-
-
-def _unshare_prefix() -> tuple[list[str] | None, str]:
-    """The `unshare` argv that gives a private mount namespace here, or None and why not."""
-    if shutil.which("unshare") is None or shutil.which("mount") is None:
-        return None, "unshare(1) or mount(8) (util-linux) is not installed"
-    base = ["unshare", "--mount", "--propagation", "private"]
-    # Without root, a user namespace maps us to root inside it, which is what allows mounts.
-    candidates = [base] if os.geteuid() == 0 else [["unshare", "--map-root-user", *base[1:]]]
-    last = ""
-    for prefix in candidates:
-        try:
-            done = subprocess.run(
-                [*prefix, "mount", "--bind", "/tmp", "/tmp"],
-                capture_output=True,
-                timeout=10,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            last = str(exc)
-            continue
-        if done.returncode == 0:
-            return prefix, ""
-        last = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
-    return None, f"the kernel refused a private mount namespace ({last})"
-
-
-def _shared_entry(path: Path | None) -> str | None:
-    """The top-level /tmp entry that holds `path`, relative to /tmp, or None."""
-    if path is None:
-        return None
-    resolved = path.resolve()
-    if resolved == _TMP or _TMP not in resolved.parents:
-        return None
-    return resolved.relative_to(_TMP).parts[0]
+MODE_ENV = "SRTR_NODE_ISOLATION"  # "tmpdir": no node views, TMPDIR only
+_TIMEOUT = 10.0  # for one node's view to arrive
+_CLONE_FS = 0x00000200
+_NOTE = "node isolation: {}"
+VIEW = "own /tmp over the host's (overlay in a mount namespace), TMPDIR=/tmp"
+TMPDIR_ONLY = "TMPDIR only"
 
 
 class NodeTmp:
-    """Per-node temp dirs under `root` (`<run dir>/nodes`), with a private /tmp if possible."""
+    """The simulated nodes' views under `root` (`<run dir>/nodes`), or their TMPDIRs."""
 
-    def __init__(self, root: Path, nodes: Sequence[str] = ()) -> None:
-        """`nodes`: the nodes in the order they are likely to be launched on, so their
-        namespaces are made ahead of their first launch."""
-        self.root = root
-        self.prefix, self.why_not = _unshare_prefix()
-        shared = {_shared_entry(root), _shared_entry(Path.cwd())}
-        self.shared = sorted(s for s in shared if s is not None)
+    def __init__(self, root: Path, nodes: Sequence[str], *, shared: Sequence[Path] = ()) -> None:
+        """Start making the views of `nodes` (in the order they are likely to be launched
+        on). `shared`: paths to keep the host's own on every node besides the run dir
+        (`root`'s parent) and the working directory."""
         root.mkdir(parents=True, exist_ok=True)
-        # node → fds of its namespace files (user first when not root), or None: that node's
-        # maker failed and it uses `wrap`.
-        self._namespaces: dict[str, list[int] | None] = {}
-        self._nsenter = shutil.which("nsenter") if self.prefix is not None else None
-        self._checked = False  # nsenter has entered a namespace once
-        self._makers: dict[str, subprocess.Popen[bytes] | str] = {}  # running, or why not
-        self._upcoming = collections.deque(nodes)  # nodes whose maker has not started
-        # node → (future set when its maker's answer can be read, the fd watched for it)
-        self._answers: dict[str, tuple[asyncio.Future[None], int]] = {}
+        self.root = root = root.resolve()  # the helper runs in /
+        self._shared = shared_paths([root.parent, Path.cwd(), *shared], TMP)
+        self._nsenter = shutil.which("nsenter")
+        self._views: dict[str, int | None] = {}  # node → its mount namespace fd, or None
+        self._user: int | None = None  # the job's user namespace (not root)
+        self._checked = False  # nsenter has entered a view once
         self._warned = False
-        mode = "private /tmp (mount namespace) and TMPDIR" if self.prefix else "TMPDIR only"
-        note = f"node isolation: {mode}" + (f"; {self.why_not}" if self.why_not else "")
-        (root / "isolation.txt").write_text(note + "\n")
-        if self.why_not:
-            log.warning("srtr: simulated nodes get TMPDIR only: %s", self.why_not)
-        if self._nsenter is not None:
-            self._start_makers(None)  # the first nodes' views get made while the job starts
-
-    @property
-    def private(self) -> bool:
-        return self.prefix is not None
+        self._sock: socket.socket | None = None
+        self._helper: subprocess.Popen[bytes] | None = None
+        self._waiters: dict[str, asyncio.Future[None]] = {}
+        self._reading: asyncio.AbstractEventLoop | None = None
+        self._asked = set(nodes)
+        self._adopted: set[str] = set()  # nodes whose view is an adopted instance's
+        self._users: dict[str, int] = {}  # their user namespaces (not root)
+        # Whether launching threads enter views themselves (`entered`): None until tried.
+        self._here: bool | None = None
+        self._home: int | None = None  # our own mount namespace, to come back to
+        self._own: set[int] = set()  # threads with a cwd and root of their own
+        self._cwd = os.getcwd()
+        why = self._start(list(nodes))
+        mode = VIEW if not why else f"{TMPDIR_ONLY}; {why}"
+        (root / "isolation.txt").write_text(_NOTE.format(mode) + "\n")
+        if why and os.environ.get(MODE_ENV) != "tmpdir":
+            self._warn(why)
 
     def node_dir(self, node: str) -> Path:
-        path = self.root / node / "tmp"
+        """What `node` wrote under /tmp (in its view; or its TMPDIR)."""
+        path = self.root / node / UPPER
         path.mkdir(parents=True, exist_ok=True)
         return path
 
     def tmpdir(self, node: str) -> str:
-        """TMPDIR of the node's processes: /tmp itself when it is private."""
-        path = self.node_dir(node)
-        return "/tmp" if self.private else str(path)
+        """TMPDIR of the node's processes: /tmp itself when the node has a view."""
+        if self._views.get(node) is not None and (self._nsenter or self._here is True):
+            return "/tmp"
+        return str(self.node_dir(node))
 
-    def wrap(self, node: str, argv: list[str]) -> list[str]:
-        """`argv` run in the node's view of /tmp (unchanged when no namespace is possible).
+    def enter(self, node: str, argv: list[str], *, here: bool = False) -> list[str]:
+        """`argv` run in `node`'s view (waiting for the view if it was not made yet: call
+        `prepare` first not to block), or unchanged where the node has no view.
 
-        unshare and sh both exec, so the pid (and process group) stays the instance's own.
-        """
-        if self.prefix is None:
+        `here`: the caller starts `argv` inside `entered(node)`; then, as root, `argv` comes
+        back unchanged and the view is entered by the starting thread itself."""
+        fd = self._view(node)
+        if fd is None:
             return argv
-        node_dir = str(self.node_dir(node))
-        return [*self.prefix, "sh", "-c", _SCRIPT, "srtr-node", node_dir, *self.shared, "--", *argv]
-
-    def enter(self, node: str, argv: list[str]) -> list[str]:
-        """`argv` run in the node's view of /tmp, entering the node's namespace (made at the
-        node's first launch) with one exec; `wrap` where that is not possible."""
+        if here and node not in self._users and self._can_enter_here(fd):
+            return argv
         if self._nsenter is None:
-            return self.wrap(node, argv)
-        if node not in self._namespaces:
-            self._namespaces[node] = self._make(node)
-        fds = self._namespaces[node]
-        if fds is None or self._nsenter is None:
-            return self.wrap(node, argv)
-        return [*self._nsenter_argv(self._nsenter, fds), *argv]
+            return argv
+        return [*self._nsenter_argv(self._nsenter, fd, self._users.get(node)), *argv]
+
+    @contextlib.contextmanager
+    def entered(self, node: str) -> Iterator[None]:
+        """The calling thread in `node`'s view for the block, so that a process it starts
+        there is in the view from its first instruction (as root; `enter(..., here=True)`
+        inside the block then leaves the argv as it is; otherwise nothing happens). The
+        block must not await: the event loop's thread leaves the host's mount namespace for
+        its duration (microseconds: the setns(2) calls and a vfork). The cwd is kept, as
+        `nsenter --wd=.` keeps it.
+
+        This is the launch path of the local backend: no exec of nsenter per launch (1.3 ms
+        of a child's time each, measured: 0.7 ms for `true` alone, 2.0 ms through nsenter)."""
+        fd = self._view(node)
+        if fd is None or node in self._users or not self._can_enter_here(fd):
+            yield
+            return
+        assert self._home is not None
+        self._own_fs()
+        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            try:
+                node_view.setns(fd, node_view.CLONE_NEWNS)
+            except OSError as exc:  # from now on `enter` puts nsenter in front instead
+                self._here = False
+                log.warning("srtr: cannot enter %s's view in-process: %s", node, exc)
+                yield
+                return
+            try:
+                os.fchdir(cwd)
+                yield
+            finally:
+                node_view.setns(self._home, node_view.CLONE_NEWNS)
+                os.fchdir(cwd)
+        finally:
+            os.close(cwd)
+
+    def _can_enter_here(self, fd: int) -> bool:
+        """Whether this thread can enter views itself (root: no user namespace to enter,
+        which a process with threads cannot), tried once on a real view."""
+        if self._here is None:
+            self._here = False
+            if os.geteuid() == 0 and self._user is None:
+                try:
+                    self._own_fs()
+                    self._home = os.open("/proc/thread-self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+                    node_view.setns(fd, node_view.CLONE_NEWNS)
+                    node_view.setns(self._home, node_view.CLONE_NEWNS)
+                    os.chdir(self._cwd)
+                    self._here = True
+                except OSError as exc:
+                    log.info("srtr: node views entered with nsenter: %s", exc)
+        return self._here
+
+    def _own_fs(self) -> None:
+        """Give the calling thread its own cwd and root (unshare CLONE_FS): setns(2) into a
+        mount namespace refuses a thread that shares them with others (the loop's thread
+        shares them with asyncio's executor threads)."""
+        ident = threading.get_native_id()
+        if ident not in self._own:
+            node_view.unshare(_CLONE_FS)
+            self._own.add(ident)
 
     async def prepare(self, node: str) -> None:
-        """Wait, without blocking the event loop, until `node`'s maker has made its view
-        (no wait once made, or where `enter` will not use one).
-
-        Launches on other nodes go on meanwhile: a pool of 32 on new nodes fans out as fast
-        as with the per-launch `wrap` (waiting inside `enter` made its launches 0.1-0.2 s
-        more spread out, measured by the `fanout` benchmark)."""
-        if self._nsenter is None or node in self._namespaces:
+        """Wait, without blocking the event loop, until `node`'s view has arrived (no wait
+        once it has, or when there will be none). Launches on other nodes go on meanwhile."""
+        if node in self._views or self._sock is None:
             return
-        answer = self._answers.get(node)
-        if answer is None:
-            self._start_makers(node)
-            maker = self._makers.get(node)
-            if not isinstance(maker, subprocess.Popen) or maker.stdout is None:
-                return
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[None] = loop.create_future()
-            fd = maker.stdout.fileno()
-            loop.add_reader(fd, self._unwatch, node)
-            answer = self._answers[node] = (future, fd)
+        loop = asyncio.get_running_loop()
+        if self._reading is None:
+            self._reading = loop
+            loop.add_reader(self._sock.fileno(), self._receive, False)
+        waiter = self._waiters.get(node)
+        if waiter is None:
+            waiter = self._waiters[node] = loop.create_future()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(answer[0]), _MAKER_TIMEOUT)
-
-    def _unwatch(self, node: str) -> None:
-        """Stop watching `node`'s maker and wake its launches: it answered, or its pipe is
-        about to be closed (the fd number is reused)."""
-        answer = self._answers.pop(node, None)
-        if answer is None:
-            return
-        future, fd = answer
-        with contextlib.suppress(RuntimeError):  # no loop any more: nothing watches it
-            asyncio.get_running_loop().remove_reader(fd)
-        if not future.done():
-            future.set_result(None)
+            await asyncio.wait_for(asyncio.shield(waiter), _TIMEOUT)
 
     def close(self) -> None:
-        """Let go of the nodes' namespaces (each ends with the last process in it) and end
-        the makers not used yet. Only once every process started by an `enter` argv has
-        entered (nsenter opens our fds by number): the local backend closes this after
-        reaping its groups."""
-        for fds in self._namespaces.values():
-            for fd in fds or []:
+        """Let go of the nodes' views (each ends with its last process) and stop the helper.
+        Only once every process started by an `enter` argv has entered (nsenter opens our
+        fds by number): the local backend closes this after reaping its groups."""
+        self._stop_reading()
+        for fd in self._views.values():
+            if fd is not None:
                 os.close(fd)
-        self._namespaces.clear()
-        for node in list(self._answers):
-            self._unwatch(node)
-        for maker in self._makers.values():
-            if not isinstance(maker, str):
-                _stop(maker)
-        self._makers.clear()
-        self._upcoming.clear()
+        self._views.clear()
+        for fd in self._users.values():
+            os.close(fd)
+        self._users.clear()
+        if self._home is not None:
+            os.close(self._home)
+            self._home = None
+        self._here = None
+        if self._user is not None:
+            os.close(self._user)
+            self._user = None
+        self._end_helper()
 
-    def _nsenter_argv(self, nsenter: str, fds: list[int]) -> list[str]:
-        me = os.getpid()
-        *user, mnt = (f"/proc/{me}/fd/{fd}" for fd in fds)
-        enter_user = [f"--user={user[0]}", "--preserve-credentials"] if user else []
-        return [nsenter, *enter_user, f"--mount={mnt}", "--wd=.", "--"]
-
-    def _make(self, node: str) -> list[int] | None:
-        """The fds of a new namespace for `node`, or None (and one warning) if that failed."""
-        kinds = ["mnt"] if os.geteuid() == 0 else ["user", "mnt"]
-        self._unwatch(node)
-        self._start_makers(node)
-        maker = self._makers.pop(node)
-        made = maker if isinstance(maker, str) else _collect(maker, kinds)
-        if isinstance(made, str):
-            self._give_up(f"cannot make the mount namespace of {node}: {made}")
-            return None
-        if not self._checked and self._nsenter is not None:
-            self._checked = True
-            failed = _check_nsenter([*self._nsenter_argv(self._nsenter, made), "true"])
-            if failed:
-                for fd in made:
-                    os.close(fd)
-                self._nsenter = None
-                self._give_up(f"nsenter cannot enter a node's namespace: {failed}")
-                return None
-        return made
-
-    def _start_makers(self, node: str | None) -> None:
-        """Start `node`'s maker and those of the next few nodes, which then build their views
-        on other cores while we launch (256 nodes: 1.7 s one after the other)."""
-        if node is not None and node not in self._makers:
-            self._makers[node] = self._maker(node)
-        while self._upcoming and len(self._makers) < _AHEAD:
-            upcoming = self._upcoming.popleft()
-            if upcoming not in self._makers and upcoming not in self._namespaces:
-                self._makers[upcoming] = self._maker(upcoming)
-
-    def _maker(self, node: str) -> subprocess.Popen[bytes] | str:
-        assert self.prefix is not None
+    def adopt(self, node: str, pid: int) -> None:
+        """`node`'s view is the one of `pid`, an instance an earlier controller started there
+        (`srtr up --adopt`): the node's next launches join its namespace and see its /tmp."""
+        if node in self._adopted:
+            return
+        kinds = ["mnt"] if self._user is None and os.geteuid() == 0 else ["mnt", "user"]
         try:
-            node_dir = self.node_dir(node)
-            for entry in self.shared:  # here rather than a mkdir(1) exec in the maker
-                (node_dir / entry).mkdir(exist_ok=True)
-        except OSError as exc:
-            return str(exc)
-        script = ["sh", "-c", _MAKE, "srtr-ns-maker", str(node_dir), *self.shared]
-        return _start_maker([*self.prefix, *script])
+            fds = [os.open(f"/proc/{pid}/ns/{k}", os.O_RDONLY | os.O_CLOEXEC) for k in kinds]
+        except OSError:
+            return  # gone already: the node keeps the view made for it
+        old = self._views.get(node)
+        if old is not None:
+            os.close(old)
+        self._views[node] = fds[0]
+        if len(fds) > 1:
+            self._users[node] = fds[1]
+        self._adopted.add(node)
+        self._wake(node)
 
-    def _give_up(self, why: str) -> None:
+    # -- making the views
+
+    def _start(self, nodes: list[str]) -> str:
+        """Start the helper that makes the views, or say why the nodes get TMPDIR only."""
+        if os.environ.get(MODE_ENV) == "tmpdir":
+            return f"{MODE_ENV}=tmpdir"
+        if self._nsenter is None:
+            return "nsenter(1) (util-linux) is not installed"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = {"shared": self._shared, "nodes": [[n, str(self.root / n)] for n in nodes]}
+        try:
+            with open(self.root / "views.log", "ab") as errors:
+                self._helper = subprocess.Popen(
+                    # The module's own file, isolated (-I): it needs only the standard
+                    # library, so it runs however srtr was installed or put on sys.path.
+                    [sys.executable, "-I", node_view.__file__, str(theirs.fileno())],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    pass_fds=[theirs.fileno()],
+                    cwd="/",
+                )
+            assert self._helper.stdin is not None
+            self._helper.stdin.write(json.dumps(request).encode())
+            self._helper.stdin.close()
+        except OSError as exc:
+            ours.close()
+            self._end_helper()
+            return f"cannot start the helper that makes the node views: {exc}"
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        return ""
+
+    def _view(self, node: str) -> int | None:
+        """`node`'s namespace fd (waiting for it if needed), or None: TMPDIR only."""
+        deadline = time.monotonic() + _TIMEOUT
+        while node not in self._views and self._sock is not None:
+            if not self._receive(True, deadline - time.monotonic()):
+                self._views[node] = None
+                self._warn(f"the view of {node} was not made within {_TIMEOUT:g}s")
+        fd = self._views.get(node)
+        if fd is not None and not self._checked and self._nsenter is not None:
+            self._checked = True
+            failed = _check([*self._nsenter_argv(self._nsenter, fd, self._users.get(node)), "true"])
+            if failed:
+                self._nsenter = None
+                why = f"nsenter cannot enter a node's view: {failed}"
+                self._warn(why)
+                self._rewrite_note(why)
+                return None
+        return fd if self._nsenter is not None else None
+
+    def _receive(self, block: bool, within: float = 0.0) -> bool:
+        """Read the helper's answers that are there (`block`: wait up to `within` s for
+        one). False when nothing came in time."""
+        assert self._sock is not None
+        if block:
+            poller = select.poll()  # poll, not select: our fds may be above 1023
+            poller.register(self._sock, select.POLLIN)
+            if not poller.poll(max(within, 0) * 1000):
+                return False
+        while self._sock is not None:
+            try:
+                data, fds, _, _ = socket.recv_fds(self._sock, 4096, 2, socket.MSG_CMSG_CLOEXEC)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                self._done(f"cannot read the node views: {exc}")
+                break
+            if not data:  # the helper exited: every node it did not answer has no view
+                left = self._asked - self._views.keys()
+                early = f"the node views' helper exited early (see {self.root / 'views.log'})"
+                self._done(early if left else "")
+                break
+            self._answer(data.decode(errors="replace"), fds)
+        return True
+
+    def _answer(self, message: str, fds: list[int]) -> None:
+        kind, _, rest = message.partition(" ")
+        node, _, why = rest.partition(" ")
+        if kind == "user" and fds:
+            self._user = fds[0]
+        elif kind == "ok" and fds and node in self._adopted:
+            os.close(fds[0])
+        elif kind == "ok" and fds:
+            self._views[node] = fds[0]
+            self._wake(node)
+        elif kind == "err" and node not in self._adopted:
+            self._views[node] = None
+            self._warn(f"cannot make the view of {node}: {why}")
+            self._wake(node)
+        elif kind == "fatal":
+            self._done(rest)
+        for extra in fds[1:]:
+            os.close(extra)
+
+    def _done(self, why: str) -> None:
+        """No more views will come: the nodes without one get TMPDIR (one warning)."""
+        if why and not any(fd is not None for fd in self._views.values()):
+            self._warn(why)
+            self._rewrite_note(why)
+        self._stop_reading()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        for node in list(self._waiters):
+            self._wake(node)
+        self._end_helper()
+
+    def _rewrite_note(self, why: str) -> None:
+        with contextlib.suppress(OSError):
+            (self.root / "isolation.txt").write_text(_NOTE.format(f"{TMPDIR_ONLY}; {why}") + "\n")
+
+    def _wake(self, node: str) -> None:
+        waiter = self._waiters.pop(node, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _stop_reading(self) -> None:
+        if self._reading is not None and self._sock is not None:
+            with contextlib.suppress(RuntimeError, ValueError):  # the loop may be closed
+                self._reading.remove_reader(self._sock.fileno())
+        self._reading = None
+
+    def _end_helper(self) -> None:
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            if helper.poll() is None:
+                helper.kill()
+            helper.wait()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _nsenter_argv(self, nsenter: str, fd: int, user_fd: int | None = None) -> list[str]:
+        me = os.getpid()
+        user_fd = self._user if user_fd is None else user_fd
+        user = [] if user_fd is None else [f"--user=/proc/{me}/fd/{user_fd}"]
+        keep = ["--preserve-credentials"] if user else []
+        return [nsenter, *user, *keep, f"--mount=/proc/{me}/fd/{fd}", "--wd=.", "--"]
+
+    def _warn(self, why: str) -> None:
         if not self._warned:
             self._warned = True
-            log.warning("srtr: %s; such launches set up their node's private /tmp each time", why)
+            log.warning("srtr: simulated nodes get TMPDIR only: %s", why)
 
 
-def _start_maker(argv: list[str]) -> subprocess.Popen[bytes] | str:
-    """Start a maker (it builds the view, says ready, waits), or say why it did not start."""
-    try:
-        return subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        )
-    except OSError as exc:
-        return str(exc)
-
-
-def _collect(maker: subprocess.Popen[bytes], kinds: list[str]) -> list[int] | str:
-    """Open the maker's namespace files once it is ready, then let it go.
-
-    Returns the fds (in `kinds` order), or why that failed."""
-    assert maker.stdout is not None
-    try:
-        # poll, not select: a controller of thousands of instances has fds above 1023.
-        poller = select.poll()
-        poller.register(maker.stdout, select.POLLIN)
-        ready = poller.poll(_MAKER_TIMEOUT * 1000)
-        if not ready or maker.stdout.readline() != _READY:
-            maker.kill()
-            _, err = maker.communicate()
-            return err.decode(errors="replace").strip() or f"no answer, exit {maker.returncode}"
-        fds: list[int] = []
-        try:
-            for kind in kinds:
-                fds.append(os.open(f"/proc/{maker.pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
-        except OSError as exc:
-            for fd in fds:
-                os.close(fd)
-            return str(exc)
-        return fds
-    finally:
-        _stop(maker)
-
-
-def _stop(maker: subprocess.Popen[bytes]) -> None:
-    if maker.returncode is None:
-        maker.kill()  # it only waits; a namespace we opened lives on in our fds
-        maker.communicate()
-
-
-def _check_nsenter(argv: list[str]) -> str:
+def _check(argv: list[str]) -> str:
     """Why `argv` (nsenter ... true) failed, or "" when it worked."""
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=_MAKER_TIMEOUT, check=False)
+        done = subprocess.run(argv, capture_output=True, timeout=_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     if done.returncode == 0:

@@ -330,13 +330,12 @@ def _base_backend(
     return LocalBackend(count), None, None
 
 
-def _isolate_nodes(backend: Backend, run_dir: Path, launcher: str) -> None:
+def _isolate_nodes(backend: Backend, run_dir: Path) -> None:
     """Simulated nodes get their own temp dirs under the run dir (local backend only)."""
     from srtr.backends.local import LocalBackend
 
     if isinstance(backend, LocalBackend):
-        # Node agents launch the instances: no namespace makers ahead for this backend.
-        backend.isolate_nodes(run_dir / "nodes", launches=launcher != "agent")
+        backend.isolate_nodes(run_dir / "nodes")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -369,7 +368,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         _create_run_dir(run_dir)
         write_pins(run_dir, pins)
         cert = _job_cert(run_dir)
-        _isolate_nodes(backend, run_dir, launcher)
+        _isolate_nodes(backend, run_dir)
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
             slurm_backend.release_allocation()
@@ -551,7 +550,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
     else:
         backend = LocalBackend(len(allocation))
     launcher = str(job.get("launcher") or "")
-    _isolate_nodes(backend, run_dir, launcher)
+    _isolate_nodes(backend, run_dir)
     cert = _job_cert(run_dir, adopt=True)  # the one the agents pinned
     prober = None
     if launcher == "agent":

@@ -226,6 +226,53 @@ def exited_unready(spec: InstanceSpec, status: InstanceStatus) -> bool:
     )
 
 
+# Exit codes of a program that never ran: the shell's (and nsenter's, env's) "command not
+# found" and "cannot execute"; srtr's own for a launch the backend could not start at all.
+NOT_FOUND, NOT_EXECUTABLE = 127, 126
+
+
+def could_not_start(spec: InstanceSpec, status: InstanceStatus) -> bool:
+    """The instance ended for good and its program never ran: its launch failed (no such
+    program, a dead agent: LaunchFailed, code 127) or it exited with 127 or 126, as a shell
+    does for a missing or non-executable program. Setup steps and the benchmark are judged
+    by their own rules."""
+    return (
+        spec.kind not in (InstanceKind.BENCHMARK, InstanceKind.SETUP)
+        and status.attempt >= 0
+        and status.phase in (Phase.SUCCEEDED, Phase.FAILED)
+        and status.exit_code in (NOT_FOUND, NOT_EXECUTABLE)
+    )
+
+
+def could_not_start_text(spec: InstanceSpec, status: InstanceStatus) -> str:
+    """Why the instance never ran, naming its command and its log."""
+    if status.launch_error:
+        why = f"could not be started on {spec.node}: {status.launch_error}"
+    else:
+        what = "was not found" if status.exit_code == NOT_FOUND else "could not be executed"
+        why = f"exited with code {status.exit_code} on {spec.node} at once: its program {what}"
+    command = " ".join(spec.argv)
+    if len(command) > 80:
+        command = command[:77] + "..."
+    return f"{owner_text(spec)} {why} (command: {command}); see {spec.log}"
+
+
+def unstartable(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> str | None:
+    """Why the job fails because a service cannot start at all, or None: every desired
+    instance of one service never ran (`could_not_start`), critical or not. srtctl lets a
+    non-critical service without a probe die silently (reference G-2); a service none of
+    whose instances could start is a broken recipe or install, not a running job."""
+    by_service: dict[str, list[str]] = {}
+    for name in desired:
+        if specs[name].kind not in (InstanceKind.BENCHMARK, InstanceKind.SETUP):
+            by_service.setdefault(specs[name].service, []).append(name)
+    for _, names in sorted(by_service.items()):
+        if all(could_not_start(specs[n], statuses[n]) for n in names):
+            first = sorted(names)[0]
+            return could_not_start_text(specs[first], statuses[first])
+    return None
+
+
 def open_stage(
     stages: Sequence[Stage], statuses: Statuses, passed: AbstractSet[str]
 ) -> Stage | None:
@@ -261,11 +308,18 @@ def stage_gate(
     `started_at`): one that ended for good before passing its probe fails it, and so does
     one not ready `timeout_seconds` after the stage began (restarts do not reset that
     clock). Critical or not, either fails the job. Members without a probe are ready once
-    launched; the benchmark is not gated."""
+    launched; the benchmark is not gated. A member whose program never ran
+    (`could_not_start`: its launch failed, or it exited with 127/126) fails it too, probe or
+    not, with a message that names its command."""
     members = [(specs[n], statuses[n]) for n in stage.instances]
     for spec, status in members:
-        if exited_unready(spec, status):
+        never_ran = could_not_start(spec, status)
+        if never_ran and status.launch_error:  # never started: say why, not "exited"
+            return Gate(failed=spec.name, reason=could_not_start_text(spec, status))
+        if exited_unready(spec, status):  # srtctl's words for an exit before the probe
             return Gate(failed=spec.name, reason=exited_before_ready(spec, status))
+        if never_ran:  # no probe: srtctl would count it up
+            return Gate(failed=spec.name, reason=could_not_start_text(spec, status))
     wake = setup_gate(members, now=now)
     if wake.failed is not None:
         return wake

@@ -3,7 +3,9 @@
 Stages (from `expand`) go in order; every instance of a stage is activated at once and the
 next stage starts when each of them is ready (or, if not critical, finished). The stage
 gate fails the job (1), as srtctl's does, critical or not, when a member ends for good
-before passing its probe or is not ready `timeout_seconds` after the stage began. After the
+before passing its probe, never ran (its launch failed, or it exited with 127/126), or is
+not ready `timeout_seconds` after the stage began; later, a service none of whose instances
+could start fails it too (`unstartable`). After the
 last stage the job ends when the benchmark exits, when every terminal instance has exited
 (worst code), on a critical failure (1), or when stopped by a signal (128+n); otherwise it
 holds. The decisions are `decisions.stage_gate`, `next_stage`, `critical_failure` and
@@ -49,7 +51,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
         return None
     failure = decisions.critical_failure(
         store.specs, store.status, store.desired_names, spares=bool(store.desired.nodes.spares)
-    )
+    ) or decisions.unstartable(store.specs, store.status, store.desired_names)
     if failure:
         begin_teardown(ctx, exit_code=1, reason=failure)
         return None

@@ -139,7 +139,7 @@ class LocalAgents:
         """`respawn`: a node whose agent died gets a new one, as on SLURM. Off by default,
         where a simulated node's agent is the node (its death is the node's loss); on in
         tests of the backend's side of respawning. `node_tmp`: each agent, and so every
-        instance it starts, runs in its node's temp dir and private /tmp (`node_tmp`)."""
+        instance it starts, runs in its node's view of the machine (`node_tmp`)."""
         self._node_tmp = node_tmp
         self._nodes = nodes
         self._run_dir = run_dir
@@ -160,6 +160,8 @@ class LocalAgents:
         self._events = events
         self._dial = (address, token)
         for node in self._nodes if spawn else []:
+            if self._node_tmp is not None:  # its view is made off the event loop
+                await self._node_tmp.prepare(node.name)
             self._start_one(node)
 
     def _start_one(self, node: NodeInfo, group: str | None = None) -> None:
@@ -169,8 +171,8 @@ class LocalAgents:
         where = ("--node", node.name, "--inherit", "minimal")
         argv = _agent_command(address, self._run_dir, self._window, *where)
         if self._node_tmp is not None:  # the agent's children inherit its view and TMPDIR
+            argv = tuple(self._node_tmp.enter(node.name, list(argv)))
             env["TMPDIR"] = self._node_tmp.tmpdir(node.name)
-            argv = tuple(self._node_tmp.wrap(node.name, list(argv)))
         self._current[node.name] = group = group or f"agent-{node.name}"
         self._groups.start(
             LaunchSpec(
