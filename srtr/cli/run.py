@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.cli import StoppedBySignal, status
+from srtr.cli import StoppedBySignal, control_verbs, status
 from srtr.cli import bad as _bad
 from srtr.cli.pins import decide_pins, read_pins, write_pins
 from srtr.cli.status import read_run
@@ -48,6 +48,7 @@ def add_verbs(verbs: Any) -> None:
     _add_up(verbs.add_parser("up", help="run a recipe until its job ends"))
     _add_submit(verbs.add_parser("submit", help="submit a batch job that runs `srtr up` (sbatch)"))
     status.add_verbs(verbs)
+    control_verbs.add_verbs(verbs)
 
 
 def _add_up(up: argparse.ArgumentParser) -> None:

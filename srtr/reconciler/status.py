@@ -99,6 +99,11 @@ class InstanceStatus:
     next_probe_at: float | None = None
     identity: dict[str, int] | None = None  # pid + start time: what adoption checks
     user_action: UserAction | None = None  # set by `Store.request`
+    # Why a planned restart was asked (a user, a rollout): set with user_action RESTART,
+    # carried by `planned` into the next launch. A planned restart is no crash: it touches
+    # neither `restarts` nor the restart budget (`restart_times`).
+    restart_reason: str | None = None
+    planned: str | None = None
     log_offset: int = 0  # where this attempt's output starts in the log (for log probes)
     history: list[dict[str, Any]] = field(default_factory=list)
     conditions: dict[str, Condition] = field(default_factory=dict)
