@@ -372,6 +372,12 @@ class InstanceTransitions(StoreBase):
         assert status.phase in ALIVE, status.phase
         status.exit_code = None
         status.exited_attempt = status.attempt
+        self.record(
+            f"instance/{name}",
+            "Exited",
+            f"gone from {self.specs[name].node} while no controller watched (exit status unknown)",
+            warning=True,
+        )
 
     # -- user actions -------------------------------------------------------------------------
     def request(self, name: str, action: UserAction) -> None:
