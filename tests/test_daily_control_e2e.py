@@ -170,3 +170,56 @@ def test_rollouts_spend_no_restart_budget(tmp_path: Path) -> None:
         assert not any(e["reason"] == "GaveUp" for e in events(run.run_dir))
     finally:
         stop_run(run)
+
+
+# Owners serve on their node after a second; each rider connects to its own node's owner
+# once, at start, and exits 1 (restart: never) if nobody answers.
+GROW = """
+name: grow
+services:
+  - name: api
+    command: ["bash", "-c", "sleep 1; exec python3 -m http.server {port} --bind {{node_ip}}"]
+    nodes: {nodes}
+    readiness: {{tcp: {{port: {port}}}, interval_seconds: 0.05}}
+  - name: client
+    command:
+      - bash
+      - -c
+      - exec 3<>/dev/tcp/{{node_ip}}/{port} && echo connected; exec sleep 1000
+    placement: {{pool: api}}
+    restart: never
+"""
+
+
+def test_live_pool_growth_starts_new_riders_after_their_owners_are_ready(
+    tmp_path: Path,
+) -> None:
+    import random
+
+    port = random.randint(20000, 40000)
+    run = Run(tmp_path, GROW.format(port=port, nodes=2), "--nodes", "3")
+    try:
+        run.wait_state(lambda s: s["job"]["phase"] == "Running", what="job running")
+        save(run, GROW.format(port=port, nodes=3))
+        state = run.wait_state(
+            lambda s: s["job"]["observed_generation"] == 2, what="generation 2 converged"
+        )
+        owner, rider = "instance/service_api_node3", "instance/service_client_node3"
+        log_of_events = events(run.run_dir)
+        seen = [(e["reason"], e["object"]) for e in log_of_events]
+        ready = seen.index(("Ready", owner))
+        assert seen.index(("Launched", rider)) > ready, seen
+        converged = [
+            i
+            for i, e in enumerate(log_of_events)
+            if e["reason"] == "Converged" and "generation 2" in e["message"]
+        ]
+        assert converged and converged[0] > seen.index(("Launched", rider)), seen
+        run.wait_state(
+            lambda s: instance(s, "service_client_node3")["phase"] == "Running",
+            what="the new rider running",
+        )
+        log = run.run_dir / instance(state, "service_client_node3")["log"]
+        wait_for(lambda: "connected" in log.read_text(), 10, "the new rider to connect")
+    finally:
+        stop_run(run)

@@ -247,11 +247,38 @@ def test_all_up_once_every_stage_passed() -> None:
     assert step == StageStep(passed=((3, "frontend"),), all_up=True)
 
 
-def test_members_an_edit_added_to_a_passed_stage_start_at_once() -> None:
+def test_members_an_edit_added_to_a_passed_stage_start_before_later_stages() -> None:
+    # As at the first launch: the later stage waits until the late member is up.
     up = statuses(service_db=Phase.READY, worker_0=Phase.RUNNING, worker_1=Phase.STARTING)
     up["worker_1"].activated = False
     step = next_stage(STAGES, SPECS, up, {"before_workers", "workers"})
-    assert step == StageStep(activate=("worker_1", "frontend"), started=(3, STAGES[2]))
+    assert step == StageStep(activate=("worker_1",), late=("worker_1",))
+    up["worker_1"].activated = up["worker_1"].late = True  # what activate_late did
+    assert next_stage(STAGES, SPECS, up, {"before_workers", "workers"}) == StageStep()
+    up["worker_1"].ready_attempt, up["worker_1"].phase = 0, Phase.RUNNING
+    step = next_stage(STAGES, SPECS, up, {"before_workers", "workers"})
+    assert step == StageStep(activate=("frontend",), started=(3, STAGES[2]), settled=("worker_1",))
+
+
+def test_a_grown_pools_new_riders_wait_for_its_new_owners() -> None:
+    stages = (Stage("owners", "after_frontend", ("o1", "o2")), Stage("riders", "x", ("r1", "r2")))
+    specs = {n: spec(n) for n in ("o1", "o2", "r1", "r2")}
+    up = {
+        n: InstanceStatus(phase=Phase.RUNNING, activated=True, attempt=0, ready_attempt=0)
+        for n in ("o1", "r1")
+    }
+    up |= {"o2": InstanceStatus(), "r2": InstanceStatus()}
+    both = {"owners", "riders"}
+    assert next_stage(stages, specs, up, both) == StageStep(
+        activate=("o2",), late=("o2",), all_up=False
+    )
+    up["o2"] = InstanceStatus(phase=Phase.STARTING, activated=True, attempt=0, late=True)
+    assert next_stage(stages, specs, up, both) == StageStep()
+    assert not rolled_out(up, specs)
+    up["o2"].ready_attempt, up["o2"].phase = 0, Phase.READY
+    assert next_stage(stages, specs, up, both) == StageStep(
+        activate=("r2",), late=("r2",), settled=("o2",)
+    )
 
 
 def test_a_benchmark_lets_its_stage_pass_once_started() -> None:

@@ -37,6 +37,17 @@ class JobTransitions(StoreBase):
         self.status[name].activated = True
         self.changed()
 
+    def activate_late(self, name: str) -> None:
+        """A live edit added the instance to a stage that had passed: activate it, and hold
+        later stages' new members until it is up (`settled`)."""
+        self.status[name].late = True
+        self.activate(name)
+
+    def settled(self, name: str) -> None:
+        """A late instance is up (ready, or done): it no longer holds later stages."""
+        self.status[name].late = False
+        self.changed()
+
     def launch_stage(self, number: int, stage: Stage, names: tuple[str, ...]) -> None:
         """Stage `number` begins now: activate `names` (its members not yet activated); its
         gate's readiness deadlines count from now."""

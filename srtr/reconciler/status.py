@@ -77,6 +77,9 @@ class InstanceStatus:
 
     phase: Phase = Phase.PENDING
     activated: bool = False  # its launch stage has begun
+    # Activated by a live edit after its stage had passed (pool growth), and not up yet:
+    # later stages' new members wait for it, as they waited for its stage at the first launch.
+    late: bool = False
     attempt: int = -1
     exited_attempt: int = -1  # the last attempt whose end was observed
     ready_attempt: int | None = None  # the last attempt that passed readiness
