@@ -169,7 +169,7 @@ def test_terminal_services_end_the_job_with_the_worst_code(tmp_path: Path) -> No
         assert h.store.job.exit_code == 3
         assert h.store.job.phase == "Failed"
         assert h.phase("service_side_node1") == "Stopped"
-        assert "terminal service(s) failed (worst exit code 3)" in h.store.job.reason
+        assert "terminal service(s) failed (worst exit code 3: " in h.store.job.reason
 
     run(body())
 

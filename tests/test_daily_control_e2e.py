@@ -223,3 +223,35 @@ def test_live_pool_growth_starts_new_riders_after_their_owners_are_ready(
         wait_for(lambda: "connected" in log.read_text(), 10, "the new rider to connect")
     finally:
         stop_run(run)
+
+
+# A torchrun-style terminal pool: rank 0 is done at once; rank 1 fails a moment later.
+RANKS = """
+name: ranks
+services:
+  - name: train
+    command: ["bash", "-c", "test {node} = node1 && exit 0; sleep 2; exit 3"]
+    nodes: 2
+    terminal: true
+"""
+
+
+def test_a_terminal_jobs_failure_names_the_worst_instance_and_rank0_is_no_warning(
+    tmp_path: Path,
+) -> None:
+    run = Run(tmp_path, RANKS)
+    assert run.finish() == 3, run.err
+    seen = events(run.run_dir)
+    failed = next(e for e in seen if e["reason"] == "JobFailed")
+    assert failed["message"] == (
+        "exit code 3: terminal service(s) failed (worst exit code 3: service_train_node2 "
+        "on node2; see logs/service_train_node2.out)"
+    )
+    assert failed["message"] in run.out
+    rank1_exit = next(
+        i
+        for i, e in enumerate(seen)
+        if e["reason"] == "Exited" and e["object"] == "instance/service_train_node2"
+    )
+    early = [e for e in seen[:rank1_exit] if e["reason"] == "PoolNotReady"]
+    assert not early, early  # rank 0 exiting 0 is its work done, not a warning

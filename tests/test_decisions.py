@@ -471,7 +471,12 @@ def test_the_job_ends_with_the_worst_code_of_its_terminal_instances() -> None:
     st = statuses(worker_0=Phase.SUCCEEDED, worker_1=Phase.RUNNING)
     assert job_end(specs, st) is None
     st["worker_1"] = InstanceStatus(phase=Phase.FAILED, exit_code=4)
-    assert job_end(specs, st) == EndJob(4, "terminal service(s) failed (worst exit code 4)")
+    worst = specs["worker_1"]
+    assert job_end(specs, st) == EndJob(
+        4,
+        f"terminal service(s) failed (worst exit code 4: worker_1 on {worst.node}; "
+        f"see {worst.log})",
+    )
     st["worker_1"] = InstanceStatus(phase=Phase.SUCCEEDED, exit_code=0)
     assert job_end(specs, st) == EndJob(0, "terminal service(s) finished (worst exit code 0)")
 

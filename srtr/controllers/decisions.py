@@ -431,9 +431,16 @@ def job_end(specs: Specs, statuses: Statuses) -> EndJob | None:
         return EndJob(code, f"benchmark exited with code {code}")
     terminal = [n for n, s in specs.items() if s.terminal]
     if terminal and all(statuses[n].phase in FINISHED for n in terminal):
-        code = max((statuses[n].exit_code or 0) for n in terminal)
-        verdict = "failed" if code else "finished"
-        return EndJob(code, f"terminal service(s) {verdict} (worst exit code {code})")
+        worst = max(terminal, key=lambda n: statuses[n].exit_code or 0)  # the first of ties
+        code = statuses[worst].exit_code or 0
+        if not code:
+            return EndJob(0, "terminal service(s) finished (worst exit code 0)")
+        spec = specs[worst]
+        return EndJob(
+            code,
+            f"terminal service(s) failed (worst exit code {code}: {worst} on {spec.node}; "
+            f"see {spec.log})",
+        )
     return None
 
 
