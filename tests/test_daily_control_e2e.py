@@ -149,6 +149,11 @@ def test_rollouts_spend_no_restart_budget(tmp_path: Path) -> None:
                 what=f"generation {generation} rolled out",
             )
         assert instance(state, name)["restarts"] == 0
+        history = instance(state, name)["history"]
+        assert [h.get("planned") for h in history] == [
+            "generation 2 (env changed)",
+            "generation 3 (env changed)",
+        ]
         mine = [e for e in events(run.run_dir) if e["object"] == f"instance/{name}"]
         restarting = [e["message"] for e in mine if e["reason"] == "Restarting"]
         assert restarting == [

@@ -678,9 +678,7 @@ async def live_scenario(run: Run) -> None:
         await until(
             pilot,
             lambda: (
-                (i := instance_state(run, target))
-                and i["attempt"] == 1
-                and i["phase"] == "Running"
+                (i := instance_state(run, target)) and i["attempt"] == 1 and i["phase"] == "Running"
             ),
             "state.json to show the restart",
         )

@@ -141,7 +141,9 @@ class InstanceDoc(TypedDict):
     stop_grace_seconds: float
     stop_deadline: float | None  # SIGKILL time of an instance being stopped
     next_start_at: float | None  # in BackOff: the next launch
-    history: list[dict[str, Any]]  # the last 20 exits: attempt, exit_code, signal, at, message
+    # the last 20 exits: attempt, exit_code, signal, at, message; `planned` (why) when it
+    # was stopped for a planned restart (a user's, a rollout's)
+    history: list[dict[str, Any]]
     attempt: int
     activated: bool
     identity: dict[str, int] | None  # pid and kernel start time: what adoption checks

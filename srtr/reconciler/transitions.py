@@ -76,6 +76,11 @@ class InstanceTransitions(StoreBase):
         status.exit_code = exit_code
         status.exit_signal = signal
         status.exited_at = self.clock.now()
+        planned = (
+            status.restart_reason
+            if status.user_action is UserAction.RESTART and status.stop_sent_at is not None
+            else None
+        )
         status.history.append(
             {
                 "attempt": attempt,
@@ -83,6 +88,7 @@ class InstanceTransitions(StoreBase):
                 "signal": signal,
                 "at": round(self.clock.wall(), 3),
                 "message": message,
+                **({"planned": planned} if planned and not lost else {}),
             }
         )
         spec = self.specs[name]
@@ -94,11 +100,6 @@ class InstanceTransitions(StoreBase):
             else "unknown status"
         )
         expected = self.job.teardown_requested or status.stop_sent_at is not None
-        planned = (
-            status.restart_reason
-            if status.user_action is UserAction.RESTART and status.stop_sent_at is not None
-            else None
-        )
         text = f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
         if planned and not lost:
             text = f"stopped on {spec.node} for a planned restart: {planned} ({how})"
