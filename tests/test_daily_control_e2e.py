@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from e2e_util import Run, events, instance, wait_for
 
+from srtr.runtime.control import send
+
 pytestmark = pytest.mark.e2e
 
 # rider on node1 exits 3 until FLAG exists; max_restarts 1, so one crash-restart and then
@@ -67,19 +69,14 @@ def test_restart_of_a_given_up_instance_starts_it_with_a_fresh_budget(tmp_path: 
         assert instance(state, name)["restarts"] == 1
         assert any(e["reason"] == "GaveUp" for e in events(run.run_dir))
 
-        typo = srtr("restart", str(run.run_dir), "ridr")
-        assert typo.returncode == 2, typo
-        assert "no instance or service named 'ridr'; did you mean 'rider'?" in typo.stderr
-
         flag.write_text("")
-        done = srtr("restart", str(run.run_dir), "rider")  # the service: both its instances
-        assert done.returncode == 0, done
-        assert f"restarting {name} (it was Failed)" in done.stdout
-        assert "restarting service_rider_node2" in done.stdout
+        # The TUI's `r`: the control op, answered ok only if the instance starts again.
+        answer = send(run.run_dir, "restart", name)
         state = run.wait_state(
             lambda s: instance(s, name)["phase"] == "Running" and instance(s, name)["pid"],
             what="the given-up rider to run again",
         )
+        assert answer == f"restarting {name} (it was Failed)"
         # A user's restart is no crash: RESTARTS stays what the crashes made it.
         assert instance(state, name)["restarts"] == 1
         restarting = [
@@ -96,6 +93,25 @@ def test_restart_of_a_given_up_instance_starts_it_with_a_fresh_budget(tmp_path: 
                 instance(s, name)["restarts"] == 2 and instance(s, name)["phase"] == "Running"
             ),
             what="the rider restarted after a crash, within its fresh budget",
+        )
+
+        typo = srtr("restart", str(run.run_dir), "ridr")
+        assert typo.returncode == 2, typo
+        assert "no instance or service named 'ridr'; did you mean 'rider'?" in typo.stderr
+        done = srtr("restart", str(run.run_dir), "rider")  # the service: both its instances
+        assert done.returncode == 0, done
+        assert done.stdout.strip() == (
+            f"daily: service rider: restarting {name}, restarting service_rider_node2"
+        )
+        run.wait_state(
+            lambda s: (
+                all(
+                    instance(s, f"service_rider_node{k}")["attempt"] == a
+                    for k, a in ((1, 4), (2, 1))
+                )
+                and all(i["phase"] == "Running" for i in s["instances"])
+            ),
+            what="both riders restarted",
         )
     finally:
         stop_run(run)
