@@ -249,11 +249,38 @@ def test_all_up_once_every_stage_passed() -> None:
     assert step == StageStep(passed=((3, "frontend"),), all_up=True)
 
 
-def test_members_an_edit_added_to_a_passed_stage_start_at_once() -> None:
+def test_members_an_edit_added_to_a_passed_stage_start_before_later_stages() -> None:
+    # As at the first launch: the later stage waits until the late member is up.
     up = statuses(service_db=Phase.READY, worker_0=Phase.RUNNING, worker_1=Phase.STARTING)
     up["worker_1"].activated = False
     step = next_stage(STAGES, SPECS, up, {"before_workers", "workers"})
-    assert step == StageStep(activate=("worker_1", "frontend"), started=(3, STAGES[2]))
+    assert step == StageStep(activate=("worker_1",), late=("worker_1",))
+    up["worker_1"].activated = up["worker_1"].late = True  # what activate_late did
+    assert next_stage(STAGES, SPECS, up, {"before_workers", "workers"}) == StageStep()
+    up["worker_1"].ready_attempt, up["worker_1"].phase = 0, Phase.RUNNING
+    step = next_stage(STAGES, SPECS, up, {"before_workers", "workers"})
+    assert step == StageStep(activate=("frontend",), started=(3, STAGES[2]), settled=("worker_1",))
+
+
+def test_a_grown_pools_new_riders_wait_for_its_new_owners() -> None:
+    stages = (Stage("owners", "after_frontend", ("o1", "o2")), Stage("riders", "x", ("r1", "r2")))
+    specs = {n: spec(n) for n in ("o1", "o2", "r1", "r2")}
+    up = {
+        n: InstanceStatus(phase=Phase.RUNNING, activated=True, attempt=0, ready_attempt=0)
+        for n in ("o1", "r1")
+    }
+    up |= {"o2": InstanceStatus(), "r2": InstanceStatus()}
+    both = {"owners", "riders"}
+    assert next_stage(stages, specs, up, both) == StageStep(
+        activate=("o2",), late=("o2",), all_up=False
+    )
+    up["o2"] = InstanceStatus(phase=Phase.STARTING, activated=True, attempt=0, late=True)
+    assert next_stage(stages, specs, up, both) == StageStep()
+    assert not rolled_out(up, specs)
+    up["o2"].ready_attempt, up["o2"].phase = 0, Phase.READY
+    assert next_stage(stages, specs, up, both) == StageStep(
+        activate=("r2",), late=("r2",), settled=("o2",)
+    )
 
 
 def test_a_benchmark_lets_its_stage_pass_once_started() -> None:
@@ -449,7 +476,12 @@ def test_the_job_ends_with_the_worst_code_of_its_terminal_instances() -> None:
     st = statuses(worker_0=Phase.SUCCEEDED, worker_1=Phase.RUNNING)
     assert job_end(specs, st) is None
     st["worker_1"] = InstanceStatus(phase=Phase.FAILED, exit_code=4)
-    assert job_end(specs, st) == EndJob(4, "terminal service(s) failed (worst exit code 4)")
+    worst = specs["worker_1"]
+    assert job_end(specs, st) == EndJob(
+        4,
+        f"terminal service(s) failed (worst exit code 4: worker_1 on {worst.node}; "
+        f"see {worst.log})",
+    )
     st["worker_1"] = InstanceStatus(phase=Phase.SUCCEEDED, exit_code=0)
     assert job_end(specs, st) == EndJob(0, "terminal service(s) finished (worst exit code 0)")
 

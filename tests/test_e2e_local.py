@@ -242,13 +242,14 @@ def test_control_socket_restarts_an_instance_and_refuses_when_the_job_is_gone(
         )
         state = run.wait_state(
             lambda s: (
-                instance(s, "service_owner_node1")["restarts"] == 1
+                instance(s, "service_owner_node1")["attempt"] == 1
                 and instance(s, "service_owner_node1")["phase"] == "Running"
             ),
             what="owner restarted by intent",
         )
         assert instance(state, "service_owner_node1")["pid"] != old_pid
-        with pytest.raises(ControlError, match="no instance named 'ghost'"):
+        assert instance(state, "service_owner_node1")["restarts"] == 0  # planned: no crash
+        with pytest.raises(ControlError, match="no instance or service named 'ghost'"):
             send(run.run_dir, "restart", "ghost")
         assert send(run.run_dir, "teardown") == "tearing down tier by tier"
         assert finish(run) == 143

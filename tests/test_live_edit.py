@@ -81,7 +81,8 @@ def test_rider_add_change_remove_and_pool_growth(tmp_path: Path) -> None:
         after = pids(state)
         for name in ("service_watcher_node1", "service_watcher_node2"):
             assert after[name] != before[name]
-            assert instance(state, name)["restarts"] == 1
+            assert instance(state, name)["restarts"] == 0  # a rollout is no crash
+            assert instance(state, name)["attempt"] == 1
         for name in ("service_train_node1", "service_train_node2"):
             assert after[name] == before[name]
 

@@ -674,25 +674,21 @@ async def live_scenario(run: Run) -> None:
         shown = len(log.lines)
         await until(pilot, lambda: len(log.lines) > shown, "new log lines to follow")
 
-        # `r` (confirmed) restarts it: state.json then shows restarts=1.
+        # `r` (confirmed) restarts it: state.json then shows attempt 1, and restarts=0 (a
+        # restart the user asked for is planned, not a crash).
         await pilot.press("r")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the confirmation")
         await pilot.press("y")
         await until(
             pilot,
             lambda: (
-                (i := instance_state(run, target))
-                and i["restarts"] == 1
-                and i["phase"] == "Running"
+                (i := instance_state(run, target)) and i["attempt"] == 1 and i["phase"] == "Running"
             ),
             "state.json to show the restart",
         )
+        assert instance_state(run, target)["restarts"] == 0
         column = table.get_column_index("restarts")
-        await until(
-            pilot,
-            lambda: str(table.get_cell_at(table.cursor_coordinate._replace(column=column))) == "1",
-            "the table to show restarts=1 on the selected row",
-        )
+        assert str(table.get_cell_at(table.cursor_coordinate._replace(column=column))) == "0"
         assert table.selected == target  # the selection survived the live updates
         await until(pilot, lambda: any("attempt 1 starting" in s for s in log.lines), "the marker")
         # `p`: the log from before the restart; again: back to the current attempt.

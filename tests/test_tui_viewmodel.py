@@ -407,3 +407,14 @@ def test_display_lines_keep_blanks_and_split_long_lines_without_losing_text() ->
     pieces = out[2:5]
     assert "".join(p.removeprefix("↪ ") for p in pieces) == long
     assert out[5] == "tab\there"
+
+
+def test_a_planned_restart_reads_as_a_restart_not_as_signal_15() -> None:
+    from srtr.tui.viewmodel.text import last_exit
+
+    planned = {"exit_code": None, "signal": 15, "planned": "generation 2 (command changed)"}
+    inst = {"history": [planned]}
+    assert last_exit(inst) == "restarted: generation 2 (command changed)"
+    assert last_exit(inst, short=True) == "restarted"
+    crash = {"history": [{"exit_code": None, "signal": 15}]}
+    assert last_exit(crash) == "SIGTERM"

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.cli import StoppedBySignal, status
+from srtr.cli import StoppedBySignal, control_verbs, status
 from srtr.cli import bad as _bad
+from srtr.cli.crash import killed_by_guard
 from srtr.cli.status import read_run
 from srtr.reconciler.rundir import STATE_FILE, RunState
 
@@ -51,6 +52,7 @@ def add_verbs(verbs: Any) -> None:
     _add_up(verbs.add_parser("up", help="run a recipe until its job ends"))
     _add_submit(verbs.add_parser("submit", help="submit a batch job that runs `srtr up` (sbatch)"))
     status.add_verbs(verbs)
+    control_verbs.add_verbs(verbs)
 
 
 def _add_up(up: argparse.ArgumentParser) -> None:
@@ -93,6 +95,7 @@ def _add_up(up: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where state, events and logs go (default outputs/<name>-<UTC time>)",
     )
+    _add_reuse(up)
     _add_up_watching(up)
     up.set_defaults(func=cmd_up)
 
@@ -138,8 +141,18 @@ def _add_submit(submit: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="run dir on the shared filesystem (default outputs/<name>-<UTC>)",
     )
+    _add_reuse(submit)
     _add_slurm_flags(submit, "SLURM {what} (default: resources.*)")
     submit.set_defaults(func=cmd_submit)
+
+
+def _add_reuse(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reuse-run-dir",
+        action="store_true",
+        help=f"a --run-dir that holds an ended run: move its files into {PREVIOUS_RUNS}/N "
+        "and start a new run there (without it, such a run dir is refused)",
+    )
 
 
 def _add_slurm_flags(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -176,6 +189,15 @@ def _run_dir_path(args: argparse.Namespace, name: str) -> Path:
         running = None if state.ended else controller_running(run_dir)
         if running:
             raise _bad("--run-dir", f"{run_dir} belongs to a running job ({running})")
+        if not getattr(args, "reuse_run_dir", False):
+            # Two runs in one dir would mix: a second Started, the old logs appended to,
+            # the old recipe overwritten (issue 23).
+            raise _bad(
+                "--run-dir",
+                f"{run_dir} holds another run ({_run_summary(run_dir, state)}); give another "
+                f"--run-dir, or --reuse-run-dir to move its files aside into "
+                f"{run_dir / PREVIOUS_RUNS}/",
+            )
     return run_dir
 
 
@@ -196,9 +218,41 @@ def controller_running(run_dir: Path) -> str | None:
     return f"its controller, pid {heartbeat.pid} on {heartbeat.host}, beats"
 
 
+# Where --reuse-run-dir moves the files of the run dir's earlier runs: RUN_DIR/previous/N.
+PREVIOUS_RUNS = "previous"
+
+
+def _run_summary(run_dir: Path, state: RunState) -> str:
+    job = state.job
+    killed = killed_by_guard(run_dir, state)
+    if killed is not None:
+        return f"job {job.get('name')}: {killed}"
+    ended = job.get("ended_at")
+    when = f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(ended))}" if ended else ""
+    return f"job {job.get('name')}, {state.phase}{when}, exit code {job.get('exit_code')}"
+
+
+def _set_aside(run_dir: Path) -> Path | None:
+    """Move the files of the ended run in `run_dir` into `previous/N`: the new run starts
+    clean, and nothing of the old one (its logs above all) is truncated or lost."""
+    if not (run_dir / STATE_FILE).exists():
+        return None
+    previous = run_dir / PREVIOUS_RUNS
+    previous.mkdir(exist_ok=True, mode=0o700)
+    taken = {int(p.name) for p in previous.iterdir() if p.name.isdigit()}
+    target = previous / str(max(taken, default=0) + 1)
+    target.mkdir(mode=0o700)
+    for entry in run_dir.iterdir():
+        if entry.name != PREVIOUS_RUNS:
+            entry.rename(target / entry.name)
+    print(f"srtr: moved the previous run's files to {target}", file=sys.stderr)
+    return target
+
+
 def _create_run_dir(run_dir: Path) -> Path:
     # The run dir holds env values (recipe.yaml, state.json): only its owner may read it.
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _set_aside(run_dir)  # only an ended run's, with --reuse-run-dir (_run_dir_path)
     run_dir.chmod(0o700)
     (run_dir / "logs").mkdir(exist_ok=True)
     return run_dir
@@ -508,6 +562,18 @@ def _crashed_job(args: argparse.Namespace) -> RunState | None:
     if state.ended:
         if args.adopt:
             raise _bad(args.adopt, f"the job has ended ({state.phase}); nothing to adopt")
+        return None
+    killed = killed_by_guard(Path(where), state)
+    if killed is not None:
+        # Refused rather than relaunched: adoption takes over what still runs, with its
+        # restart counts and passed stages; a job with nothing left is a new run, which
+        # --reuse-run-dir starts cleanly (the old files kept aside).
+        if args.adopt:
+            raise _bad(
+                args.adopt,
+                f"{killed}; nothing to adopt. Start it again with "
+                f"`srtr up RECIPE --run-dir {args.adopt} --reuse-run-dir`",
+            )
         return None
     running = controller_running(Path(where))
     if running:

@@ -72,9 +72,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     from rich.console import Console
 
+    from srtr.cli.crash import crash_line
+
     # Piped output is for grep and tests: never truncate cells to an 80-column guess.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
     _print_job(console, state, check_liveness(Path(args.run_dir), state))
+    crashed = crash_line(Path(args.run_dir), state)
+    if crashed:
+        console.print(crashed, style="yellow", markup=False)
     _print_pools(console, state)
     console.print(_instances_table(state))
     _print_exporters(console, state)

@@ -132,6 +132,10 @@ class StageStep:
     passed: tuple[tuple[int, str], ...] = ()
     all_up: bool = False
     fleet: Stage | None = None  # every member is up; the stage waits on its fleet gate
+    # Members a live edit added to stages that had passed (a subset of `activate`), and late
+    # members that are up now: they no longer hold later stages.
+    late: tuple[str, ...] = ()
+    settled: tuple[str, ...] = ()
 
 
 def stage_done(spec: InstanceSpec, status: InstanceStatus) -> bool:
@@ -161,22 +165,61 @@ def next_stage(
     """Walk the stages in order: the first one not up yet begins, or is waited for.
 
     A stage with a fleet gate (`Stage.fleet`) is up once its members are and its name is in
-    `fleets_passed`; until then the step names it in `fleet`."""
+    `fleets_passed`; until then the step names it in `fleet`.
+
+    Members a live edit adds to stages that passed (a pool grown onto new nodes) start in
+    the same order as the first launch: a later stage's new members (the new riders) wait
+    until the earlier stages' new members (the new owners) are up (`InstanceStatus.late`).
+    """
     activate: list[str] = []
+    late: list[str] = []
+    settled: list[str] = []
     passing: list[tuple[int, str]] = []
+    held = False  # a late member of an earlier stage is not up yet
+
+    def step(
+        started: tuple[int, Stage] | None = None, fleet: Stage | None = None, all_up: bool = False
+    ) -> StageStep:
+        return StageStep(
+            tuple(activate),
+            started,
+            tuple(passing),
+            all_up=all_up,
+            fleet=fleet,
+            late=tuple(late),
+            settled=tuple(settled),
+        )
+
     for number, stage in enumerate(stages, 1):
         pending = [n for n in stage.instances if not statuses[n].activated]
         if stage.name in passed:
-            activate += pending  # added by a live edit: start them without holding anything
+            if held:
+                continue  # its new members wait for the earlier stages' new ones
+            activate += pending
+            late += pending
+            for name in stage.instances:
+                status = statuses[name]
+                if not status.late:
+                    continue
+                # Up, or ended for good (no gate is open to fail the job for it: holding
+                # would stop the job from ever ending).
+                if stage_done(specs[name], status) or status.phase in FINISHED:
+                    settled.append(name)
+                else:
+                    held = True
+            held = held or bool(pending)
             continue
+        if held:
+            return step()
         if pending:
-            return StageStep(tuple(activate + pending), (number, stage), tuple(passing))
+            activate += pending
+            return step(started=(number, stage))
         if not all(stage_done(specs[n], statuses[n]) for n in stage.instances):
-            return StageStep(tuple(activate), None, tuple(passing))
+            return step()
         if stage.fleet is not None and stage.name not in fleets_passed:
-            return StageStep(tuple(activate), None, tuple(passing), fleet=stage)
+            return step(fleet=stage)
         passing.append((number, stage.name))
-    return StageStep(tuple(activate), None, tuple(passing), all_up=True)
+    return step(all_up=not held)
 
 
 # --- the stage gate (srtctl's readiness gate, reference S-61) -------------------------------------
@@ -442,20 +485,28 @@ def job_end(specs: Specs, statuses: Statuses) -> EndJob | None:
         return EndJob(code, f"benchmark exited with code {code}")
     terminal = [n for n, s in specs.items() if s.terminal]
     if terminal and all(statuses[n].phase in FINISHED for n in terminal):
-        code = max((statuses[n].exit_code or 0) for n in terminal)
-        verdict = "failed" if code else "finished"
-        return EndJob(code, f"terminal service(s) {verdict} (worst exit code {code})")
+        worst = max(terminal, key=lambda n: statuses[n].exit_code or 0)  # the first of ties
+        code = statuses[worst].exit_code or 0
+        if not code:
+            return EndJob(0, "terminal service(s) finished (worst exit code 0)")
+        spec = specs[worst]
+        return EndJob(
+            code,
+            f"terminal service(s) failed (worst exit code {code}: {worst} on {spec.node}; "
+            f"see {spec.log})",
+        )
     return None
 
 
 def rolled_out(statuses: Statuses, desired: Iterable[str]) -> bool:
     """Whether every desired instance runs its current spec: activated, launched (not
-    Pending) and not waiting for an edit's restart."""
+    Pending), not waiting for an edit's restart, and up if an edit added it late."""
     for name in desired:
         status = statuses[name]
         if (
             status.user_action is UserAction.RESTART
             or not status.activated
+            or status.late
             or status.phase is Phase.PENDING
         ):
             return False

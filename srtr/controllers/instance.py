@@ -17,6 +17,9 @@ from srtr.reconciler.workqueue import Result
 from srtr.reconciler.write_faults import log_or_null
 from srtr.resources.objects import InstanceSpec
 
+# Ended for good, and a user's restart may start them again (a Lost one's node is gone).
+RESTARTABLE = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})
+
 
 def observe(ctx: Ctx, obs: Observation) -> None:
     """Backend listener: record what happened, then enqueue everyone who cares."""
@@ -75,6 +78,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         return None
     if status.user_action is UserAction.RESTART and status.phase is Phase.BACKOFF:
         store.restart_now(name)
+    elif status.user_action is UserAction.RESTART and status.phase in RESTARTABLE:
+        store.relaunch(name)  # ended for good: nothing would ever read the request otherwise
     if not status.activated:
         return None
     now = ctx.clock.now()

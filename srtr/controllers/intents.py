@@ -7,11 +7,14 @@ user, or raises IntentError with the reason it was refused.
 
 from __future__ import annotations
 
+import difflib
 import signal
+from collections.abc import Callable, Mapping
 
 from srtr.controllers import edits, job
 from srtr.controllers.context import TEARDOWN, Ctx, instance_key
-from srtr.reconciler.store import JobPhase, UserAction
+from srtr.reconciler.status import FINISHED
+from srtr.reconciler.store import JobPhase, Phase, UserAction
 
 OPS = ("teardown", "interrupt", "kill", "restart", "stop", "apply", "discard", "lose-node")
 
@@ -25,10 +28,47 @@ def _running(ctx: Ctx) -> None:
         raise IntentError(f"the job has ended ({ctx.store.job.phase})")
 
 
-def _instance(ctx: Ctx, name: str | None) -> str:
-    if not name or name not in ctx.store.specs:
-        raise IntentError(f"no instance named {name!r}")
-    return name
+def resolve(name: str | None, services: Mapping[str, str]) -> list[str]:
+    """The instances `name` stands for: that instance, or every instance of that service.
+
+    `services` maps each instance to its service. Raises LookupError, with a did-you-mean,
+    for a name that is neither (`srtr restart`/`srtr stop` check it before they ask the job).
+    """
+    if name and name in services:
+        return [name]
+    members = [n for n, service in services.items() if service == name]
+    if name and members:
+        return members
+    known = sorted({*services, *services.values()})
+    close = difflib.get_close_matches(name or "", known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    raise LookupError(f"no instance or service named {name!r}{hint}")
+
+
+def _targets(ctx: Ctx, name: str | None) -> list[str]:
+    services = {n: s.service for n, s in ctx.store.specs.items() if n not in ctx.store.removing}
+    try:
+        return resolve(name, services)
+    except LookupError as exc:
+        raise IntentError(str(exc)) from None
+
+
+def _for_each(name: str | None, targets: list[str], act: Callable[[str], str]) -> str:
+    """Apply `act` to one instance (its refusal is the answer) or to every instance of a
+    service (refused only when every one refuses; the others' reasons are listed)."""
+    if targets == [name]:
+        return act(targets[0])
+    done: list[str] = []
+    refused: list[str] = []
+    for target in targets:
+        try:
+            done.append(act(target))
+        except IntentError as exc:
+            refused.append(str(exc))
+    if not done:
+        raise IntentError(f"service {name}: " + "; ".join(refused))
+    skipped = f" (not: {'; '.join(refused)})" if refused else ""
+    return f"service {name}: {', '.join(done)}{skipped}"
 
 
 def teardown(ctx: Ctx, *, by: str = "user", signum: int = signal.SIGTERM) -> str:
@@ -54,26 +94,48 @@ def kill(ctx: Ctx) -> str:
 
 
 def restart(ctx: Ctx, name: str | None) -> str:
-    """Stop the instance (SIGTERM, SIGKILL after its grace) and start it again at once."""
+    """Restart an instance, or every instance of a service: stop it (SIGTERM, SIGKILL after
+    its grace) and start it again at once. One that ended for good (Succeeded, Failed,
+    GaveUp, Stopped) starts again with a fresh restart budget. A planned restart is no crash:
+    it spends no budget and does not count in RESTARTS."""
     _running(ctx)
-    name = _instance(ctx, name)
+    targets = _targets(ctx, name)
     if ctx.store.job.teardown_requested:
         raise IntentError("the job is tearing down")
+    return _for_each(name, targets, lambda target: _restart_one(ctx, target))
+
+
+def _restart_one(ctx: Ctx, name: str) -> str:
     status = ctx.store.status[name]
     if not status.activated or status.attempt < 0:
         reason = status.conditions.get("Ready")
         if reason is not None and reason.reason == "Skipped":
             raise IntentError(f"{name} was skipped: {reason.message}")
         raise IntentError(f"{name} has not been launched yet")
+    if status.phase is Phase.LOST:
+        raise IntentError(f"{name} is Lost: its node is gone")
+    if status.user_action is UserAction.RESTART:
+        return f"{name} is already restarting"
+    ended = f" (it was {status.phase})" if status.phase in FINISHED else ""
     ctx.store.request(name, UserAction.RESTART)
     ctx.queue.add(instance_key(name))
-    return f"restarting {name}"
+    return f"restarting {name}{ended}"
 
 
 def stop(ctx: Ctx, name: str | None) -> str:
-    """Stop the instance for good (until the job ends): no restart policy applies."""
+    """Stop an instance, or every instance of a service, for good (until the job ends, or a
+    restart): no restart policy applies."""
     _running(ctx)
-    name = _instance(ctx, name)
+    targets = _targets(ctx, name)
+    return _for_each(name, targets, lambda target: _stop_one(ctx, target))
+
+
+def _stop_one(ctx: Ctx, name: str) -> str:
+    status = ctx.store.status[name]
+    if status.phase in FINISHED:
+        raise IntentError(f"{name} is already {status.phase}")
+    if status.user_action is UserAction.STOP:
+        return f"{name} is already stopping"
     ctx.store.request(name, UserAction.STOP)
     ctx.queue.add(instance_key(name))
     return f"stopping {name}"

@@ -60,12 +60,18 @@ async def reconcile(ctx: Ctx) -> Result | None:
     )
     for number, name in step.passed:
         store.stage_passed(number, name)
+    for name in step.settled:
+        store.settled(name)
+    late = frozenset(step.late)
+    for name in step.late:
+        store.activate_late(name)
     if step.started is not None:
         number, stage = step.started
-        store.launch_stage(number, stage, step.activate)
+        store.launch_stage(number, stage, tuple(n for n in step.activate if n not in late))
     else:
         for name in step.activate:
-            store.activate(name)
+            if name not in late:
+                store.activate(name)
     for name in step.activate:
         ctx.queue.add(instance_key(name))
     if step.fleet is not None:

@@ -1,8 +1,12 @@
-"""Pool controller: a pool is ready when every one of its owner instances is ready."""
+"""Pool controller: a pool is ready when every one of its owner instances is ready.
+
+A terminal owner that exited 0 (rank 0 of a torchrun-style pool, done first) has finished
+its work: the pool is no longer ready, but that is no warning (`pool_readiness`'s `done`)."""
 
 from __future__ import annotations
 
 from srtr.controllers.context import Ctx
+from srtr.reconciler.status import Phase
 from srtr.reconciler.workqueue import Result
 
 
@@ -10,5 +14,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
     store = ctx.store
     members = [m for m in store.instances_of_pool(name) if m not in store.removing]
     ready = sum(1 for m in members if store.status[m].alive and store.status[m].ready)
-    store.pool_readiness(name, ready=ready, total=len(members))
+    done = sum(
+        1 for m in members if store.specs[m].terminal and store.status[m].phase is Phase.SUCCEEDED
+    )
+    store.pool_readiness(name, ready=ready, total=len(members), done=done)
     return None

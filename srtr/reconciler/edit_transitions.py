@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from srtr.reconciler.status import InstanceStatus, UserAction
 from srtr.reconciler.store_base import StoreBase
-from srtr.resources.diff import Plan
+from srtr.resources.diff import Change, Plan
 from srtr.resources.objects import DesiredState, InstanceSpec
 
 
@@ -72,8 +72,10 @@ class EditTransitions(StoreBase):
             self.status[change.name] = InstanceStatus()
         for change in plan.restart:
             self.specs[change.name] = after[change.name]
-            if self.status[change.name].alive:
-                self.status[change.name].user_action = UserAction.RESTART
+            status = self.status[change.name]
+            if status.alive:
+                status.user_action = UserAction.RESTART
+                status.restart_reason = f"generation {self.job.generation} ({_changed(change)})"
         for change in plan.hot:
             self.specs[change.name] = after[change.name]
         for change in plan.remove:
@@ -95,3 +97,12 @@ class EditTransitions(StoreBase):
             f"removed by generation {self.job.generation} (was on {spec.node})",
         )
         return spec
+
+
+# What the user wrote, for the spec fields a restart names (`argv` is the recipe's command).
+_FIELD_WORDS = {"argv": "command"}
+
+
+def _changed(change: Change) -> str:
+    fields = [_FIELD_WORDS.get(f, f) for f in change.detail.split(", ") if f]
+    return f"{', '.join(fields)} changed" if fields else "spec changed"

@@ -37,6 +37,17 @@ class JobTransitions(StoreBase):
         self.status[name].activated = True
         self.changed()
 
+    def activate_late(self, name: str) -> None:
+        """A live edit added the instance to a stage that had passed: activate it, and hold
+        later stages' new members until it is up (`settled`)."""
+        self.status[name].late = True
+        self.activate(name)
+
+    def settled(self, name: str) -> None:
+        """A late instance is up (ready, or done): it no longer holds later stages."""
+        self.status[name].late = False
+        self.changed()
+
     def launch_stage(self, number: int, stage: Stage, names: tuple[str, ...]) -> None:
         """Stage `number` begins now: activate `names` (its members not yet activated); its
         gate's readiness deadlines count from now."""
@@ -121,17 +132,19 @@ class JobTransitions(StoreBase):
         )
         return code
 
-    def pool_readiness(self, name: str, *, ready: int, total: int) -> None:
+    def pool_readiness(self, name: str, *, ready: int, total: int, done: int = 0) -> None:
         """`ready` of the pool's `total` owner instances are ready; ready when all of them are.
+        `done` of the others finished their work (terminal, exit 0).
 
         A flip is a PoolReady/PoolNotReady event, except during a teardown, where losing
-        readiness is the point, not news.
+        readiness is the point, not news, and when only finished members make the pool not
+        ready (a terminal pool whose rank 0 is done).
         """
         is_ready = total > 0 and ready == total
         if is_ready == self.pool_ready.get(name, False):
             return
         self.pool_ready[name] = is_ready
-        if self.job.teardown_requested:
+        if self.job.teardown_requested or (not is_ready and done and ready + done == total):
             self.changed()
             return
         self.record(

@@ -146,7 +146,9 @@ class InstanceDoc(TypedDict):
     stop_grace_seconds: float
     stop_deadline: float | None  # SIGKILL time of an instance being stopped
     next_start_at: float | None  # in BackOff: the next launch
-    history: list[dict[str, Any]]  # the last 20 exits: attempt, exit_code, signal, at, message
+    # the last 20 exits: attempt, exit_code, signal, at, message; `planned` (why) when it
+    # was stopped for a planned restart (a user's, a rollout's)
+    history: list[dict[str, Any]]
     attempt: int
     activated: bool
     identity: dict[str, int] | None  # pid and kernel start time: what adoption checks
@@ -189,6 +191,24 @@ class EventDoc(TypedDict):
     object: str  # job | pool/<name> | instance/<name>
     message: str
     generation: int
+
+
+GUARD_FILE = "guard.json"
+
+
+class GuardDoc(TypedDict):
+    """guard.json: what the job's guard saw of its controller's death, and what it did.
+
+    Written (atomically) by `srtr.runtime.guard` once the controller it watches is gone
+    without ending the job, and again if it kills what nobody adopted. A successor's guard
+    never rewrites it for the old controller; readers match `controller_pid` to state.json's.
+    """
+
+    controller_pid: int
+    lost_at: float  # wall seconds: the guard saw the controller die
+    adopt_until: float  # wall seconds: `srtr up --adopt` may take the job over until then
+    killed_at: float | None  # wall seconds: it killed the instances nobody adopted
+    killed: int  # instance process groups it killed then
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -355,6 +375,17 @@ def machine_id() -> str:
     except OSError:
         return ""
     return f"{boot}/{pidns}"
+
+
+def read_guard(run_dir: Path, controller_pid: int | None) -> GuardDoc | None:
+    """The guard's record of controller `controller_pid`'s death, if it wrote one."""
+    try:
+        doc = json.loads((run_dir / GUARD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("controller_pid") != controller_pid:
+        return None  # another controller's (an adopted one's), or not ours at all
+    return cast(GuardDoc, doc)
 
 
 def ready_now(instance: Mapping[str, Any]) -> bool:

@@ -77,6 +77,9 @@ class InstanceStatus:
 
     phase: Phase = Phase.PENDING
     activated: bool = False  # its launch stage has begun
+    # Activated by a live edit after its stage had passed (pool growth), and not up yet:
+    # later stages' new members wait for it, as they waited for its stage at the first launch.
+    late: bool = False
     attempt: int = -1
     exited_attempt: int = -1  # the last attempt whose end was observed
     ready_attempt: int | None = None  # the last attempt that passed readiness
@@ -99,6 +102,11 @@ class InstanceStatus:
     next_probe_at: float | None = None
     identity: dict[str, int] | None = None  # pid + start time: what adoption checks
     user_action: UserAction | None = None  # set by `Store.request`
+    # Why a planned restart was asked (a user, a rollout): set with user_action RESTART,
+    # carried by `planned` into the next launch. A planned restart is no crash: it touches
+    # neither `restarts` nor the restart budget (`restart_times`).
+    restart_reason: str | None = None
+    planned: str | None = None
     log_offset: int = 0  # where this attempt's output starts in the log (for log probes)
     history: list[dict[str, Any]] = field(default_factory=list)
     conditions: dict[str, Condition] = field(default_factory=dict)

@@ -76,6 +76,11 @@ class InstanceTransitions(StoreBase):
         status.exit_code = exit_code
         status.exit_signal = signal
         status.exited_at = self.clock.now()
+        planned = (
+            status.restart_reason
+            if status.user_action is UserAction.RESTART and status.stop_sent_at is not None
+            else None
+        )
         status.history.append(
             {
                 "attempt": attempt,
@@ -83,6 +88,7 @@ class InstanceTransitions(StoreBase):
                 "signal": signal,
                 "at": round(self.clock.wall(), 3),
                 "message": message,
+                **({"planned": planned} if planned and not lost else {}),
             }
         )
         spec = self.specs[name]
@@ -94,11 +100,13 @@ class InstanceTransitions(StoreBase):
             else "unknown status"
         )
         expected = self.job.teardown_requested or status.stop_sent_at is not None
+        text = f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
+        if planned and not lost:
+            text = f"stopped on {spec.node} for a planned restart: {planned} ({how})"
         self.record(
             f"instance/{name}",
             "NodeLost" if lost else "Exited",
-            f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
-            + (f": {message}" if lost and message else ""),
+            text + (f": {message}" if lost and message else ""),
             warning=(exit_code != 0 or lost) and not expected,
         )
         self.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
@@ -110,14 +118,21 @@ class InstanceTransitions(StoreBase):
     def launching(self, name: str, *, log_offset: int) -> int:
         """A new attempt begins (from Pending or BackOff); returns its number.
 
-        Clears what belonged to the previous attempt; a restart counts toward the budget
-        and is recorded as Restarting.
+        Clears what belonged to the previous attempt. A restart is recorded as Restarting;
+        one after a crash counts (`restarts`) toward the budget, a planned one (a user's
+        restart, a rollout: `planned`) does not.
         """
         status = self.status[name]
         assert status.phase in (Phase.PENDING, Phase.BACKOFF), status.phase
         now = self.clock.now()
         attempt = status.attempt + 1
-        if attempt > 0:
+        if attempt > 0 and status.planned is not None:
+            self.record(
+                f"instance/{name}",
+                "Restarting",
+                f"{status.planned}: attempt {attempt} on {self.specs[name].node}",
+            )
+        elif attempt > 0:
             status.restarts += 1
             status.restart_times.append(now)
             self.record(
@@ -125,6 +140,7 @@ class InstanceTransitions(StoreBase):
                 "Restarting",
                 f"attempt {attempt} on {self.specs[name].node} (restart {status.restarts})",
             )
+        status.planned = None
         status.log_offset = log_offset
         status.attempt = attempt
         status.step = None  # the backend reports the new attempt's step once it has one
@@ -175,12 +191,25 @@ class InstanceTransitions(StoreBase):
 
     # -- after an exit ------------------------------------------------------------------------
     def restart_now(self, name: str) -> None:
-        """Act on a user's restart of a stopped attempt: start again at once (BackOff, due now)."""
+        """Act on a planned restart (a user's, a rollout's) of a stopped attempt: start again
+        at once (BackOff, due now), as a planned launch that costs no restart budget."""
         status = self.status[name]
         assert status.user_action == UserAction.RESTART
         status.user_action = None
+        status.planned = status.restart_reason or _REQUESTED[UserAction.RESTART][1]
+        status.restart_reason = None
         status.next_start_at = self.clock.now()
         self.set_phase(name, Phase.BACKOFF)
+
+    def relaunch(self, name: str) -> None:
+        """A user's restart of an instance that ended for good (Succeeded, Failed, GaveUp,
+        Stopped): start it again at once with a fresh restart budget and backoff."""
+        status = self.status[name]
+        assert status.user_action == UserAction.RESTART
+        assert status.phase in FINISHED and status.phase is not Phase.LOST, status.phase
+        status.restart_times.clear()
+        status.backoff_index = 0
+        self.restart_now(name)
 
     def finished(self, name: str, phase: Phase) -> None:
         """The instance is done for good: Succeeded, Failed or Stopped."""
@@ -344,6 +373,12 @@ class InstanceTransitions(StoreBase):
         assert status.phase in ALIVE, status.phase
         status.exit_code = None
         status.exited_attempt = status.attempt
+        self.record(
+            f"instance/{name}",
+            "Exited",
+            f"gone from {self.specs[name].node} while no controller watched (exit status unknown)",
+            warning=True,
+        )
 
     # -- user actions -------------------------------------------------------------------------
     def request(self, name: str, action: UserAction) -> None:
@@ -351,8 +386,10 @@ class InstanceTransitions(StoreBase):
 
         (A live edit's restart is requested by `apply_edit`, without an event of its own.)
         """
-        self.status[name].user_action = action
+        status = self.status[name]
+        status.user_action = action
         reason, message = _REQUESTED[action]
+        status.restart_reason = message if action is UserAction.RESTART else None
         self.record(f"instance/{name}", reason, message)
 
 

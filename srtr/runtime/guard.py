@@ -17,6 +17,11 @@ When the controller exits:
   which is the adoption window. Instances under node agents (identity marked `agent`) are
   their agents' to stop: an agent waits the same window.
 
+What it sees goes into the run dir: `guard.json` (`GuardDoc`) and a `ControllerLost` event
+when the controller dies without ending the job, and a `GuardKilled` event (and guard.json
+again) when it killed what nobody adopted, so `srtr status` can tell how long adoption is
+possible and `srtr up --adopt` can refuse a job with nothing left.
+
 In every case but adoption it also cancels the SLURM allocation srtr made: the one named by
 `--slurm-job`, the one salloc named in `--salloc-output` and the one the state records as
 owned (scancel of a released job is a no-op). `srtr up` starts the guard before salloc, with
@@ -50,7 +55,11 @@ from srtr.backends.slurm_cmd import (
     scancel_job_argv,
 )
 from srtr.reconciler.rundir import (
+    EVENTS_FILE,
+    GUARD_FILE,
     STATE_FILE,
+    EventDoc,
+    GuardDoc,
     RunState,
     StateFileError,
     pid_alive,
@@ -207,10 +216,13 @@ def guard(
         last.refresh()  # with a mirror, reading once after the controller exits is enough
     wait_exit(controller, None if mirror_fd is not None else last)
     last.refresh()
+    record = _lost(run_dir, controller, window, last.state)
     adopted, state = _wait_for_adoption(run_dir, controller, window, last)
     if adopted:
         return 0
     killed = reap_orphans(state) if state is not None and not state.ended else 0
+    if record is not None and state is not None and not state.ended:
+        _killed(run_dir, record, killed, state)
     jobs = owned_allocations(state, controller, slurm_job, salloc_job(salloc_fd))
     release_allocations(jobs)
     released = f"; cancelled SLURM job {', '.join(jobs)}" if jobs else ""
@@ -223,6 +235,70 @@ def guard(
             f"{window:g}s; killed {killed} instance group(s){released}",
         )
     return 0
+
+
+def _lost(run_dir: Path, controller: int, window: float, state: RunState | None) -> GuardDoc | None:
+    """The controller died without ending the job: say so in the run dir (guard.json and a
+    ControllerLost event), with how long `srtr up --adopt` may take the job over."""
+    if state is None or state.ended or not run_dir.exists():
+        return None
+    now = time.time()
+    record: GuardDoc = {
+        "controller_pid": controller,
+        "lost_at": now,
+        "adopt_until": now + window,
+        "killed_at": None,
+        "killed": 0,
+    }
+    _write_guard(run_dir, record)
+    _event(
+        run_dir,
+        state,
+        "ControllerLost",
+        f"controller pid {controller} died without ending the job; adopt it with "
+        f"`srtr up --adopt {run_dir}` within {window:g}s, or its guard kills every instance",
+    )
+    return record
+
+
+def _killed(run_dir: Path, record: GuardDoc, killed: int, state: RunState) -> None:
+    record = {**record, "killed_at": time.time(), "killed": killed}
+    _write_guard(run_dir, record)
+    _event(
+        run_dir,
+        state,
+        "GuardKilled",
+        f"nobody adopted the job within the adoption window: killed {killed} instance "
+        f"group(s) of controller pid {record['controller_pid']}; the job is over",
+    )
+
+
+def _write_guard(run_dir: Path, record: GuardDoc) -> None:
+    """guard.json, atomically (a reader sees the old record or the new one)."""
+    with contextlib.suppress(OSError):
+        tmp = run_dir / f".{GUARD_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, run_dir / GUARD_FILE)
+
+
+def _event(run_dir: Path, state: RunState, reason: str, message: str) -> None:
+    """Append one warning to events.jsonl, as the controller would have (one write, so a
+    reader never sees half a line)."""
+    event: EventDoc = {
+        "ts": round(time.time(), 3),
+        "type": "Warning",
+        "reason": reason,
+        "object": "job",
+        "message": message,
+        "generation": int(state.job.get("generation") or 1),
+    }
+    line = (json.dumps(event) + "\n").encode()
+    with contextlib.suppress(OSError):
+        fd = os.open(run_dir / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
 
 def _note(run_dir: Path, line: str) -> None:

@@ -53,5 +53,7 @@ def last_exit(inst: Doc, *, short: bool = False) -> str:
     history = inst.get("history") or []
     if history:
         last = history[-1]
+        if last.get("planned"):  # stopped for a restart a user or a rollout asked for
+            return "restarted" if short else f"restarted: {last['planned']}"
         return fmt_exit(last.get("exit_code"), last.get("signal"), short=short)
     return fmt_exit(inst.get("exit_code"), short=short)
