@@ -84,10 +84,15 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _console() -> Console:
     from rich.console import Console
 
+    class PipeAware(Console):
+        def on_broken_pipe(self) -> None:
+            # Rich would exit 1; the CLI's main exits as a SIGPIPE'd CLI does (141).
+            raise BrokenPipeError
+
     # markup=False: recipe paths (`services[api]`), reasons and commands are user text and
     # must print as written; colours come from Text styles only. Piped output is for grep
     # and tests: never truncate cells to an 80-column guess.
-    return Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 1000)
+    return PipeAware(highlight=False, markup=False, width=None if sys.stdout.isatty() else 1000)
 
 
 def print_status(console: Console, state: RunState, now: float | None = None) -> None:
