@@ -86,6 +86,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     recipe, state = plan_file(args.recipe, _allocation(args))
     for warning in state.warnings:
         print(f"{args.recipe}: warning: {warning}", file=sys.stderr)
+    for line in state.line_warnings:  # FILE:LINE: warning: path: message already
+        print(line, file=sys.stderr)
     launcher = Launcher(args.launcher) if args.launcher else None
     if args.output == "json":
         print(json.dumps(plan_json(recipe, state, launcher), indent=2))

@@ -268,6 +268,9 @@ class DesiredState:
     frontend_type: str
     terminal_services: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    # Warnings found with their recipe line (placeholder typos), as `FILE:LINE: warning:
+    # path: message` lines, printed as they are.
+    line_warnings: tuple[str, ...] = ()
     node_summary: tuple[tuple[str, int], ...] = ()  # the `Nodes:` map lines, in order
     # ETCD_ENDPOINTS / NATS_SERVER as the job's services, workers and benchmark get them.
     discovery_env: tuple[tuple[str, str], ...] = ()

@@ -275,5 +275,5 @@ def _plan_doc(recipe: Recipe, state: DesiredState) -> dict[str, Any]:
             "env": {k: mask(k, v) for k, v in state.benchmark_env},
         },
         "terminal_services": list(state.terminal_services),
-        "warnings": list(state.warnings),
+        "warnings": [*state.warnings, *state.line_warnings],
     }

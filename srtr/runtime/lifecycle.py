@@ -220,7 +220,7 @@ class FirstWrite:
 
 
 def _announce(store: Store, desired: DesiredState, backend: Backend, run_dir: Path) -> None:
-    for warning in desired.warnings:
+    for warning in (*desired.warnings, *desired.line_warnings):
         store.record("job", "PlanWarning", warning, warning=True)
     if not backend.capabilities.containers:
         for image in sorted({s.container for s in desired.instances if s.container}):
