@@ -1,4 +1,5 @@
-"""The verbs that look at a run dir: status, logs, tui, and down (which asks its job to end).
+"""The verbs that look at a run dir: status, logs (`cli.logs`), tui, and down (which asks its
+job to end).
 
 They read state.json through the run dir's one reader (`srtr.reconciler.rundir`);
 `read_run` is its CLI face, which turns a missing, torn or foreign file into an exit-2
@@ -38,11 +39,9 @@ def add_verbs(verbs: Any) -> None:
     )
     status.set_defaults(func=cmd_status)
 
-    logs = verbs.add_parser("logs", help="print an instance's log")
-    logs.add_argument("run_dir", metavar="RUN_DIR")
-    logs.add_argument("instance", metavar="INSTANCE")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    logs.set_defaults(func=cmd_logs)
+    from srtr.cli import logs
+
+    logs.add_parser(verbs)
 
     tui = verbs.add_parser("tui", help="watch and drive a running job from another terminal")
     tui.add_argument("run_dir", metavar="RUN_DIR")
@@ -276,36 +275,6 @@ def _watch(run_dir: Path, output: str) -> int:
 
 
 # -- logs, tui, down ------------------------------------------------------------------------
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    state = read_run(run_dir)
-    names = {i["name"]: i for i in state.instances}
-    if args.instance not in names:
-        raise bad(
-            str(run_dir), f"no instance {args.instance!r}; instances: " + ", ".join(sorted(names))
-        )
-    path = run_dir / names[args.instance]["log"]
-    if not path.exists():
-        print(f"{path}: no output yet", file=sys.stderr)
-        if not args.follow:
-            return 0
-    offset = 0
-    out = sys.stdout.buffer
-    while True:
-        if path.exists():
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-                offset += len(chunk)
-                out.write(chunk)
-                out.flush()
-        if not args.follow:
-            return 0
-        if not read_run(run_dir).running:
-            return 0
-        time.sleep(0.25)  # a CLI tail, not the controller: polling a file here is fine
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
