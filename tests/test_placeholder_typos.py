@@ -92,3 +92,37 @@ def test_srtr_plan_prints_the_warnings_on_stderr_and_exits_0(tmp_path: Path) -> 
         done.stderr
     )
     assert "Instances (2)" in done.stdout
+
+
+HOLD = """\
+name: hold
+services:
+  - name: s
+    command: ["sleep", "1000"]
+    env: {A: "{nodee}"}
+"""
+
+
+@pytest.mark.e2e
+def test_srtr_up_and_a_live_edit_record_the_warnings_and_run_on(tmp_path: Path) -> None:
+    import signal
+
+    from e2e_util import Run, events, wait_for
+
+    def warned(word: str) -> bool:
+        return any(
+            e["reason"] == "PlanWarning" and f"{{{word}}} is not a placeholder" in e["message"]
+            for e in events(run.run_dir)
+        )
+
+    run = Run(tmp_path, HOLD)
+    try:
+        run.wait_state(lambda s: s["job"]["phase"] == "Running", 30, "running")
+        assert warned("nodee")
+        run.recipe.write_text(HOLD.replace("{nodee}", "{pool_ipp}"))
+        wait_for(lambda: warned("pool_ipp"), 30, "the live edit's warning")
+        state = run.wait_state(lambda s: s["job"]["generation"] == 2, 30, "the edit applied")
+        assert state["job"]["phase"] == "Running"
+    finally:
+        run.signal(signal.SIGTERM)
+        run.finish()
