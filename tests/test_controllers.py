@@ -238,7 +238,7 @@ def test_probe_timeout_of_a_critical_instance_fails_the_job(tmp_path: Path) -> N
         assert h.store.job.exit_code == 1
         # srtctl's words, its describe() included (reference S-61)
         assert h.store.job.reason == (
-            "services[db] on node1 was not ready within 5s (tcp/9000, timeout=5s); "
+            "services[db] on node1 was not ready within 5s (tcp 127.0.0.2:9000, timeout=5s); "
             "see logs/service_db.out"
         )
         assert h.backend.launched("service_app") == 0
@@ -279,10 +279,10 @@ services:
 X = ("service_x_node1", "service_x_node2", "service_x_node3")
 EXITED_127 = (
     "services[x] exited with code 127 on node3 before its readiness probe passed "
-    "(tcp/9000, timeout=5s); see logs/service_x_node3.out"
+    "(tcp 127.0.0.4:9000, timeout=5s); see logs/service_x_node3.out"
 )
 NOT_READY = (
-    "services[x] on node3 was not ready within 5s (tcp/9000, timeout=5s); "
+    "services[x] on node3 was not ready within 5s (tcp 127.0.0.4:9000, timeout=5s); "
     "see logs/service_x_node3.out"
 )
 
@@ -456,7 +456,7 @@ def test_a_stage_a_live_edit_adds_has_a_gate_of_its_own(tmp_path: Path) -> None:
         await h.advance(2)
         assert h.store.job.exit_code == 1
         assert h.store.job.reason == (
-            "services[late] on node1 was not ready within 2s (tcp/9100, timeout=2s); "
+            "services[late] on node1 was not ready within 2s (tcp 127.0.0.2:9100, timeout=2s); "
             "see logs/service_late.out"
         )
 

@@ -324,7 +324,7 @@ def test_an_exit_before_the_probe_passed_fails_the_gate_critical_or_not() -> Non
     assert outcome == Gate(
         failed="service_x_node3",
         reason="services[x] exited with code 127 on node3 before its readiness probe passed "
-        "(tcp/9000, timeout=5s); see logs/service_x_node3.out",
+        "(tcp 10.0.0.1:9000, timeout=5s); see logs/service_x_node3.out",
     )
     assert not GATED_SPECS["service_x_node3"].critical
 
@@ -338,7 +338,7 @@ def test_a_member_not_ready_by_the_deadline_fails_the_gate() -> None:
     assert gate(now=4.5) == Gate(wake_in=0.5)
     assert gate(now=5.0, node1=member(Phase.READY, ready=True)) == Gate(
         failed="service_x_node3",
-        reason="services[x] on node3 was not ready within 5s (tcp/9000, timeout=5s); "
+        reason="services[x] on node3 was not ready within 5s (tcp 10.0.0.1:9000, timeout=5s); "
         "see logs/service_x_node3.out",
         timed_out=True,
     )
@@ -417,7 +417,7 @@ def test_worker_and_frontend_members_are_named_like_the_reference() -> None:
     st = {"worker_agg_2": member(Phase.FAILED, code=1), "frontend": member(Phase.STARTING)}
     assert stage_gate(stage, specs, st, started_at=0.0, now=1.0).reason == (
         "roles.agg worker 2 exited with code 1 on node1 before its readiness probe passed "
-        "(tcp/9000, timeout=5s); see logs/node1_agg_w2.out"
+        "(tcp 10.0.0.1:9000, timeout=5s); see logs/node1_agg_w2.out"
     )
     st["worker_agg_2"] = member(Phase.READY, ready=True)
     assert stage_gate(stage, specs, st, started_at=0.0, now=30.0).reason == (

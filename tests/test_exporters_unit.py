@@ -62,8 +62,8 @@ def test_t80_metrics_defaults() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "path", "message"),
     [
-        ("port", "0", "services[0].metrics[0].port", "must be between 1 and 65535"),
-        ("port", "70000", "services[0].metrics[0].port", "must be between 1 and 65535"),
+        ("port", "0", "services[0].metrics[0].port", "must be between 1 and 65535; got 0"),
+        ("port", "70000", "services[0].metrics[0].port", "must be between 1 and 65535; got 70000"),
         ("path", "metrics", "services[0].metrics[0].path", "must start with '/'"),
         ("nodes", "some", "services[0].metrics[0].nodes", "must be all or first; got 'some'"),
         ("name", '" "', "services[0].metrics[0].name", "must not be empty"),

@@ -61,7 +61,7 @@ def test_a_failing_with_workers_probe_fails_the_job_before_the_frontend(tmp_path
         await h.advance(50)
         assert h.store.job.teardown_requested and h.store.job.exit_code == 1
         assert h.store.job.reason.startswith(
-            "services[master] on node1 was not ready within 50s (tcp/8700, timeout=50s)"
+            "services[master] on node1 was not ready within 50s (tcp 127.0.0.2:8700, timeout=50s)"
         )
         assert "frontend" not in {s.name for s in h.backend.launches}
 

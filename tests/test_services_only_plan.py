@@ -146,7 +146,7 @@ def test_dry_run_mentions_the_service(
     assert plan["benchmark"]["type"] == "custom"
     assert plan["nodes"] == {"engine roles": 0, "pool files (generic)": 2, "total": 2}
     probes = [i["probe"] for i in plan["instances"] if i["service"] == "files"]
-    assert probes == ["tcp/9911", "tcp/9911"]
+    assert probes == ["tcp 127.0.0.2:9911", "tcp 127.0.0.3:9911"]
 
 
 def test_services_only_head_is_the_first_pool_node() -> None:

@@ -208,7 +208,7 @@ def test_t59_mooncake_master_then_one_store_per_role_node() -> None:
         8700,
         (8701, 8702),
     )
-    assert master.probe.describe() == "tcp/8700,8701,8702"  # in turn, as srtctl's
+    assert master.probe.describe("10.0.0.9") == "tcp 10.0.0.9:8700,8701,8702"  # in turn
     assert prefill.argv == ("python", "-m", "mooncake.mooncake_store_service")
     assert prefill.probe is None  # the store has no default probe
     assert dict(prefill.env) == {

@@ -308,9 +308,9 @@ def test_detail_renders_command_env_probe_and_history_newest_first() -> None:
 
 
 def test_last_probe_failure_is_remembered_after_the_probe_passes() -> None:
-    failing = [inst("svc", probe="tcp/80", probe_message="refused", ready=False)]
+    failing = [inst("svc", probe="tcp 10.0.0.1:80", probe_message="refused", ready=False)]
     known = vm.remember_probe_failures({}, failing)
-    passing = inst("svc", probe="tcp/80", probe_message="", ready=True, ready_at=NOW - 5)
+    passing = inst("svc", probe="tcp 10.0.0.1:80", probe_message="", ready=True, ready_at=NOW - 5)
     known = vm.remember_probe_failures(known, [passing])
     view = vm.detail(passing, NOW, last_probe_failure=known["svc"])
     assert view.probe_state == "passing (ready 5s ago)"

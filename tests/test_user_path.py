@@ -239,9 +239,11 @@ def test_closing_the_terminal_of_srtr_tui_leaves_the_job_running(
     nothing_left(run_dir)
 
 
-def test_a_headless_job_whose_stdout_goes_away_tears_down_with_129(tmp_path: Path) -> None:
-    """`srtr up --headless | head -3`, or an ssh session gone under a headless run: stdout
-    can no longer be written, which is a hang-up (issue 12)."""
+def test_a_headless_job_whose_stdout_pipe_closes_tears_down_quietly_with_141(
+    tmp_path: Path,
+) -> None:
+    """`srtr up --headless | head -3`: stdout can no longer be written (issue 12). A pipe
+    whose reader left is SIGPIPE, as for any CLI, not a hang-up (issue 23): 141, quietly."""
     recipe = tmp_path / "pools.yaml"
     recipe.write_text(HOLDING_POOLS)
     run_dir = tmp_path / "run"
@@ -260,11 +262,12 @@ def test_a_headless_job_whose_stdout_goes_away_tears_down_with_129(tmp_path: Pat
         from srtr.runtime.control import send
 
         send(run_dir, "restart", "service_napper")
-        assert proc.wait(10) == 129
+        assert proc.wait(10) == 141
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
     nothing_left(run_dir)
     state = read_state(run_dir)
-    assert state is not None and state["job"]["exit_code"] == 129
+    assert state is not None and state["job"]["exit_code"] == 141
+    assert state["job"]["reason"] == "stdout closed (SIGPIPE)"

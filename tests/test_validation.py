@@ -277,15 +277,15 @@ SCHEMA_CASES = [
             env: [a]
         """,
         [
-            (5, "services[0].nodes", "Input should be a valid integer; got 'two'"),
-            (6, "services[0].critical", "Input should be a valid boolean; got 'maybe'"),
-            (7, "services[0].env", "Input should be a valid dictionary"),
+            (5, "services[0].nodes", "must be a whole number; got 'two'"),
+            (6, "services[0].critical", "must be true or false; got 'maybe'"),
+            (7, "services[0].env", "must be a mapping (key: value)"),
         ],
         id="wrong-types",
     ),
     pytest.param(
         "name: t\nservices:\n  name: s\n",
-        (2, "services", "Input should be a valid list"),
+        (2, "services", "must be a list"),
         id="services-must-be-a-list",
     ),
 ]
@@ -390,7 +390,7 @@ FIELD_CASES = [
             metrics:
               - port: 0
         """,
-        (6, "services[0].metrics[0].port", "must be between 1 and 65535"),
+        (6, "services[0].metrics[0].port", "must be between 1 and 65535; got 0"),
         id="v07-metrics-port-range",
     ),
     pytest.param(
@@ -424,7 +424,7 @@ FIELD_CASES = [
                 port: 80
                 status: 99
         """,
-        (8, "services[0].readiness.http.status", "must be an HTTP status code"),
+        (8, "services[0].readiness.http.status", "must be an HTTP status code; got 99"),
         id="v09-http-status",
     ),
     pytest.param(
@@ -518,8 +518,8 @@ FIELD_CASES = [
               interval_seconds: -0.5
         """,
         [
-            (7, "services[0].readiness.timeout_seconds", "must be positive"),
-            (8, "services[0].readiness.interval_seconds", "must be positive"),
+            (7, "services[0].readiness.timeout_seconds", "must be positive; got 0"),
+            (8, "services[0].readiness.interval_seconds", "must be positive; got -0.5"),
         ],
         id="v14-timing-must-be-positive",
     ),
@@ -664,13 +664,17 @@ FIELD_CASES = [
             (
                 9,
                 "services[1].restart.policy",
-                "Input should be 'never', 'on-failure' or 'always'; got 'maybe'",
+                "must be one of 'never', 'on-failure' or 'always'; got 'maybe'",
             ),
-            (12, "services[2].restart", "restart.max_backoff_seconds must be >= backoff_seconds"),
+            (
+                12,
+                "services[2].restart",
+                "restart.max_backoff_seconds must be >= backoff_seconds; got 1 < 5",
+            ),
             (
                 18,
                 "services[3].restart.max_restarts",
-                "Input should be greater than or equal to 0; got -1",
+                "must be >= 0; got -1",
             ),
         ],
         id="restart-policy-word-and-mapping",
@@ -685,11 +689,11 @@ FIELD_CASES = [
             stop_grace_seconds: -2
         """,
         [
-            (5, "services[0].shutdown_tier", "Input should be greater than or equal to 0; got -1"),
+            (5, "services[0].shutdown_tier", "must be >= 0; got -1"),
             (
                 6,
                 "services[0].stop_grace_seconds",
-                "Input should be greater than or equal to 0; got -2",
+                "must be >= 0; got -2",
             ),
         ],
         id="shutdown-tier-and-stop-grace-not-negative",
@@ -707,10 +711,10 @@ FIELD_CASES = [
             command: []
         """,
         [
-            (3, "resources.gpus_per_node", "Input should be greater than or equal to 0; got -1"),
-            (6, "roles.agg.nodes", "Input should be greater than or equal to 1; got 0"),
-            (7, "roles.agg.workers", "Input should be greater than or equal to 1; got 0"),
-            (8, "roles.agg.gpus", "Input should be greater than or equal to 0; got -1"),
+            (3, "resources.gpus_per_node", "must be >= 0; got -1"),
+            (6, "roles.agg.nodes", "must be >= 1; got 0"),
+            (7, "roles.agg.workers", "must be >= 1; got 0"),
+            (8, "roles.agg.gpus", "must be >= 0; got -1"),
             (
                 9,
                 "roles.agg.command",
@@ -741,8 +745,8 @@ FIELD_CASES = [
           type: sa-bench
         """,
         [
-            (3, "frontend.type", "Input should be 'none' or 'generic'; got 'sglang'"),
-            (5, "benchmark.type", "Input should be 'manual' or 'custom'; got 'sa-bench'"),
+            (3, "frontend.type", "must be one of 'none' or 'generic'; got 'sglang'"),
+            (5, "benchmark.type", "must be one of 'manual' or 'custom'; got 'sa-bench'"),
         ],
         id="frontend-and-benchmark-types",
     ),
@@ -755,18 +759,23 @@ def test_field_rules(text: str, expected: Expected) -> None:
 
 
 PORTS = [
-    ("readiness:\n  port: 0", 6, "services[0].readiness.port", "must be between 1 and 65535"),
+    (
+        "readiness:\n  port: 0",
+        6,
+        "services[0].readiness.port",
+        "must be between 1 and 65535; got 0",
+    ),
     (
         "readiness:\n  tcp:\n    port: 65536",
         7,
         "services[0].readiness.tcp.port",
-        "must be between 1 and 65535",
+        "must be between 1 and 65535; got 65536",
     ),
     (
         "readiness:\n  http:\n    port: -1",
         7,
         "services[0].readiness.http.port",
-        "must be between 1 and 65535",
+        "must be between 1 and 65535; got -1",
     ),
 ]
 
@@ -794,7 +803,7 @@ def test_metrics_messages_do_not_repeat_the_path() -> None:
     _, _, message = problem(
         "name: t\nservices:\n  - name: s\n    command: [a]\n    metrics:\n      port: 0\n"
     )
-    assert message == "must be between 1 and 65535"
+    assert message == "must be between 1 and 65535; got 0"
 
 
 @pytest.mark.parametrize("count", [0, -3])
@@ -1247,11 +1256,12 @@ services:
 SHORT = "allocation has 3 non-reserved node(s) but the recipe needs 4"
 
 ALLOCATION_CASES = [
-    pytest.param(POOLS, 3, (2, "allocation", SHORT), id="short-allocation"),
+    # The line of the pool that no longer fits, not the top of the file (issue 23).
+    pytest.param(POOLS, 3, (12, "services[1].nodes", SHORT), id="short-allocation"),
     pytest.param(
         POOLS + "frontend:\n  dedicated_node: true\n",
         4,
-        (2, "allocation", SHORT),
+        (12, "services[1].nodes", SHORT),
         id="short-allocation-with-a-dedicated-node",
     ),
     pytest.param(
@@ -1389,7 +1399,7 @@ SEVERAL_CASES = [
                 "'b/c' may only contain letters, digits, '-' and '_' "
                 "(it becomes file, step and env var names)",
             ),
-            (11, "services[2].readiness.port", "must be between 1 and 65535"),
+            (11, "services[2].readiness.port", "must be between 1 and 65535; got 0"),
             (13, "frontend.typo", "unknown key 'typo' (did you mean 'type'?)"),
         ],
         id="schema-problems",
@@ -1480,12 +1490,14 @@ def test_cli_bad_recipe_exits_2_with_file_line_path_message(tmp_path: Path) -> N
         (
             b"name: p\nservices:\n  - name: s\n    command: [a]\n    nodes: 3\n",
             ("--nodes", "2"),
-            "{path}:1: allocation: allocation has 2 non-reserved node(s) but the recipe needs 3",
+            "{path}:5: services[0].nodes: "
+            "allocation has 2 non-reserved node(s) but the recipe needs 3",
         ),
         (
             b"name: p\nservices:\n  - name: s\n    command: [a]\n    nodes: 3\n",
             ("--nodelist", "gpu[01-02]", "-o", "json"),
-            "{path}:1: allocation: allocation has 2 non-reserved node(s) but the recipe needs 3",
+            "{path}:5: services[0].nodes: "
+            "allocation has 2 non-reserved node(s) but the recipe needs 3",
         ),
     ],
     ids=["syntax", "empty", "not-utf8", "short-nodes", "short-nodelist-json"],
@@ -1537,3 +1549,130 @@ def test_cli_absurd_node_count_is_a_recipe_error(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     assert done.returncode == 2
     assert done.stderr.startswith(f"{path}:")
+
+
+# --- numbers: no NaN, no infinity (issue 23, item 11) -----------------------------------------
+
+NON_FINITE = """\
+name: t
+roles:
+  agg:
+    nodes: 1
+    stop_grace_seconds: .inf
+frontend:
+  stop_grace_seconds: .NaN
+services:
+  - name: s
+    command: [a]
+    readiness:
+      port: 9000
+      timeout_seconds: .nan
+      interval_seconds: .inf
+    restart:
+      policy: always
+      backoff_seconds: .nan
+      max_backoff_seconds: .inf
+      reset_after_seconds: -.inf
+      window_seconds: .nan
+    stop_grace_seconds: .inf
+    build_timeout_seconds: .nan
+"""
+FINITE = "must be a finite number (.nan and .inf are not accepted)"
+
+
+def test_nan_and_inf_are_refused_for_every_float_field_with_its_line() -> None:
+    found = problems(NON_FINITE)
+    assert [(line, path) for line, path, _ in found] == [
+        (5, "roles.agg.stop_grace_seconds"),
+        (7, "frontend.stop_grace_seconds"),
+        (13, "services[0].readiness.timeout_seconds"),
+        (14, "services[0].readiness.interval_seconds"),
+        (17, "services[0].restart.backoff_seconds"),
+        (18, "services[0].restart.max_backoff_seconds"),
+        (19, "services[0].restart.reset_after_seconds"),
+        (20, "services[0].restart.window_seconds"),
+        (21, "services[0].stop_grace_seconds"),
+        (22, "services[0].build_timeout_seconds"),
+    ]
+    assert all(message.startswith(FINITE + "; got ") for _, _, message in found)
+    assert found[2][2].endswith("got nan") and found[6][2].endswith("got -inf")
+
+
+def _models(model: type, seen: set[type]) -> set[type]:
+    from srtr.resources.loading import _unwrap
+
+    if model in seen:
+        return seen
+    seen.add(model)
+    for field in model.model_fields.values():  # type: ignore[attr-defined]
+        inner = _unwrap(field.annotation)
+        if inner is not None:
+            _models(inner, seen)
+    return seen
+
+
+def test_every_recipe_model_refuses_nan_and_inf() -> None:
+    """A float field added later is covered too: the rule is on every model, not per field."""
+    from srtr.resources.recipe import Recipe
+
+    models = _models(Recipe, set())
+    assert len(models) > 10
+    assert [m.__name__ for m in models if m.model_config.get("allow_inf_nan") is not False] == []
+
+
+def test_plan_refuses_a_nan_timeout_with_file_line_and_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "nan.yaml"
+    path.write_text(
+        "name: t\nservices:\n  - name: s\n    command: [a]\n    readiness:\n"
+        "      port: 9000\n      timeout_seconds: .nan\n"
+    )
+    done = run_plan(str(path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == (f"{path}:7: services[0].readiness.timeout_seconds: {FINITE}; got nan\n")
+
+
+# --- messages in one style (issue 23, item 14) -------------------------------------------------
+
+
+def test_a_shell_string_as_command_says_it_is_an_argv_list_and_how_to_write_it() -> None:
+    assert problem("name: t\nservices:\n  - name: s\n    command: python serve.py --port 80\n") == (
+        4,
+        "services[0].command",
+        'must be an argv list like ["python", "serve.py"], never run by a shell (shell text '
+        "goes in `preamble`); got 'python serve.py --port 80': "
+        'write ["python", "serve.py", "--port", "80"]',
+    )
+    _, _, message = problem("name: t\nservices:\n  - name: s\n    command: a | b\n")
+    assert message.endswith('write ["bash", "-c", ...], or put the shell text in `preamble`')
+
+
+def test_an_argv_list_as_preamble_says_it_is_shell_text() -> None:
+    assert problem(
+        "name: t\nservices:\n  - name: s\n    command: [a]\n    preamble: [source, env.sh]\n"
+    ) == (
+        5,
+        "services[0].preamble",
+        "must be shell text, one string (an argv list goes in `command`); got ['source', 'env.sh']",
+    )
+
+
+def test_every_bad_env_key_is_reported_at_once() -> None:
+    _, path, message = problem(
+        'name: t\nservices:\n  - name: s\n    command: [a]\n    env: {"1a": x, OK: y, "b-c": z}\n'
+    )
+    assert path == "services[0].env"
+    assert message == "keys '1a', 'b-c' are not valid environment variable names"
+
+
+def test_range_and_type_errors_say_must_be_and_what_they_got() -> None:
+    found = problems(
+        "name: t\nservices:\n  - name: s\n    command: [a]\n    nodes: 0\n"
+        "    restart: {policy: sometimes}\n    stop_grace_seconds: -1\n    critical: 3\n"
+    )
+    assert [m for _, _, m in found] == [
+        "must be at least 1; got 0",
+        "must be one of 'never', 'on-failure' or 'always'; got 'sometimes'",
+        "must be >= 0; got -1",
+        "must be true or false; got 3",
+    ]
+    assert not any("Input should" in m for _, _, m in found)

@@ -39,6 +39,9 @@ TRANSIENT = (
 )
 
 
+SALLOC_MISSING = "salloc not found: is SLURM installed? (use --backend local)"
+
+
 class SlurmError(Exception):
     """A SLURM command failed for good; the message carries its stderr."""
 
@@ -169,9 +172,12 @@ def allocate(
     )
     fd = output if output is not None else os.memfd_create("srtr-salloc", os.MFD_CLOEXEC)
     try:
-        proc = subprocess.Popen(
-            dies_with_us(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fd
-        )
+        try:
+            proc = subprocess.Popen(
+                dies_with_us(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=fd
+            )
+        except FileNotFoundError:
+            raise SlurmError(SALLOC_MISSING) from None
         try:
             proc.wait()
         except BaseException:

@@ -7,14 +7,42 @@ stderr. Bad input prints `FILE:LINE: path: message` lines and exits 2, never a t
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from srtr import __version__
 from srtr.resources.errors import Problem, RecipeError
 
 EXIT_BAD_INPUT = 2
+EXIT_PIPE_CLOSED = 128 + 13  # as a CLI killed by SIGPIPE: `srtr plan x.yaml | head`
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with did-you-mean (Python 3.14's `suggest_on_error`, by hand: 3.11 has
+    none): an unknown verb or option gets the closest known one, under the verb's usage."""
+
+    def error(self, message: str) -> NoReturn:
+        match = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(3))
+            message += _suggest(match.group(2), choices)
+        super().error(message)
+
+    def unknown(self, extras: list[str]) -> NoReturn:
+        """`srtr VERB --frob`: this verb's usage, and the option it most likely meant."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        hints = "".join(_suggest(e.split("=", 1)[0], known) for e in extras if e.startswith("-"))
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class StoppedBySignal(BaseException):
@@ -58,6 +86,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     recipe, state = plan_file(args.recipe, _allocation(args))
     for warning in state.warnings:
         print(f"{args.recipe}: warning: {warning}", file=sys.stderr)
+    for line in state.line_warnings:  # FILE:LINE: warning: path: message already
+        print(line, file=sys.stderr)
     launcher = Launcher(args.launcher) if args.launcher else None
     if launcher is None and args.nodelist:
         launcher = Launcher.AGENT  # a SLURM node list: the SLURM default (`srtr up`)
@@ -117,7 +147,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="srtr",
         description="Run multi-service jobs on whole nodes of a SLURM allocation.",
     )
@@ -170,9 +200,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        verb = verbs.choices.get(args.verb)
+        (verb if isinstance(verb, Parser) else parser).unknown(extras)  # type: ignore[attr-defined]
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, not at exit: a reader that left is EPIPE, caught below
+        return code
+    except BrokenPipeError:
+        # `srtr ... | head`: the reader has what it wanted. Quiet, as other CLIs are; stdout
+        # points at /dev/null so that the interpreter's last flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_PIPE_CLOSED
     except RecipeError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
@@ -337,7 +338,7 @@ def _slurm_backend(
     For salloc the job's guard starts first, holding the memfd salloc's stderr goes to:
     from then on a kill -9 of srtr cannot leave the allocation behind, pending or granted
     (returned second; the job's lifecycle adopts it)."""
-    from srtr.backends import slurm
+    from srtr.backends import slurm, slurm_alloc
     from srtr.runtime import guard
 
     commands = slurm.SlurmCommands()
@@ -347,6 +348,8 @@ def _slurm_backend(
             allocation = slurm.discover(commands)
         else:
             res = recipe.resources
+            if shutil.which("salloc") is None:  # before the guard: nothing to clean up
+                raise slurm.SlurmError(slurm_alloc.SALLOC_MISSING)
             print(f"srtr: asking SLURM for {count} node(s) (salloc)...", file=sys.stderr)
             output = os.memfd_create("srtr-salloc", os.MFD_CLOEXEC)
             early = guard.start_mirrored(run_dir, args.adopt_window, salloc_output=output)
@@ -504,13 +507,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
             slurm_cmd.sbatch_argv(path), check=False, retry=False
         )
     except slurm.SlurmError as exc:  # not found, or timed out
-        raise _bad("slurm", str(exc)) from None
+        raise _bad("slurm", f"{exc}; the batch script is {path}: {_submit_hint(path)}") from None
     if done.returncode != 0:
-        raise _bad("sbatch", done.stderr.strip() or f"exit {done.returncode}")
+        refused = done.stderr.strip() or f"exit {done.returncode}"
+        raise _bad("sbatch", f"{refused}; the batch script is {path}: {_submit_hint(path)}")
     job_id = slurm_cmd.parse_sbatch_job_id(done.stdout)
     print(f"submitted job {job_id}; run dir {run_dir}")
     print(f"follow it with `srtr status {run_dir}` or `srtr tui {run_dir}`")
     return 0
+
+
+def _submit_hint(path: Path) -> str:
+    import shlex
+
+    return f"submit it with `sbatch {shlex.quote(str(path))}` where SLURM is reachable"
 
 
 def _batch_script(args: argparse.Namespace, recipe: Any, count: int, run_dir: Path) -> str:

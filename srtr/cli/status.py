@@ -1,4 +1,5 @@
-"""The verbs that look at a run dir: status, logs, tui, and down (which asks its job to end).
+"""The verbs that look at a run dir: status, logs (`cli.logs`), tui, and down (which asks its
+job to end).
 
 They read state.json through the run dir's one reader (`srtr.reconciler.rundir`);
 `read_run` is its CLI face, which turns a missing, torn or foreign file into an exit-2
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srtr.cli import bad
-from srtr.reconciler.rundir import RunState, StateFileError, read_state, ready_now
+from srtr.reconciler.rundir import RunState, StateFileError, read_state
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,21 +25,23 @@ if TYPE_CHECKING:
 
     from srtr.runtime.liveness import Liveness
 
-STATUS_COLUMNS = ("NAME", "SERVICE", "KIND", "NODE", "IP", "PHASE", "READY", "RESTARTS", "EXIT")
-
 
 def add_verbs(verbs: Any) -> None:
     """`status`, `logs`, `tui` and `down`, on the CLI's sub-parsers."""
     status = verbs.add_parser("status", help="show a run's pools and instances")
     status.add_argument("run_dir", metavar="RUN_DIR")
     status.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="print again whenever state.json changes, until Ctrl+C",
+    )
     status.set_defaults(func=cmd_status)
 
-    logs = verbs.add_parser("logs", help="print an instance's log")
-    logs.add_argument("run_dir", metavar="RUN_DIR")
-    logs.add_argument("instance", metavar="INSTANCE")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
-    logs.set_defaults(func=cmd_logs)
+    from srtr.cli import logs
+
+    logs.add_parser(verbs)
 
     tui = verbs.add_parser("tui", help="watch and drive a running job from another terminal")
     tui.add_argument("run_dir", metavar="RUN_DIR")
@@ -66,24 +69,50 @@ def read_run(run_dir: Path) -> RunState:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    state = read_run(Path(args.run_dir))
+    run_dir = Path(args.run_dir)
+    if getattr(args, "watch", False):
+        return _watch(run_dir, args.output)
+    state = read_run(run_dir)
     if args.output == "json":
         print(json.dumps(state.doc, indent=2))
         return 0
+    print_status(_console(), run_dir, state)
+    return 0
+
+
+def _console() -> Console:
     from rich.console import Console
+
+    class PipeAware(Console):
+        def on_broken_pipe(self) -> None:
+            # Rich would exit 1; the CLI's main exits as a SIGPIPE'd CLI does (141).
+            raise BrokenPipeError
+
+    # markup=False: recipe paths (`services[api]`), reasons and commands are user text and
+    # must print as written; colours come from Text styles only. Piped output is for grep
+    # and tests: never truncate cells to an 80-column guess.
+    return PipeAware(highlight=False, markup=False, width=None if sys.stdout.isatty() else 1000)
+
+
+def print_status(
+    console: Console, run_dir: Path, state: RunState, now: float | None = None
+) -> None:
+    """The job, its pools, its instances and its exporters, as the TUI's view-model sees
+    them (`srtr.tui.viewmodel`: the same READY, counts, ages and exits as the TUI)."""
+    from rich.text import Text
 
     from srtr.cli.crash import crash_line
 
-    # Piped output is for grep and tests: never truncate cells to an 80-column guess.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1000)
-    _print_job(console, state, check_liveness(Path(args.run_dir), state))
-    crashed = crash_line(Path(args.run_dir), state)
+    now = time.time() if now is None else now
+    # Liveness is the heartbeat and SLURM's word (`runtime.liveness`), never a local pid.
+    liveness = check_liveness(run_dir, state)
+    _print_job(console, state, now, liveness)
+    crashed = crash_line(run_dir, state)
     if crashed:
-        console.print(crashed, style="yellow", markup=False)
+        console.print(Text(crashed, style="yellow"))
     _print_pools(console, state)
-    console.print(_instances_table(state))
+    console.print(_instances_table(state, now))
     _print_exporters(console, state)
-    return 0
 
 
 def controller_summary(liveness: Liveness) -> str:
@@ -91,107 +120,176 @@ def controller_summary(liveness: Liveness) -> str:
     return f"{liveness.word()} ({liveness.describe()})"
 
 
-def _print_job(console: Console, state: RunState, liveness: Liveness) -> None:
+def _print_job(console: Console, state: RunState, now: float, liveness: Liveness) -> None:
+    from rich.text import Text
+
+    from srtr.tui.viewmodel import header
+    from srtr.tui.viewmodel.notes import recipe_drift, spare_nodes
+
     job = state.job
     alive = liveness.running
-    console.print(
-        f"[bold]{job['name']}[/bold]  backend={job['backend']}  phase={job['phase']}"
-        f"  exit_code={job['exit_code']}  gen {job['generation']}/{job['observed_generation']}"
-        f"  controller={controller_summary(liveness)}"
-    )
-    if job.get("reason"):
-        console.print(f"reason: {job['reason']}")
+    view = header(dict(state.doc), now, controller_alive=alive)
+    line = Text()
+    line.append(view.name, style="bold")
+    line.append(f"  backend={view.backend}")
+    if job.get("launcher"):
+        line.append(f"  launcher={job.get('launcher')}")
+    if job.get("slurm_job_id"):
+        line.append(f"  slurm_job={job['slurm_job_id']}")
+    line.append("  phase=")
+    line.append(view.phase, style=view.phase_style)
+    if job.get("exit_code") is not None:
+        line.append(f"  exit_code={job['exit_code']}")
+    line.append(f"  {view.generation}")
+    if view.elapsed:
+        line.append(f"  age {view.elapsed}")
+    line.append(f"  controller={controller_summary(liveness)}")
+    console.print(line)
+    if view.stage and not state.ended:
+        console.print(Text(view.stage))
+    if view.reason:
+        console.print(Text(f"reason: {view.reason}"))
     end_time = job.get("end_time")
     if end_time and alive:
-        left = max(0, int(end_time - time.time()))
-        console.print(f"time left in the allocation: {left // 60}m{left % 60:02d}s")
+        left = max(0, int(end_time - now))
+        console.print(Text(f"time left in the allocation: {left // 60}m{left % 60:02d}s"))
+    spares = spare_nodes(dict(state.doc))
+    if spares:
+        console.print(Text(f"spare nodes: {_hostlist(spares)} ({len(spares)})"))
+    shown = _print_recipe(console, state)
+    drift = recipe_drift(dict(state.doc))
+    if drift and drift != shown:
+        console.print(Text(drift, style="yellow"))
     for fault in state.write_faults:  # as of this state.json; the job goes on regardless
         since = time.strftime("%H:%M:%S", time.localtime(fault["since"]))
-        console.print(
-            f"[yellow]cannot write {fault['file']}[/yellow]: {fault['error']} "
-            f"(since {since}, {fault['failures']} failed write(s))"
-        )
+        text = Text()
+        text.append(f"cannot write {fault['file']}", style="yellow")
+        text.append(f": {fault['error']} (since {since}, {fault['failures']} failed write(s))")
+        console.print(text)
+
+
+def _print_recipe(console: Console, state: RunState) -> str:
+    """A pending, rejected or discarded live edit, as the TUI's plan panel shows it; returns
+    the summary line printed ('' for none)."""
+    from rich.text import Text
+
+    from srtr.tui.viewmodel import plan_view
+
+    view = plan_view(dict(state.doc))
+    if view is None:
+        return ""
+    summary = f"pending edit: {view.summary}" if view.pending else view.summary
+    console.print(Text(summary, style="" if view.pending else "yellow"))
+    for style, line in view.lines:
+        console.print(Text(f"  {line}", style=style))
+    return summary
+
+
+def _hostlist(nodes: list[str]) -> str:
+    import hostlist
+
+    return str(hostlist.collect_hostlist(nodes))
 
 
 def _print_pools(console: Console, state: RunState) -> None:
-    instances = state.instances
-    for pool_doc in state.pools:
-        owners = [i for i in instances if i["pool"] == pool_doc["name"] and i["kind"] == "owner"]
-        ready = sum(1 for i in owners if ready_now(i))
-        riders = ", ".join(pool_doc["riders"]) or "no riders"
-        console.print(
-            f"pool {pool_doc['name']} {ready}/{len(owners)} ready on "
-            f"{', '.join(pool_doc['nodes'])} ({riders})"
-        )
+    from rich.text import Text
+
+    from srtr.tui.viewmodel import other_services, pools
+
+    doc = dict(state.doc)
+    for pool in pools(doc):
+        line = Text("pool ")
+        line.append(pool.owner.text, style=pool.owner.style)
+        line.append(f" on {pool.nodes}")
+        if pool.riders:
+            line.append(" · riders: ")
+            for index, rider in enumerate(pool.riders):
+                if index:
+                    line.append(", ")
+                line.append(rider.text, style=rider.style)
+        else:
+            line.append(" · no riders")
+        console.print(line)
+    others = other_services(doc)
+    if others and state.pools:
+        line = Text("other services: ")
+        for index, service in enumerate(others):
+            if index:
+                line.append(", ")
+            line.append(service.text, style=service.style)
+        console.print(line)
 
 
-def _instances_table(state: RunState) -> Table:
+def _instances_table(state: RunState, now: float) -> Table:
     from rich.table import Table
+    from rich.text import Text
+
+    from srtr.tui.viewmodel import COLUMNS, PHASE_COLUMN, instance_row, phase_style
+    from srtr.tui.viewmodel.notes import countdown
 
     table = Table(box=None, pad_edge=False)
-    for column in (*STATUS_COLUMNS, "PID"):
-        table.add_column(column)
-    for i in state.instances:
-        table.add_row(
-            i["name"],
-            i["service"],
-            i["kind"],
-            i["node"],
-            i["node_ip"],
-            i["phase"],
-            "yes" if i["ready"] else "no",
-            str(i["restarts"]),
-            "" if i["exit_code"] is None else str(i["exit_code"]),
-            "" if i["pid"] is None else str(i["pid"]),
-        )
+    for _, title in COLUMNS:
+        table.add_column(title)
+    table.add_column("PID")
+    table.add_column("NOTE")
+    for inst in state.instances:
+        row = instance_row(inst, now)
+        cells: list[str | Text] = list(row.cells)
+        cells[PHASE_COLUMN] = Text(row.phase, style=phase_style(row.phase))
+        note = countdown(inst, now) or str(inst.get("probe_message") or "")
+        table.add_row(*cells, "" if inst["pid"] is None else str(inst["pid"]), Text(note))
     return table
 
 
 def _print_exporters(console: Console, state: RunState) -> None:
+    from rich.text import Text
+
     exporters = state.exporters
     if not exporters:
         return
     listed = [e for e in exporters if e.get("listed")]
     up = sum(1 for e in listed if e.get("up"))
-    console.print(
-        f"exporters: {len(listed)}/{len(exporters)} listed in prometheus/targets.json, {up} up"
-    )
+    listing = f"{len(listed)}/{len(exporters)} listed in prometheus/targets.json, {up} up"
+    console.print(Text(f"exporters: {listing}"))
     for e in listed:
         if e.get("up") is False:
-            console.print(f"  down: {e['url']} ({e['instance']}): {e.get('last_error')}")
+            console.print(Text(f"  down: {e['url']} ({e['instance']}): {e.get('last_error')}"))
+
+
+def _watch(run_dir: Path, output: str) -> int:
+    """Reprint the status whenever state.json changes (inotify through watchfiles, no busy
+    poll) until Ctrl+C, which exits 0. Each screen replaces the last on a terminal."""
+    import watchfiles
+
+    console = _console()
+
+    def show() -> None:
+        state = read_run(run_dir)
+        if output == "json":
+            print(json.dumps(state.doc, indent=2), flush=True)
+            return
+        if console.is_terminal:
+            console.clear()
+        print_status(console, run_dir, state)
+        console.file.flush()
+
+    show()
+    try:
+        # state.json is replaced by rename: watch the directory, filter on the name.
+        for changes in watchfiles.watch(
+            run_dir,
+            watch_filter=lambda _, path: Path(path).name == "state.json",
+            recursive=False,
+            debounce=100,
+        ):
+            if changes:
+                show()
+    except KeyboardInterrupt:
+        return 0
+    return 0
 
 
 # -- logs, tui, down ------------------------------------------------------------------------
-
-
-def cmd_logs(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    state = read_run(run_dir)
-    names = {i["name"]: i for i in state.instances}
-    if args.instance not in names:
-        raise bad(
-            str(run_dir), f"no instance {args.instance!r}; instances: " + ", ".join(sorted(names))
-        )
-    path = run_dir / names[args.instance]["log"]
-    if not path.exists():
-        print(f"{path}: no output yet", file=sys.stderr)
-        if not args.follow:
-            return 0
-    offset = 0
-    out = sys.stdout.buffer
-    while True:
-        if path.exists():
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-                offset += len(chunk)
-                out.write(chunk)
-                out.flush()
-        if not args.follow:
-            return 0
-        if not check_liveness(run_dir, read_run(run_dir), slurm=False).running:
-            return 0
-        time.sleep(0.25)  # a CLI tail, not the controller: polling a file here is fine
 
 
 def cmd_tui(args: argparse.Namespace) -> int:

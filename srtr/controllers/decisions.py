@@ -233,7 +233,8 @@ def owner_text(spec: InstanceSpec) -> str:
 
 
 def readiness_text(spec: InstanceSpec) -> str:
-    """srtctl's `describe()` of a readiness probe: `tcp/9000, timeout=5s`."""
+    """srtctl's `describe()` of a readiness probe, with the address: `tcp 10.0.0.2:9000,
+    timeout=5s`."""
     assert spec.probe is not None
     return f"{spec.probe.describe(spec.node_ip)}, timeout={spec.probe.timeout_seconds:g}s"
 

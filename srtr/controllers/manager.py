@@ -77,15 +77,18 @@ def request_stop(ctx: Ctx, signum: int) -> None:
     """Intent: stop the job because of signal `signum`; a second request kills everything."""
     store = ctx.store
     if store.job.teardown_requested:
-        if signum == signal.SIGHUP:
+        if signum in (signal.SIGHUP, signal.SIGPIPE):
             # Not a user's second Ctrl+C: a hang-up arrives from the shell, tmux and the
-            # TUI's own loss detection alike. The graceful teardown goes on.
+            # TUI's own loss detection alike (a closed stdout pipe likewise). The graceful
+            # teardown goes on.
             return
         store.request_kill()
         ctx.queue.add(TEARDOWN)
         return
     name = signal.Signals(signum).name
-    job.begin_teardown(ctx, exit_code=128 + signum, reason=f"stopped by {name}")
+    # No SIGPIPE is ever delivered (Python ignores it): the progress printer's EPIPE is.
+    reason = "stdout closed (SIGPIPE)" if signum == signal.SIGPIPE else f"stopped by {name}"
+    job.begin_teardown(ctx, exit_code=128 + signum, reason=reason)
 
 
 async def run(ctx: Ctx) -> int:

@@ -19,10 +19,17 @@ class EditTransitions(StoreBase):
     """Transitions of the desired state by live edits, mixed into `Store`."""
 
     def recipe_unchanged(self, text: str) -> None:
-        """The recipe's text changed but nothing to roll out (e.g. only comments)."""
+        """The recipe's text changed but nothing to roll out (e.g. only comments, or an edit
+        that was rejected or discarded saved back to what runs)."""
         self.recipe_text = text
+        was = self.recipe_view
         self.recipe_view = {"pending": None, "rejected": None}
-        self.changed()
+        if was.get("rejected") or was.get("discarded"):
+            # The warning (or the discarded plan) that said the file differs goes away: say
+            # why, or the user sees it vanish with nothing in the event log.
+            self.record("job", "RecipeInSync", "the recipe file matches what runs again")
+        else:
+            self.changed()
 
     def hold_plan(self, new: DesiredState, plan: Plan, text: str) -> None:
         """Confirm mode: keep the plan until the user applies or discards it."""
@@ -52,8 +59,15 @@ class EditTransitions(StoreBase):
         """The user said no to the waiting plan. Raises LookupError if none waits."""
         if self.pending is None:
             raise LookupError("no recipe change is waiting")
+        _, plan, _ = self.pending
         self.pending = None
-        self.recipe_view = {"pending": None, "rejected": None}
+        # The file still holds the discarded change: state.json says so until it is saved
+        # again (`recipe.discarded`, shown by `srtr status` and the TUI's header).
+        self.recipe_view = {
+            "pending": None,
+            "rejected": None,
+            "discarded": f"its change was discarded ({plan.summary()})",
+        }
         self.record("job", "PlanDiscarded", "the pending recipe change was discarded")
 
     def apply_edit(self, new: DesiredState, plan: Plan, text: str = "") -> None:

@@ -177,7 +177,9 @@ class StateDoc(TypedDict):
     nodes: list[NodeDoc]
     pools: list[PoolDoc]
     instances: list[InstanceDoc]
-    recipe: dict[str, Any]  # live edits: the pending plan, the last rejection or application
+    # Live edits: the pending plan, the last rejection or application, and `discarded` (the
+    # file differs from what runs: its plan was discarded).
+    recipe: dict[str, Any]
     carve: dict[str, Any]  # which nodes went where (`NodeMap.to_json`), for adoption
     exporters: list[ExporterDoc]
 

@@ -16,7 +16,34 @@ from srtr.resources.recipe import Recipe, Service
 
 
 class CarveError(ValueError):
-    """The allocation cannot hold the recipe."""
+    """The allocation cannot hold the recipe. `path` is the recipe field that asks for the
+    node too many (a pool's `nodes`, a role's `nodes`), `("allocation",)` when none does."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = ("allocation",)) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def _service_path(recipe: Recipe, name: str) -> tuple[str | int, ...]:
+    index = next((i for i, s in enumerate(recipe.services) if s.name == name), None)
+    return ("allocation",) if index is None else ("services", index, "nodes")
+
+
+def _short_path(
+    recipe: Recipe, free: int, engine: int, owners: Sequence[Service]
+) -> tuple[str | int, ...]:
+    """Where the recipe first asks for more than `free` nodes: roles first, then each pool
+    in carving order (the carve order is also the order nodes are handed out)."""
+    used = 0
+    for name, role in roles(recipe):
+        used += role.nodes
+        if used > free:
+            return ("roles", name, "nodes")
+    for owner in owners:
+        used += owner.nodes or 0
+        if used > free:
+            return _service_path(recipe, owner.name)
+    return ("allocation",)
 
 
 def carve(
@@ -40,7 +67,8 @@ def carve(
     need = engine + sum(s.nodes or 0 for s in owners) if owners else max(engine, 1)
     if len(remaining) < need:
         raise CarveError(
-            f"allocation has {len(remaining)} non-reserved node(s) but the recipe needs {need}"
+            f"allocation has {len(remaining)} non-reserved node(s) but the recipe needs {need}",
+            _short_path(recipe, len(remaining), engine, owners),
         )
     workers, pools, spares = _split(remaining, engine, owners)
     role_nodes: dict[str, tuple[str, ...]] = {}
@@ -147,7 +175,8 @@ def recarve(recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: Nod
         if want > len(free):
             raise CarveError(
                 f"pool {owner.name} would grow past the allocation: it needs {want} more "
-                f"node(s) and {len(free)} are spare"
+                f"node(s) and {len(free)} are spare",
+                _service_path(recipe, owner.name),
             )
         pools[owner.name] = (*kept[owner.name], *free[:want])
         free = free[want:]

@@ -452,7 +452,7 @@ def expand(
     try:
         nodes = carve(recipe, allocation, previous)
     except CarveError as exc:
-        raise ExpandError([Problem(("allocation",), str(exc))]) from None
+        raise ExpandError([Problem(exc.path, str(exc))]) from None
     ex = _Expander(recipe, nodes)
     instances, per_phase = _instances_by_phase(recipe, ex)
     ex.check_ports(instances)

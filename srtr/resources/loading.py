@@ -113,12 +113,77 @@ def _problem_from(err: Any, marked: Marked) -> Problem:
     if kind == "value_error":
         message = str(err["ctx"]["error"])
     else:
-        message = err["msg"]
+        message = _our_words(loc, kind, err)
         if "input" in err and kind not in ("model_type", "dict_type", "list_type"):
             message += f"; got {err['input']!r}"
             if isinstance(err["input"], bool) and kind.startswith(("string", "int")):
                 message += f" ({BOOL_HINT})"
     return Problem(loc, _strip_path_echo(loc, message), marked.line_of(loc))
+
+
+# pydantic's messages ("Input should be a valid list") in the words of srtr's own rules
+# ("must be ..."), so that one recipe's problems read alike. Unknown kinds keep pydantic's.
+_MUST = {
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "dict_type": "must be a mapping (key: value)",
+    "list_type": "must be a list",
+    "model_type": "must be a mapping (key: value)",
+    "finite_number": "must be a finite number (.nan and .inf are not accepted)",
+}
+_BOUND = {
+    "greater_than_equal": ">=",
+    "greater_than": ">",
+    "less_than_equal": "<=",
+    "less_than": "<",
+}
+_ARGV = ("command", "args", "build_command")
+ARGV_HINT = (
+    'an argv list like ["python", "serve.py"], never run by a shell (shell text goes in `preamble`)'
+)
+SHELL_HINT = "shell text, one string (an argv list goes in `command`)"
+
+
+def _our_words(loc: Path, kind: str, err: Any) -> str:
+    field = loc[-1] if loc else ""
+    shell = field == "preamble" or (field == "command" and "benchmark" in loc)
+    if kind == "list_type" and field in _ARGV and not shell:
+        given = err.get("input")
+        if isinstance(given, str):
+            return f"must be {ARGV_HINT}; got {given!r}: {_as_argv(given)}"
+        return f"must be {ARGV_HINT}"
+    if kind == "string_type" and shell:
+        return f"must be {SHELL_HINT}"
+    if kind in _MUST:
+        return _MUST[kind]
+    ctx = err.get("ctx") or {}
+    if kind in _BOUND:
+        bound = next(iter(ctx.values()), "?")
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)  # `>= 0`, not `>= 0.0`, for a float field
+        return f"must be {_BOUND[kind]} {bound}"
+    if kind == "literal_error" and "expected" in ctx:
+        return f"must be one of {ctx['expected']}"
+    return str(err["msg"])
+
+
+def _as_argv(text: str) -> str:
+    """`sleep 1000` → `write ["sleep", "1000"]` (or preamble, for what needs a shell)."""
+    import json
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = []
+    if words and not any(c in text for c in "|&;<>$`*?(){}"):
+        return f"write {json.dumps(words)}"
+    return 'write ["bash", "-c", ...], or put the shell text in `preamble`'
 
 
 def _strip_path_echo(loc: Path, message: str) -> str:

@@ -56,7 +56,10 @@ class ProbeSpec:
     def describe(self, ip: str = "<node_ip>") -> str:
         """Short text used in plan output and in readiness failure messages (S-61)."""
         if self.kind is ProbeKind.TCP:
-            return "tcp/" + ",".join(str(p) for p in (self.port, *self.more_ports))
+            # With the address, as the probe's own messages say it (`tcp 10.0.0.2:9000:
+            # connection refused`): a port alone does not say which node is probed.
+            host = f"[{ip}]" if ":" in ip else ip
+            return f"tcp {host}:" + ",".join(str(p) for p in (self.port, *self.more_ports))
         if self.kind is ProbeKind.HTTP:
             return f"http://{ip}:{self.port}{self.path} -> {self.status}"
         if self.kind is ProbeKind.LOG:
@@ -265,6 +268,9 @@ class DesiredState:
     frontend_type: str
     terminal_services: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    # Warnings found with their recipe line (placeholder typos), as `FILE:LINE: warning:
+    # path: message` lines, printed as they are.
+    line_warnings: tuple[str, ...] = ()
     node_summary: tuple[tuple[str, int], ...] = ()  # the `Nodes:` map lines, in order
     # ETCD_ENDPOINTS / NATS_SERVER as the job's services, workers and benchmark get them.
     discovery_env: tuple[tuple[str, str], ...] = ()

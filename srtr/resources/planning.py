@@ -5,9 +5,11 @@ The one entry point the CLI and the live-edit watcher use to turn a file into de
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from srtr.resources import placeholder_lint
 from srtr.resources.effective import allocation_size
 from srtr.resources.errors import RecipeError
 from srtr.resources.expand import ExpandError, expand, local_allocation
@@ -39,9 +41,16 @@ def plan_text_source(
     if allocation is None:
         allocation = local_allocation(allocation_size(recipe))
     try:
-        return recipe, expand(recipe, allocation, previous)
+        state = expand(recipe, allocation, previous)
     except ExpandError as exc:
         raise RecipeError(file, [attach_line(p, marked) for p in exc.problems]) from None
+    found = sorted(
+        (attach_line(p, marked) for p in placeholder_lint.warnings(recipe)), key=lambda p: p.line
+    )
+    typos = [p.format(file) for p in found]
+    if typos:
+        state = dataclasses.replace(state, line_warnings=tuple(typos))
+    return recipe, state
 
 
 def plan_file(

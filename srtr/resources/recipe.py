@@ -62,7 +62,10 @@ class Spec(BaseModel):
     """Base of every recipe model: frozen, unknown keys refused."""
 
     # strict: YAML's `yes` must not become 1 node, nor "8" a port; numbers stay numbers.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan=False: YAML's `.nan` and `.inf` are floats to pydantic, and a NaN
+    # timeout never expires (every comparison with it is false). Every float field of
+    # every model refuses them (issue 23).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def _check_name(value: str, what: str) -> str:
@@ -88,7 +91,7 @@ def _check_argv(value: list[str] | None) -> list[str] | None:
 
 def _check_port(value: int, what: str) -> int:
     if not 1 <= value <= 65535:
-        raise ValueError(f"{what} must be between 1 and 65535")
+        raise ValueError(f"{what} must be between 1 and 65535; got {value}")
     return value
 
 
@@ -122,7 +125,7 @@ class HttpProbe(Spec):
     @classmethod
     def _status(cls, v: int) -> int:
         if not 100 <= v <= 599:
-            raise ValueError("readiness.http.status must be an HTTP status code")
+            raise ValueError(f"readiness.http.status must be an HTTP status code; got {v}")
         return v
 
 
@@ -172,7 +175,7 @@ class Readiness(Spec):
     @classmethod
     def _positive(cls, v: float, info: Any) -> float:
         if v <= 0:
-            raise ValueError(f"readiness.{info.field_name} must be positive")
+            raise ValueError(f"readiness.{info.field_name} must be positive; got {v:g}")
         return v
 
     @model_validator(mode="after")
@@ -344,7 +347,10 @@ class RestartPolicy(Spec):
     @model_validator(mode="after")
     def _cap(self) -> RestartPolicy:
         if self.max_backoff_seconds < self.backoff_seconds:
-            raise ValueError("restart.max_backoff_seconds must be >= backoff_seconds")
+            raise ValueError(
+                "restart.max_backoff_seconds must be >= backoff_seconds; got "
+                f"{self.max_backoff_seconds:g} < {self.backoff_seconds:g}"
+            )
         return self
 
 
@@ -465,9 +471,13 @@ class Service(Spec):
 
 
 def _check_env(v: dict[str, str]) -> dict[str, str]:
-    for key in v:
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise ValueError(f"env key {key!r} is not a valid environment variable name")
+    # Every bad key at once: fixing one and running again to see the next wastes a turn.
+    bad = [key for key in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)]
+    if len(bad) == 1:
+        raise ValueError(f"env key {bad[0]!r} is not a valid environment variable name")
+    if bad:
+        keys = ", ".join(repr(k) for k in bad)
+        raise ValueError(f"env keys {keys} are not valid environment variable names")
     return v
 
 

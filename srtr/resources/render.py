@@ -60,8 +60,11 @@ def service_lines(recipe: Recipe) -> list[str]:
     by_name = {s.name: s for s, _ in effective}
     lines = ["Services:"]
     for service, reason in effective:
+        # A rider runs on its owner's pool: say which, not the `workers` word it inherits.
+        pool = service.placement.pool if service.placement else None
+        where = f"pool={pool}" if pool else f"placement={effective_placement(service)}"
         head = (
-            f"  {service.name} type={service.type} placement={effective_placement(service)}"
+            f"  {service.name} type={service.type} {where}"
             + (" per=worker" if effective_per(service) == "worker" else "")
             + f" start={effective_start(service)}"
             f" critical={str(effective_critical(service)).lower()}"
@@ -305,5 +308,5 @@ def _plan_doc(recipe: Recipe, state: DesiredState) -> dict[str, Any]:
             "env": {k: mask(k, v) for k, v in state.benchmark_env},
         },
         "terminal_services": list(state.terminal_services),
-        "warnings": list(state.warnings),
+        "warnings": [*state.warnings, *state.line_warnings],
     }

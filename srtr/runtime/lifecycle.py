@@ -13,6 +13,7 @@ last, after they have stopped.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import signal
 from collections.abc import Sequence
@@ -135,10 +136,12 @@ def new_ctx(
 def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
     """The job's side tasks, in start order (see the module docstring)."""
 
-    def hangup() -> None:
-        """stdout died under a headless job: the same as SIGHUP (the terminal is gone)."""
+    def hangup(error: int | None) -> None:
+        """stdout died under a headless job. A pipe whose reader left (`srtr up | head`)
+        is what SIGPIPE says to any CLI: stop, quietly, 141. Anything else (EIO: the
+        terminal is gone) is a hang-up, as SIGHUP: 129."""
         detach_terminal()
-        manager.request_stop(ctx, signal.SIGHUP)
+        manager.request_stop(ctx, signal.SIGPIPE if error == errno.EPIPE else signal.SIGHUP)
 
     run_dir, state = RunDir(ctx), StateFile(ctx, options)
     # A recreated run dir gets its files again (the control socket reopens on its own).
@@ -150,7 +153,7 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
     tasks += [state, ControlSocket(ctx, options, state, run_dir), Heartbeat(ctx)]
     if options.metrics_listen is not None:
         tasks.append(OwnMetrics(ctx, options.metrics_listen, state))
-    tasks += [Announcement(ctx), Exporters(ctx), StopSignals(ctx)]
+    tasks += [Announcement(ctx), Exporters(ctx), StopSignals(ctx, note)]
     if options.adopt_from is not None:
         tasks.append(Adoption(ctx, options.adopt_from))
     tasks += [Guard(ctx, options, state), Walltime(ctx), FirstWrite(state)]
@@ -222,7 +225,7 @@ class FirstWrite:
 
 
 def _announce(store: Store, desired: DesiredState, backend: Backend, run_dir: Path) -> None:
-    for warning in desired.warnings:
+    for warning in (*desired.warnings, *desired.line_warnings):
         store.record("job", "PlanWarning", warning, warning=True)
     if not backend.capabilities.containers:
         for image in sorted({s.container for s in desired.instances if s.container}):

@@ -6,8 +6,9 @@ controller: when the queue is full, lines are counted and dropped, and a note sa
 events.jsonl always has every event.
 
 A terminal that hangs up (EIO) or a pipe whose reader left (EPIPE), any failed write to
-a stdout that is not a file, is reported once through `on_lost`; `srtr up` treats that as
-a hang-up (issue 12). Lines are then dropped.
+a stdout that is not a file, is reported once through `on_lost`, with the errno; `srtr up`
+treats a closed pipe (`srtr up | head`) as SIGPIPE and anything else as a hang-up (issue 12,
+issue 23). Lines are then dropped.
 
 A stdout redirected to a file that cannot be written (full disk, quota, RLIMIT_FSIZE) is no
 hang-up: its lines are dropped, `on_fault` is told once per errno and `on_recovered` when a
@@ -93,7 +94,7 @@ class ProgressPrinter:
         self,
         console: Console,
         instance_count: int,
-        on_lost: Callable[[], None] = lambda: None,
+        on_lost: Callable[[int | None], None] = lambda errno: None,
         on_fault: Callable[[OSError], None] = lambda exc: None,
         on_recovered: Callable[[], None] = lambda: None,
         stderr_fd: int | None = 2,
@@ -162,7 +163,7 @@ class ProgressPrinter:
                 self._print(line)
             except OSError as exc:
                 if not self._file:
-                    self._lose()  # a terminal or a pipe: gone
+                    self._lose(exc.errno)  # a terminal or a pipe: gone
                 elif exc.errno != self._fault:
                     self._fault = exc.errno
                     self.on_fault(exc)
@@ -187,9 +188,9 @@ class ProgressPrinter:
         self.console.file.write(capture.get())
         self.console.file.flush()
 
-    def _lose(self) -> None:
+    def _lose(self, errno: int | None) -> None:
         self._lost = True
-        self.on_lost()
+        self.on_lost(errno)
 
 
 def detach_terminal() -> None:

@@ -137,6 +137,8 @@ class RecipeWatcher:
         except RecipeError as exc:
             self._reject(exc.lines())
             return
+        for warning in new.line_warnings:  # placeholder typos: warned, never refused
+            store.record("job", "PlanWarning", warning, warning=True)
         launched = frozenset(n for n, st in store.status.items() if st.attempt >= 0)
         plan = diff(store.desired, new, launched=launched)
         edits.propose(self.ctx, new, plan, text, auto=self.auto)

@@ -58,7 +58,7 @@ class Progress:
     name = "progress lines"
     TARGET = "stdout"
 
-    def __init__(self, ctx: Ctx, on_lost: Callable[[], None]) -> None:
+    def __init__(self, ctx: Ctx, on_lost: Callable[[int | None], None]) -> None:
         self.ctx = ctx
         self.on_lost = on_lost
         self.printer: ProgressPrinter | None = None
@@ -76,7 +76,7 @@ class Progress:
         self.printer = ProgressPrinter(
             RawOut(1).console(),
             count,
-            on_lost=lambda: soon(self.on_lost),
+            on_lost=lambda errno: soon(self.on_lost, errno),
             on_fault=lambda exc: soon(faults.failed, self.TARGET, exc, dropped),
             on_recovered=lambda: soon(faults.ok, self.TARGET),
         )
@@ -358,13 +358,22 @@ class StopSignals:
 
     name = "signal handlers"
 
-    def __init__(self, ctx: Ctx) -> None:
+    def __init__(self, ctx: Ctx, note: Callable[[str], None] = lambda text: None) -> None:
         self.ctx = ctx
+        self.note = note  # headless: stderr; under the TUI nothing (it says it itself)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in STOP_SIGNALS:
-            loop.add_signal_handler(signum, manager.request_stop, self.ctx, signum)
+            loop.add_signal_handler(signum, self._stop, signum)
+
+    def _stop(self, signum: int) -> None:
+        first = not self.ctx.store.job.teardown_requested
+        manager.request_stop(self.ctx, signum)
+        if first and signum in (signal.SIGINT, signal.SIGTERM):
+            # A graceful teardown may take a tier's whole grace: say how not to wait.
+            again = "Ctrl+C" if signum == signal.SIGINT else "SIGTERM"
+            self.note(f"srtr: tearing down gracefully; {again} again kills everything now")
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -101,4 +101,7 @@ def plan_view(state: Doc) -> PlanView | None:
             "recipe edit rejected: nothing running was touched",
             [("red", str(line)) for line in rejected],
         )
+    discarded = recipe.get("discarded")
+    if discarded:
+        return PlanView(False, f"the recipe file differs from what runs: {discarded}", [])
     return None
