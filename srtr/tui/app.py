@@ -64,11 +64,14 @@ from srtr.tui.widgets.teardown_view import TeardownView
 
 POLL_INTERVAL = 0.25
 EXIT_AFTER = 3.0  # seconds the final state of a finished `srtr up` job stays on screen
+CLOSE_TICK = 0.2  # how often the closing countdown is looked at (it shows whole seconds)
 EVENTS_KEPT = 2000
 FILTER_DELAY = 0.15
 RESTART_READER_AFTER = 2.0
 
 Clock = Callable[[], float]
+# The keys that send intents to the job; none is offered once the job has ended.
+INTENT_ACTIONS = frozenset({"restart", "stop", "teardown", "kill"})
 
 
 class SrtrApp(App[int]):
@@ -110,6 +113,7 @@ class SrtrApp(App[int]):
         self._teardown_sent = False
         self._quit_when_done = False
         self._exit_timer: Timer | None = None
+        self._close_at = 0.0
         self._filter_timer: Timer | None = None
         self._last_key_at = float("-inf")
         self._job_code: int | None = None
@@ -120,6 +124,11 @@ class SrtrApp(App[int]):
         if sys.platform.startswith("win"):
             return super().get_driver_class()
         return HangupSafeDriver
+
+    @property
+    def terminal_gone(self) -> bool:
+        """The terminal hung up or stopped taking output (nothing more to print on it)."""
+        return self._terminal_gone
 
     def terminal_lost(self) -> None:
         """The terminal hung up or stopped taking output: nobody can see or drive this App.
@@ -240,8 +249,10 @@ class SrtrApp(App[int]):
         self.frame = frame
         if self._plan_pending != was_pending:
             self.refresh_bindings()
-        if frame.ended and not was_ended and self.job is None:
-            self._banner = "the job has ended: read-only · q quits"
+        if frame.ended and not was_ended:
+            if self.job is None:
+                self._banner = "the job has ended: read-only · q quits"
+            self.refresh_bindings()
         self.query_one(JobHeader).show(frame.header, self._banner)
         self.query_one(TeardownView).show(frame.teardown)
         self.query_one(PlanPanel).show(frame.plan)
@@ -249,6 +260,8 @@ class SrtrApp(App[int]):
         self.query_one(NodeGridTable).show(frame.grid, frame.grid_changes)
         table = self.query_one(InstancesTable)
         table.apply(frame.rows, frame.changed)
+        if frame.ended and not was_ended:
+            self._select_worst(frame)
         if table.row_count == 0:
             self._select(None)
         elif self.source.want_log is None:
@@ -283,6 +296,20 @@ class SrtrApp(App[int]):
                 self._wake.set()
         self._show_detail()
 
+    def _select_worst(self, frame: vm.Frame) -> None:
+        """The job ended: put the cursor on the instance that failed it, if one did."""
+        name = vm.worst_instance(frame.rows.values())
+        if name is not None:
+            self._choose(name)
+
+    def _choose(self, name: str) -> None:
+        """Select `name` in the instances table, clearing a filter that hides it."""
+        table = self.query_one(InstancesTable)
+        if not table.select(name):
+            self.query_one(FilterBar).value = ""
+            table.set_filter("")
+            table.select(name)
+
     @on(InstancesTable.SelectionChanged)
     def _on_selection(self, message: InstancesTable.SelectionChanged) -> None:
         # A highlight queued just before an exit may arrive once the screen is gone.
@@ -291,12 +318,8 @@ class SrtrApp(App[int]):
 
     @on(NodeGridTable.InstanceChosen)
     def _on_grid_choice(self, message: NodeGridTable.InstanceChosen) -> None:
-        table = self.query_one(InstancesTable)
-        if not table.select(message.name):
-            self.query_one(FilterBar).value = ""
-            table.set_filter("")
-            table.select(message.name)
-        table.focus()
+        self._choose(message.name)
+        self.query_one(InstancesTable).focus()
 
     @on(FilterBar.Changed)
     def _on_filter(self, message: FilterBar.Changed) -> None:
@@ -343,11 +366,25 @@ class SrtrApp(App[int]):
             return
         self._banner = end.banner
         if end.close_after is not None:
-            self._exit_timer = self.set_timer(end.close_after, self._exit_with_job_code)
+            # A countdown, not one timer: the banner says how long is left, second by second.
+            self._close_at = time.monotonic() + end.close_after
+            self._exit_timer = self.set_interval(CLOSE_TICK, self._count_down)
+        self.refresh_bindings()  # no intents on an ended job: out of the footer
         self.query_one(JobHeader).show(self.frame.header if self.frame else None, self._banner)
 
-    def _exit_with_job_code(self) -> None:
-        self.exit(self._job_code)
+    def _count_down(self) -> None:
+        left = self._close_at - time.monotonic()
+        if left <= 0:
+            if self._exit_timer is not None:
+                self._exit_timer.stop()
+            self.exit(self._job_code)
+            return
+        banner = job_end.closing_banner(self._exit_code(), left)
+        if banner != self._banner:
+            self._banner = banner
+            with contextlib.suppress(NoMatches):
+                header = self.frame.header if self.frame else None
+                self.query_one(JobHeader).show(header, self._banner)
 
     def on_key(self, event: Key) -> None:
         self._last_key_at = time.monotonic()
@@ -393,6 +430,8 @@ class SrtrApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "apply_plan":
             return self._plan_pending  # in the footer only while an edit waits
+        if action in INTENT_ACTIONS:
+            return self.job_running  # an ended job takes no intents: not offered at all
         return True
 
     def action_zoom_log(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from srtr.reconciler.rundir import StateFileError, read_state
 from srtr.runtime.control import ControlError, send
+from srtr.tui import job_end
 from srtr.tui.app import SrtrApp
 
 EXIT_GONE = 2
@@ -41,7 +42,12 @@ async def _up(run_dir: Path, job: Coroutine[Any, Any, int]) -> int:
             print("srtr: the TUI closed while the job runs; tearing it down", file=sys.stderr)
             with contextlib.suppress(ControlError):
                 await asyncio.to_thread(send, run_dir, "teardown")
-    return await task
+    code = await task
+    if not app.terminal_gone:
+        # The screen is gone: say on the terminal what a headless `srtr up` ends with.
+        for line in job_end.summary_lines(run_dir):
+            print(line, flush=True)
+    return code
 
 
 def attach(run_dir: Path) -> int:

@@ -56,6 +56,7 @@ from srtr.tui.viewmodel.rows import (
     instance_rows,
     ordered,
     sort_changed,
+    worst_instance,
 )
 from srtr.tui.viewmodel.text import age_since, fmt_age, fmt_exit, last_exit
 
@@ -111,4 +112,5 @@ __all__ = [
     "sort_changed",
     "split_at_last_marker",
     "teardown",
+    "worst_instance",
 ]

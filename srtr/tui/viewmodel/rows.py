@@ -177,3 +177,18 @@ def filtered(rows: Mapping[str, InstanceRow], flt: Filter) -> dict[str, Instance
     if not flt:
         return dict(rows)
     return {k: r for k, r in rows.items() if flt.matches(r)}
+
+
+FAILED_PHASES = frozenset({"Failed", "Lost"})
+
+
+def worst_instance(rows: Iterable[InstanceRow]) -> str | None:
+    """The instance to look at first when a job has ended: the first Failed (or Lost) one,
+    in state order; None when none failed."""
+    worst: InstanceRow | None = None
+    for row in rows:
+        if row.phase not in FAILED_PHASES:
+            continue
+        if worst is None or SEVERITY.get(row.phase, 0) > SEVERITY.get(worst.phase, 0):
+            worst = row
+    return None if worst is None else worst.name

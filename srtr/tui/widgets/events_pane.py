@@ -1,4 +1,4 @@
-"""The events pane: events.jsonl newest first, Warning events in colour."""
+"""The events pane: events.jsonl newest first, Warning events in yellow, JobFailed red."""
 
 from __future__ import annotations
 
@@ -28,7 +28,11 @@ class EventsPane(VerticalScroll):
         text = Text(no_wrap=True, overflow="ellipsis")
         for line in lines:
             text.append(f"{line.age:>6} ", style="dim")
-            if line.warning:
+            if line.alarm:
+                text.append(f"{line.reason:<16}", style="bold red")
+                text.append(f" {line.object}: ", style="bold")
+                text.append(line.message, style="red")
+            elif line.warning:
                 text.append(f"{line.reason:<16}", style="bold yellow")
                 text.append(f" {line.object}: ", style="bold")
                 text.append(line.message, style="yellow")

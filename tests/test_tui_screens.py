@@ -1,0 +1,206 @@
+"""The TUI's screens on a real pseudo-terminal (issue 23): the end of a job, narrow and wide
+layouts, a finished run's post-mortem, detaching, themes, the probe gate's countdown.
+
+Each test runs `python -m srtr up` (or `srtr tui`) on a pty (`pty_util.PtyProgram`), reads
+the screen as a terminal shows it (pyte) and waits on what is on it, never for a fixed
+time. Every process of a run is gone when a test ends.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_util import read_state, wait_for
+from pty_util import PtyProgram
+
+from srtr.tui import viewmodel as vm
+
+pytestmark = pytest.mark.e2e
+
+LEAVE_ALT_SCREEN = b"\x1b[?1049l"  # Textual is done: what follows is on the normal screen
+
+
+def srtr(*args: str) -> list[str]:
+    return [sys.executable, "-m", "srtr", *args]
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose environment holds `marker` (every process of a run has SRTR_RUN_DIR)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def programs(tmp_path: Path) -> Iterator[list[tuple[PtyProgram, Path]]]:
+    """Programs the test started on ptys, with their run dirs: all gone at the end."""
+    started: list[tuple[PtyProgram, Path]] = []
+    yield started
+    for program, _ in started:
+        program.kill()
+    for _, run_dir in started:
+        marker = f"SRTR_RUN_DIR={run_dir.resolve()}\0"
+        for pid in processes_with(marker):
+            with __import__("contextlib").suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        wait_for(lambda m=marker: not processes_with(m), 30, "the run's processes to be gone")
+
+
+def start(
+    programs: list[tuple[PtyProgram, Path]],
+    argv: list[str],
+    run_dir: Path,
+    cwd: Path,
+    *,
+    columns: int = 140,
+    lines: int = 45,
+    env: dict[str, str] | None = None,
+) -> PtyProgram:
+    program = PtyProgram(
+        argv, cwd=cwd, env={**os.environ, **(env or {})}, columns=columns, lines=lines
+    )
+    programs.append((program, run_dir))
+    return program
+
+
+def after_tui(program: PtyProgram) -> str:
+    """What the program printed once the TUI had left the terminal."""
+    raw = bytes(program.raw)
+    cut = raw.rfind(LEAVE_ALT_SCREEN)
+    assert cut >= 0, "the TUI never left the alternate screen"
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw[cut:].decode("utf-8", "replace"))
+
+
+def colour_of(program: PtyProgram, word: str) -> str:
+    """The foreground colour of the first `word` on the screen."""
+    for y, line in enumerate(program.screen.display):
+        x = line.find(word)
+        if x >= 0:
+            return str(program.screen.buffer[y][x].fg)
+    raise AssertionError(f"no {word!r} on screen:\n{program.text()}")
+
+
+def footer(program: PtyProgram) -> str:
+    return program.screen.display[-1]
+
+
+# -- item 4: the end of a job under the TUI ------------------------------------------------
+
+ENDING = textwrap.dedent(
+    """\
+    name: ending
+    services:
+      - name: fine
+        command: ["bash", "-c", "sleep 1; exit 0"]
+        nodes: 1
+        terminal: true
+      - name: broken
+        command: ["bash", "-c", "sleep 2; exit 3"]
+        nodes: 1
+        terminal: true
+    """
+)
+
+
+def test_the_end_of_a_job_counts_down_offers_no_intents_and_is_printed(
+    tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    recipe = tmp_path / "ending.yaml"
+    recipe.write_text(ENDING)
+    run_dir = tmp_path / "run"
+    program = start(programs, srtr("up", str(recipe), "--run-dir", str(run_dir)), run_dir, tmp_path)
+    program.wait_for_text("service_fine", "service_broken", "Restart")
+    # The job ends (worst exit 3): the banner counts down, second by second.
+    program.wait_for_text("closing in 3s")
+    screen = program.wait_for_text("closing in 2s")
+    # An ended job takes no intents: the footer no longer offers them.
+    assert "Restart" not in footer(program) and "Teardown" not in footer(program), screen
+    assert "Stop" not in footer(program), screen
+    # The instance that failed the job is selected: the detail pane shows it.
+    assert "╭─ service_broken" in screen, screen
+    # JobFailed is red in the events pane, as red as a Failed phase; other warnings are not.
+    job_failed, tearing_down = colour_of(program, "JobFailed"), colour_of(program, "TearingDown")
+    assert job_failed == colour_of(program, "Failed ") != tearing_down
+    assert program.wait(30) == 3, program.text()
+    program.pump(0.2)
+    printed = after_tui(program)
+    # What a headless `srtr up` ends with: the reason, the exit code and the run dir.
+    assert "JobFailed    job: exit code 3: terminal service(s) failed" in printed, printed
+    assert f"run dir: {run_dir}  (srtr status {run_dir})" in printed, printed
+
+
+def test_a_succeeded_instance_shows_no_stale_probe_failure() -> None:
+    inst: dict[str, Any] = {
+        "name": "svc",
+        "phase": "Succeeded",
+        "probe": "tcp 127.0.0.2:80",
+        "probe_message": "tcp 127.0.0.2:80: connection refused",
+        "ready": True,
+    }
+    view = vm.detail(inst, 0.0, last_probe_failure="connection refused")
+    assert not view.probe_state.startswith("failing"), view.probe_state
+    assert view.last_probe_failure == ""
+    failed = vm.detail({**inst, "phase": "Failed", "ready": False}, 0.0)
+    assert failed.probe_state == "never passed"
+    assert failed.last_probe_failure.endswith("connection refused")  # still a clue there
+
+
+# -- a failing probe counts down to its stage gate -------------------------------------------
+
+PROBING = textwrap.dedent(
+    """\
+    name: probing
+    services:
+      - name: api
+        command: ["sleep", "1000"]
+        nodes: 1
+        readiness: {port: 7999, timeout_seconds: 40, interval_seconds: 0.2}
+    """
+)
+
+
+def gate_left(screen: str) -> int | None:
+    match = re.search(r"probe failing: gate fails in (\d+)s", screen)
+    return None if match is None else int(match.group(1))
+
+
+def test_a_failing_probe_shows_how_long_until_the_stage_gate_fails(
+    tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    recipe = tmp_path / "probing.yaml"
+    recipe.write_text(PROBING)
+    run_dir = tmp_path / "run"
+    program = start(programs, srtr("up", str(recipe), "--run-dir", str(run_dir)), run_dir, tmp_path)
+    first = gate_left(program.wait_for_text("probe failing: gate fails in"))
+    assert first is not None and 0 < first <= 40
+    # It counts down (the header's clock ticks every second).
+    wait_for(
+        lambda: (program.pump(), (left := gate_left(program.text())) is not None and left < first)[
+            1
+        ],
+        20,
+        "the gate countdown to tick",
+    )
+    state = read_state(run_dir)
+    assert state is not None
+    inst = state["instances"][0]
+    assert inst["probe_gate"] is True and inst["probe_deadline"] > inst["started_at"]
+    program.send(b"\x03")
+    program.wait_for_text("Tear the job down?")
+    program.send(b"\x03")
+    assert program.wait(60) == 130, program.text()
