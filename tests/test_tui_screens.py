@@ -8,8 +8,11 @@ time. Every process of a run is gone when a test ends.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -19,8 +22,11 @@ from typing import Any
 import pytest
 from e2e_util import read_state, wait_for
 from pty_util import PtyProgram
+from test_tui import NOW, fake_run_dir, fake_state, header_text, until
 
 from srtr.tui import viewmodel as vm
+from srtr.tui.app import SrtrApp
+from srtr.tui.widgets.confirm import ConfirmModal
 
 pytestmark = pytest.mark.e2e
 
@@ -93,6 +99,16 @@ def colour_of(program: PtyProgram, word: str) -> str:
         if x >= 0:
             return str(program.screen.buffer[y][x].fg)
     raise AssertionError(f"no {word!r} on screen:\n{program.text()}")
+
+
+def gone(program: PtyProgram, text: str, timeout: float = 30) -> None:
+    """Wait until `text` is no longer on the screen."""
+
+    def absent() -> bool:
+        program.pump()
+        return text not in program.text()
+
+    wait_for(absent, timeout, f"{text!r} to leave the screen")
 
 
 def footer(program: PtyProgram) -> str:
@@ -204,3 +220,55 @@ def test_a_failing_probe_shows_how_long_until_the_stage_gate_fails(
     program.wait_for_text("Tear the job down?")
     program.send(b"\x03")
     assert program.wait(60) == 130, program.text()
+
+
+# -- srtr tui on a finished run: the post-mortem ---------------------------------------------
+
+
+def test_srtr_tui_opens_a_finished_run_read_only(
+    tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    recipe = tmp_path / "ending.yaml"
+    recipe.write_text(ENDING)
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        srtr("up", str(recipe), "--headless", "--run-dir", str(run_dir)),
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    viewer = start(programs, srtr("tui", str(run_dir)), run_dir, tmp_path)
+    screen = viewer.wait_for_text("the job has ended: read-only", "service_broken", "JobFailed")
+    assert "Restart" not in footer(viewer) and "Teardown" not in footer(viewer), screen
+    # The intent keys do nothing (no dialog); the help says why.
+    viewer.send(b"rsT?")
+    screen = viewer.wait_for_text("Read-only: the job has ended")
+    assert "Restart service" not in screen and "Tear the job down?" not in screen, screen
+    viewer.send(b"\x1b")
+    gone(viewer, "Read-only: the job has ended")
+    viewer.send(b"q")
+    assert viewer.wait(30) == 0, viewer.text()
+
+
+def test_a_run_whose_controller_died_opens_read_only_with_how_to_adopt(tmp_path: Path) -> None:
+    run_dir = fake_run_dir(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    state = fake_state("Running")
+    state["job"]["controller_pid"] = dead.pid
+    (run_dir / "state.json").write_text(json.dumps(state))
+    app = SrtrApp(run_dir, clock=lambda: NOW)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(140, 45)) as pilot:
+            await until(pilot, lambda: app.frames > 0, "the first frame")
+            assert "controller is not running: read-only" in header_text(app)
+            assert "--adopt" in header_text(app)
+            assert not app.job_running
+            await pilot.press("r")
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmModal)  # no intent offered
+
+    asyncio.run(scenario())

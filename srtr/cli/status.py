@@ -40,7 +40,10 @@ def add_verbs(verbs: Any) -> None:
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     logs.set_defaults(func=cmd_logs)
 
-    tui = verbs.add_parser("tui", help="watch and drive a running job from another terminal")
+    tui = verbs.add_parser(
+        "tui",
+        help="watch and drive a running job from another terminal; a finished one read-only",
+    )
     tui.add_argument("run_dir", metavar="RUN_DIR")
     tui.set_defaults(func=cmd_tui)
 

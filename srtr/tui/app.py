@@ -74,6 +74,13 @@ Clock = Callable[[], float]
 INTENT_ACTIONS = frozenset({"restart", "stop", "teardown", "kill"})
 
 
+def read_only_banner(header: vm.HeaderView) -> str:
+    """Why a viewer offers no intents: the job ended, or its controller is gone."""
+    if header.controller_gone:
+        return "the controller is not running: read-only (srtr up --adopt RUN_DIR) · q quits"
+    return "the job has ended: read-only, no restart/stop/teardown · q quits"
+
+
 class SrtrApp(App[int]):
     """Watch and drive one run dir. `job` is the running job's task in `srtr up` mode."""
 
@@ -251,7 +258,7 @@ class SrtrApp(App[int]):
             self.refresh_bindings()
         if frame.ended and not was_ended:
             if self.job is None:
-                self._banner = "the job has ended: read-only · q quits"
+                self._banner = read_only_banner(frame.header)
             self.refresh_bindings()
         self.query_one(JobHeader).show(frame.header, self._banner)
         self.query_one(TeardownView).show(frame.teardown)
@@ -455,11 +462,12 @@ class SrtrApp(App[int]):
         self.notify("following the log" if following else "log paused", timeout=1.5)
 
     def action_help(self) -> None:
-        note = (
-            "The job runs in this TUI: quitting tears it down."
-            if self.job is not None
-            else "Attached: quitting leaves the job running."
-        )
+        if not self.job_running:
+            note = "Read-only: the job has ended; restart, stop and teardown are off."
+        elif self.job is not None:
+            note = "The job runs in this TUI: quitting tears it down."
+        else:
+            note = "Attached: quitting leaves the job running."
         self.push_screen(HelpScreen(keys.help_keys(self.BINDINGS, self.OTHER_KEYS), note))
 
     def action_restart(self) -> None:

@@ -4,9 +4,9 @@ and `srtr tui RUN_DIR` (`attach`).
 - In `srtr up` the job runs in the App's event loop (see `job_end.py` for what the App does
   when it ends). Quitting while the job runs asks to tear it down (the job cannot outlive
   its TUI), and if the TUI dies the job is torn down before `srtr up` returns.
-- `srtr tui RUN_DIR` refuses (exit 2) a run whose job has ended or whose controller is
-  dead: use `srtr status` / `srtr logs` for those. A job that ends while attached stays on
-  screen, read-only, until `q`.
+- `srtr tui RUN_DIR` on a run whose job has ended, or whose controller is dead, opens it
+  read-only for the post-mortem: the last state, the events and every log, and no
+  intents. A job that ends while attached stays on screen the same way, until `q`.
 """
 
 from __future__ import annotations
@@ -51,26 +51,14 @@ async def _up(run_dir: Path, job: Coroutine[Any, Any, int]) -> int:
 
 
 def attach(run_dir: Path) -> int:
-    """`srtr tui RUN_DIR`: watch and drive a running job; 2 when the job is gone."""
+    """`srtr tui RUN_DIR`: watch and drive a running job, or read a finished one (read-only:
+    the post-mortem). 2 when the run dir has no readable state.json."""
     try:
-        state = read_state(run_dir)
+        read_state(run_dir)  # a clear error for a run dir with no readable state
     except StateFileError as exc:
         print(f"srtr tui: cannot read {exc.path}: {exc}", file=sys.stderr)
         return EXIT_GONE
-    job = state.job
-    if state.ended:
-        print(
-            f"srtr tui: the job of {run_dir} has ended ({job.get('phase')}, exit code "
-            f"{job.get('exit_code')}); see `srtr status {run_dir}` and `srtr logs`",
-            file=sys.stderr,
-        )
-        return EXIT_GONE
-    if not state.controller_alive():
-        print(
-            f"srtr tui: the controller of {run_dir} (pid {job.get('controller_pid')}) is not "
-            f"running; its last state: phase {job.get('phase')}. See `srtr status {run_dir}`",
-            file=sys.stderr,
-        )
-        return EXIT_GONE
+    # A finished job, or one whose controller is gone, opens read-only: the App sees the
+    # same in state.json and offers no intents (its header says why).
     result = SrtrApp(run_dir).run()
     return 0 if result is None else result
