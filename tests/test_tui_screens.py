@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -225,20 +226,28 @@ def test_a_failing_probe_shows_how_long_until_the_stage_gate_fails(
 # -- srtr tui on a finished run: the post-mortem ---------------------------------------------
 
 
-def test_srtr_tui_opens_a_finished_run_read_only(
-    tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
-) -> None:
-    recipe = tmp_path / "ending.yaml"
+@pytest.fixture(scope="module")
+def ended_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run dir whose job has ended (exit 3), to open with `srtr tui`."""
+    root = tmp_path_factory.mktemp("ended")
+    recipe = root / "ending.yaml"
     recipe.write_text(ENDING)
-    run_dir = tmp_path / "run"
+    run_dir = root / "run"
     done = subprocess.run(
         srtr("up", str(recipe), "--headless", "--run-dir", str(run_dir)),
-        cwd=tmp_path,
+        cwd=root,
         capture_output=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 3, done.stderr
+    return run_dir
+
+
+def test_srtr_tui_opens_a_finished_run_read_only(
+    ended_run: Path, tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    run_dir = ended_run
     viewer = start(programs, srtr("tui", str(run_dir)), run_dir, tmp_path)
     screen = viewer.wait_for_text("the job has ended: read-only", "service_broken", "JobFailed")
     assert "Restart" not in footer(viewer) and "Teardown" not in footer(viewer), screen
@@ -272,3 +281,119 @@ def test_a_run_whose_controller_died_opens_read_only_with_how_to_adopt(tmp_path:
             assert not isinstance(app.screen, ConfirmModal)  # no intent offered
 
     asyncio.run(scenario())
+
+
+# -- detach: the job goes on headless; srtr tui re-attaches ---------------------------------
+
+HOLDING = textwrap.dedent(
+    """\
+    name: holding
+    services:
+      - name: train
+        command: ["sleep", "infinity"]
+        nodes: 2
+        stop_grace_seconds: 5
+      - name: watcher
+        command: ["sleep", "infinity"]
+        placement: {pool: train}
+        stop_grace_seconds: 5
+    """
+)
+
+
+def sighup_ignored(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as handle:
+        line = next(x for x in handle if x.startswith("SigIgn:"))
+    return bool(int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+
+
+def test_detach_leaves_the_job_running_through_a_hang_up_and_srtr_tui_reattaches(
+    tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    recipe = tmp_path / "holding.yaml"
+    recipe.write_text(HOLDING)
+    run_dir = tmp_path / "run"
+    up = start(programs, srtr("up", str(recipe), "--run-dir", str(run_dir)), run_dir, tmp_path)
+    up.wait_for_text("service_watcher_node2", "Detach")
+    wait_for(
+        lambda: (s := read_state(run_dir)) and all(i["phase"] == "Running" for i in s["instances"]),
+        30,
+        "every instance to run",
+    )
+    up.send(b"d")
+    wait_for(lambda: (up.pump(), b"re-attach:" in up.raw)[1], 30, "the detach note")
+    printed = after_tui(up)
+    assert f"re-attach:  srtr tui {run_dir}" in printed, printed
+    assert "This terminal may be closed" in printed, printed
+    # Headless now: SIGHUP is ignored, so closing the terminal leaves the job running.
+    wait_for(lambda: sighup_ignored(up.proc.pid), 10, "SIGHUP to be ignored")
+    up.hang_up()  # the kernel sends SIGHUP to the terminal's processes as it closes
+    state = read_state(run_dir)
+    assert state is not None and state["job"]["phase"] == "Running"
+    # Re-attach from another terminal: the same job, and it can be driven.
+    viewer = start(programs, srtr("tui", str(run_dir)), run_dir, tmp_path)
+    viewer.wait_for_text("service_watcher_node2", "Running")
+    assert up.proc.poll() is None, "the detached job ended with its terminal"
+    viewer.send(b"T")
+    viewer.wait_for_text("Tear the job down?")
+    viewer.send(b"y")
+    assert up.wait(60) == 143
+    viewer.wait_for_text("the job has ended: read-only")
+    viewer.send(b"q")
+    assert viewer.wait(30) == 0
+    # The job's progress went on into srtr.log while it ran headless.
+    log = (run_dir / "logs" / "srtr.log").read_text()
+    assert "TearingDown" in log and "JobFailed" in log
+
+
+# -- themes: --theme, SRTR_THEME, and `c` -------------------------------------------------
+
+
+def background_of(program: PtyProgram, word: str) -> str:
+    for y, line in enumerate(program.screen.display):
+        x = line.find(word)
+        if x >= 0:
+            return str(program.screen.buffer[y][x].bg)
+    raise AssertionError(f"no {word!r} on screen:\n{program.text()}")
+
+
+def test_themes_from_the_flag_the_environment_and_the_c_key(
+    ended_run: Path, tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    dark = start(programs, srtr("tui", str(ended_run)), ended_run, tmp_path)
+    dark.wait_for_text("JobFailed")
+    dark_bg = background_of(dark, "JobFailed")
+    dark.send(b"q")
+    assert dark.wait(30) == 0
+
+    light = start(programs, srtr("tui", str(ended_run), "--theme", "light"), ended_run, tmp_path)
+    light.wait_for_text("JobFailed")
+    light_bg = background_of(light, "JobFailed")
+    assert light_bg != dark_bg
+    # `c`: the next theme (light → terminal): the terminal's own background.
+    light.send(b"c")
+    wait_for(
+        lambda: (light.pump(), background_of(light, "JobFailed") == "default")[1],
+        30,
+        "the terminal's own colours",
+    )
+    light.send(b"q")
+    assert light.wait(30) == 0
+
+    env = {"SRTR_THEME": "light"}
+    from_env = start(programs, srtr("tui", str(ended_run)), ended_run, tmp_path, env=env)
+    from_env.wait_for_text("JobFailed")
+    assert background_of(from_env, "JobFailed") == light_bg
+    from_env.send(b"q")
+    assert from_env.wait(30) == 0
+
+    bad = subprocess.run(
+        srtr("tui", str(ended_run)),
+        env={**os.environ, "SRTR_THEME": "neon"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert "SRTR_THEME: unknown theme 'neon'; use dark, light, terminal" in bad.stderr

@@ -45,7 +45,7 @@ from textual.worker import Worker, WorkerState
 
 from srtr.reconciler.rundir import EventDoc, RunState
 from srtr.runtime.control import ControlError, send
-from srtr.tui import job_end, keys
+from srtr.tui import job_end, keys, themes
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource
 from srtr.tui.terminal import HangupSafeDriver, detach_terminal
@@ -98,8 +98,11 @@ class SrtrApp(App[int]):
         poll_interval: float = POLL_INTERVAL,
         exit_after: float = EXIT_AFTER,
         check_controller: bool = True,
+        theme_name: str | None = None,
     ) -> None:
         super().__init__()
+        # `--theme`, else SRTR_THEME, else dark (the CLI has checked the name already).
+        self.theme = themes.resolve(theme_name, self.available_themes)
         self.run_dir = run_dir
         self.job = job
         self.clock = clock
@@ -126,6 +129,7 @@ class SrtrApp(App[int]):
         self._job_code: int | None = None
         self._last_error = ""
         self._terminal_gone = False
+        self._detached = False
 
     def get_driver_class(self) -> type[Driver]:
         if sys.platform.startswith("win"):
@@ -437,6 +441,8 @@ class SrtrApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "apply_plan":
             return self._plan_pending  # in the footer only while an edit waits
+        if action == "detach":
+            return self.job is not None and self.job_running  # only `srtr up` has a job to leave
         if action in INTENT_ACTIONS:
             return self.job_running  # an ended job takes no intents: not offered at all
         return True
@@ -446,6 +452,21 @@ class SrtrApp(App[int]):
             self.screen.minimize()
         else:
             self.screen.maximize(self.query_one(LogView))
+
+    @property
+    def detached(self) -> bool:
+        """The user detached (`d`): the job goes on headless once the App is gone."""
+        return self._detached
+
+    def action_detach(self) -> None:
+        if self.job is None or not self.job_running:
+            return
+        self._detached = True
+        self.exit(None)
+
+    def action_cycle_theme(self) -> None:
+        self.theme = themes.following(self.theme)
+        self.notify(f"theme: {themes.short_name(self.theme)}", timeout=1.5)
 
     def action_focus_events(self) -> None:
         self.query_one(EventsPane).focus()

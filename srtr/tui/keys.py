@@ -23,6 +23,8 @@ BINDINGS: list[BindingType] = [
     Binding("f", "follow", "Follow", show=False, tooltip="Follow the log, or pause it"),
     Binding("l", "zoom_log", "Log", tooltip="Log full screen (again: back)"),
     Binding("e", "focus_events", "Events", show=False, tooltip="Focus the events pane"),
+    Binding("d", "detach", "Detach", tooltip="srtr up: leave the TUI, the job goes on (srtr tui)"),
+    Binding("c", "cycle_theme", "Colours", show=False, tooltip="Next theme: dark, light, terminal"),
     Binding("question_mark", "help", "Help", key_display="?", tooltip="This help"),
     Binding("q", "quit", "Quit", tooltip="Quit (srtr up: tears the job down, asks first)"),
     Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
