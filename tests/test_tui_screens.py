@@ -397,3 +397,43 @@ def test_themes_from_the_flag_the_environment_and_the_c_key(
     )
     assert bad.returncode == 2
     assert "SRTR_THEME: unknown theme 'neon'; use dark, light, terminal" in bad.stderr
+
+
+# -- the help lists every key; docs/cli.md too ------------------------------------------------
+
+
+def every_binding() -> list[tuple[str, Any]]:
+    """(class name, Binding) of the App and of every widget and screen of srtr.tui."""
+    import importlib
+    import pkgutil
+
+    from textual.binding import Binding
+
+    import srtr.tui.widgets
+
+    classes: list[type] = [SrtrApp]
+    for info in pkgutil.iter_modules(srtr.tui.widgets.__path__):
+        module = importlib.import_module(f"srtr.tui.widgets.{info.name}")
+        classes += [c for c in vars(module).values() if isinstance(c, type)]
+    found = []
+    for cls in classes:
+        if cls.__module__.startswith("srtr.tui") and "BINDINGS" in vars(cls):
+            found += [(cls.__name__, b) for b in vars(cls)["BINDINGS"] if isinstance(b, Binding)]
+    return found
+
+
+def test_the_help_lists_every_key_of_every_widget_and_docs_list_them_too() -> None:
+    from srtr.tui import keys
+
+    listed = keys.help_keys(SrtrApp.BINDINGS, SrtrApp.OTHER_KEYS)
+    shown = {key for key, _ in listed}
+    bindings = every_binding()
+    assert {name for name, _ in bindings} >= {"SrtrApp", "InstancesTable", "ConfirmModal"}
+    for owner, binding in bindings:
+        if owner == "SrtrApp" and binding.key in ("escape", "ctrl+q"):
+            continue  # Esc has its own line; Ctrl+Q is q
+        assert (binding.key_display or binding.key) in shown, (owner, binding)
+    assert {"d", "c"} <= shown  # detach and the theme
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    for key, description in listed:
+        assert f"| `{key}` | {description} |" in docs, key

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
+from srtr.tui import keys
 from srtr.tui.viewmodel import (
     COLUMN_KEYS,
     COLUMNS,
@@ -52,14 +53,7 @@ class InstancesTable(DataTable[Any]):
             # Holding a key down scrolls through hundreds of rows: only the last one counts.
             return isinstance(message, InstancesTable.SelectionChanged)
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
-        Binding("g", "scroll_top", "Top", show=False),
-        Binding("G", "scroll_bottom", "Bottom", show=False),
-        Binding("o", "sort_next", "Sort", tooltip="Sort by the next column"),
-        Binding("O", "sort_reverse", "Reverse", show=False, tooltip="Reverse the sort"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.TABLE_BINDINGS  # listed by `?`
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
