@@ -157,7 +157,7 @@ def test_the_end_of_a_job_counts_down_offers_no_intents_and_is_printed(
     program.pump(0.2)
     printed = after_tui(program)
     # What a headless `srtr up` ends with: the reason, the exit code and the run dir.
-    assert "JobFailed    job: exit code 3: terminal service(s) failed" in printed, printed
+    assert "JobFailed        job: exit code 3: terminal service(s) failed" in printed, printed
     assert f"run dir: {run_dir}  (srtr status {run_dir})" in printed, printed
 
 
@@ -437,3 +437,131 @@ def test_the_help_lists_every_key_of_every_widget_and_docs_list_them_too() -> No
     docs = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
     for key, description in listed:
         assert f"| `{key}` | {description} |" in docs, key
+
+
+# -- layouts: 80x24, and 8 nodes x 4 riders ----------------------------------------------------
+
+FLEET = textwrap.dedent(
+    """\
+    name: fleet
+    services:
+      - name: trainer_with_a_long_name
+        command: ["sleep", "infinity"]
+        nodes: 8
+        stop_grace_seconds: 2
+      - name: watcher
+        command: ["sleep", "infinity"]
+        placement: {pool: trainer_with_a_long_name}
+        stop_grace_seconds: 2
+      - name: metrics_exporter
+        command: ["sleep", "infinity"]
+        placement: {pool: trainer_with_a_long_name}
+        stop_grace_seconds: 2
+      - name: log_shipper_daemon
+        command: ["sleep", "infinity"]
+        placement: {pool: trainer_with_a_long_name}
+        stop_grace_seconds: 2
+      - name: flaky
+        command: ["bash", "-c", "exit 7"]
+        placement: {pool: trainer_with_a_long_name}
+        restart: never
+        stop_grace_seconds: 2
+    """
+)
+
+
+def fleet(
+    tmp_path: Path, programs: list[tuple[PtyProgram, Path]], columns: int, lines: int
+) -> PtyProgram:
+    recipe = tmp_path / "fleet.yaml"
+    recipe.write_text(FLEET)
+    run_dir = tmp_path / "run"
+    argv = srtr("up", str(recipe), "--run-dir", str(run_dir))
+    program = start(programs, argv, run_dir, tmp_path, columns=columns, lines=lines)
+    wait_for(
+        lambda: (
+            (s := read_state(run_dir)) and sum(i["phase"] == "Failed" for i in s["instances"]) == 8
+        ),
+        60,
+        "the eight flaky riders to fail",
+    )
+    return program
+
+
+def stop(program: PtyProgram) -> None:
+    program.send(b"\x03")
+    program.wait_for_text("Tear the job down?")
+    program.send(b"\x03")
+    assert program.wait(60) == 130, program.text()
+
+
+def test_at_80x24_the_side_panes_fold_and_name_phase_ready_stay(
+    tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    program = fleet(tmp_path, programs, 80, 24)
+    screen = program.wait_for_text("service_train…ong_name_node1", "Running")
+    assert "╭─ pools" not in screen and "╭─ nodes" not in screen, screen
+    heading = next(line for line in program.screen.display if "NAME" in line and "PHASE" in line)
+    assert "READY" in heading, screen
+    rows = [line for line in program.screen.display if "…ong_name_node" in line]
+    assert rows, screen
+    for row in rows:  # the name is cut in the middle, PHASE and READY are on screen
+        assert re.search(r"service_train…ong_name_node\d +[A-Z][A-Za-z]+ +(yes|no) ", row), row
+    stop(program)
+
+
+def test_the_node_grid_has_a_column_per_rider_abbreviated_and_failures_filled(
+    tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    program = fleet(tmp_path, programs, 200, 50)
+    screen = program.wait_for_text("METRICS…", "LOG_SHI…", "FLAKY", "node8", "✗ Failed")
+    heading = next(line for line in program.screen.display if "METRICS…" in line)
+    for label in ("NODE", "ROLE", "OWNER", "WATCHER", "METRICS…", "LOG_SHI…", "FLAKY"):
+        assert label in heading, heading
+    assert "trainer_w…" in screen  # the pool's name in ROLE, cut
+
+    def grid_rows() -> list[int]:
+        program.pump()
+        return [y for y, line in enumerate(program.screen.display) if line.startswith("│ node")]
+
+    wait_for(
+        lambda: (
+            len(rows := grid_rows()) == 8
+            and all("✗ Failed" in program.screen.display[y] for y in rows)
+        ),
+        30,
+        "eight grid rows with a failed FLAKY cell",
+    )
+    flaky_x = heading.index("FLAKY")
+    for y in grid_rows():
+        cell = program.screen.buffer[y][flaky_x + 2]  # in "✗ Failed"
+        assert program.screen.display[y][flaky_x : flaky_x + 8] == "✗ Failed", screen
+        assert cell.reverse, f"the failed cell of row {y} is not filled"
+        assert not program.screen.buffer[y][heading.index("WATCHER") + 2].reverse
+    stop(program)
+
+
+# -- reasons longer than 12 characters keep the columns ---------------------------------------
+
+
+def test_long_event_reasons_keep_the_progress_columns(tmp_path: Path) -> None:
+    from e2e_util import Run
+
+    from srtr.runtime.control import send
+
+    run = Run(tmp_path, HOLDING)
+    try:
+        run.wait_state(
+            lambda s: all(i["phase"] == "Running" for i in s["instances"]), what="running"
+        )
+        send(run.run_dir, "restart", "service_watcher_node1")  # RestartRequested: 16 letters
+        run.wait_state(lambda s: any(i["restarts"] for i in s["instances"]), what="the restart")
+        send(run.run_dir, "teardown")
+        assert run.finish() == 143
+    finally:
+        run.close()
+    text = run.out
+    lines = [line for line in text.splitlines() if re.match(r"\d\d:\d\d:\d\d ", line)]
+    assert any(" RestartRequested " in line for line in lines), text
+    starts = {re.match(r"\S+ \S+ +", line).end() for line in lines}  # type: ignore[union-attr]
+    assert starts == {9 + 16 + 1}, [line for line in lines if len(line) > 30][:5]

@@ -38,7 +38,7 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.driver import Driver
-from textual.events import Key
+from textual.events import Key, Resize
 from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
@@ -64,6 +64,9 @@ from srtr.tui.widgets.teardown_view import TeardownView
 
 POLL_INTERVAL = 0.25
 EXIT_AFTER = 3.0  # seconds the final state of a finished `srtr up` job stays on screen
+NARROW_BELOW = 110  # columns: below, the pools and the node grid fold away
+SHORT_BELOW = 30  # lines: below, the detail, log and events panes get less room
+WIDE_FROM = 170  # columns: from here, the node grid gets room for 4 riders side by side
 CLOSE_TICK = 0.2  # how often the closing countdown is looked at (it shows whole seconds)
 EVENTS_KEPT = 2000
 FILTER_DELAY = 0.15
@@ -185,9 +188,22 @@ class SrtrApp(App[int]):
         self.query_one("#instances").border_title = "instances"
         self.query_one("#events").border_title = "events (newest first)"
         self.query_one(InstancesTable).focus()
+        self._fit(self.size.width, self.size.height)
         if self.job is not None:
             self.job.add_done_callback(lambda _task: self.call_later(self._job_finished))
         self._follow()
+
+    # -- fitting the terminal ---------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        self._fit(event.size.width, event.size.height)
+
+    def _fit(self, width: int, height: int) -> None:
+        """Fold the side panes on a narrow terminal and shrink the lower ones on a short
+        one (app.tcss `.narrow`, `.short`): the instances table keeps NAME, PHASE, READY."""
+        self.set_class(width < NARROW_BELOW, "narrow")
+        self.set_class(width >= WIDE_FROM, "wide")
+        self.set_class(height < SHORT_BELOW, "short")
 
     # -- reading ------------------------------------------------------------------------
 

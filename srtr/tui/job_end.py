@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srtr.reconciler.rundir import EVENTS_FILE, parse_event
+from srtr.runtime.progress import REASON_WIDTH
 
 READING_WINDOW = 5.0  # a key pressed this recently before the job ended means "reading"
 HANGUP_CODE = 128 + signal.SIGHUP
@@ -74,7 +75,8 @@ def summary_lines(run_dir: Path) -> list[str]:
     lines = []
     if last is not None:
         stamp = time.strftime("%H:%M:%S", time.localtime(float(last.get("ts") or 0)))
-        lines.append(f"{stamp} {last['reason']:<12} {last['object']}: {last['message']}")
+        reason = f"{last['reason']:<{REASON_WIDTH}}"
+        lines.append(f"{stamp} {reason} {last['object']}: {last['message']}")
     lines.append(f"run dir: {run_dir}  (srtr status {run_dir})")
     return lines
 
