@@ -565,3 +565,45 @@ def test_long_event_reasons_keep_the_progress_columns(tmp_path: Path) -> None:
     assert any(" RestartRequested " in line for line in lines), text
     starts = {re.match(r"\S+ \S+ +", line).end() for line in lines}  # type: ignore[union-attr]
     assert starts == {9 + 16 + 1}, [line for line in lines if len(line) > 30][:5]
+
+
+def test_the_node_grid_scrolls_sideways_to_riders_that_do_not_fit(tmp_path: Path) -> None:
+    from srtr.tui.widgets.node_grid import NodeGridTable
+
+    state = fake_state("Running")
+    for rider in ("metrics_exporter", "log_shipper_daemon", "flaky"):
+        state["pools"][0]["riders"].append(rider)
+        for node, ip in (("node2", "127.0.0.3"), ("node3", "127.0.0.4")):
+            state["instances"].append(
+                {
+                    **state["instances"][3],
+                    "name": f"service_{rider}_{node}",
+                    "service": rider,
+                    "node": node,
+                    "node_ip": ip,
+                    "phase": "Failed" if rider == "flaky" else "Running",
+                }
+            )
+    run_dir = fake_run_dir(tmp_path)
+    (run_dir / "state.json").write_text(json.dumps(state))
+    app = SrtrApp(run_dir, clock=lambda: NOW, check_controller=False)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(140, 45)) as pilot:
+            await until(pilot, lambda: app.frames > 0, "the first frame")
+            grid = app.query_one(NodeGridTable)
+            assert [str(c.label) for c in grid.columns.values()][-3:] == [
+                "METRICS…",
+                "LOG_SHI…",
+                "FLAKY",
+            ]
+            await until(
+                pilot,
+                lambda: grid.virtual_size.width > grid.size.width > 0,
+                "a grid wider than its pane",
+            )
+            grid.focus()
+            await pilot.press(*["right"] * 8)
+            await until(pilot, lambda: grid.scroll_x > 0, "the grid to scroll sideways")
+
+    asyncio.run(scenario())

@@ -32,6 +32,6 @@ class HelpScreen(ModalScreen[None]):
             table.add_row(key, description)
         with VerticalScroll(id="help-box"):
             yield Static("[b]srtr keys[/b]", id="help-title")
-            yield Static(table)
-            if self.note:
+            if self.note:  # first: what quitting does here, whether intents are on
                 yield Static(self.note, id="help-note")
+            yield Static(table)
