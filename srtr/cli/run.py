@@ -109,6 +109,12 @@ def _add_up_watching(up: argparse.ArgumentParser) -> None:
         help="plain progress lines instead of the TUI (the default when stdout is not a terminal)",
     )
     up.add_argument(
+        "--theme",
+        metavar="NAME",
+        help="the TUI's colours: dark (default), light, terminal (its own), or a Textual "
+        "theme; default $SRTR_THEME",
+    )
+    up.add_argument(
         "--apply",
         choices=("auto", "confirm"),
         help="live edits of the recipe: apply at once (default headless) or after a yes "
@@ -395,6 +401,18 @@ def _isolate_nodes(backend: Backend, run_dir: Path) -> None:
         backend.isolate_nodes(run_dir / "nodes")
 
 
+def _check_theme(name: str | None) -> None:
+    """A bad `--theme` (or SRTR_THEME) for the TUI is an input error: exit 2."""
+    try:
+        from srtr.tui.themes import ThemeError, resolve
+    except ImportError:
+        return  # no TUI here: `up` shows progress lines, in no theme
+    try:
+        resolve(name)
+    except ThemeError as exc:
+        raise _bad("srtr up", str(exc)) from None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from srtr.cli.pins import decide_pins, write_pins
     from srtr.resources.effective import allocation_size
@@ -403,6 +421,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from srtr.runtime.lifecycle import JobOptions, run_job
 
     _startup_signals()
+    if not args.headless and sys.stdout.isatty():
+        _check_theme(args.theme)  # before anything starts, as for any bad flag
     adopt_from = _crashed_job(args)
     if adopt_from is not None:
         return _adopt(args, adopt_from)
@@ -461,7 +481,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         cert=cert,
     )
     if tui:
-        return run_with_tui(run_dir, run_job(desired, run_dir, backend, options, prober))
+        return run_with_tui(
+            run_dir, run_job(desired, run_dir, backend, options, prober), theme=args.theme
+        )
     import asyncio
 
     return asyncio.run(run_job(desired, run_dir, backend, options, prober))

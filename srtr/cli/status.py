@@ -43,8 +43,17 @@ def add_verbs(verbs: Any) -> None:
 
     logs.add_parser(verbs)
 
-    tui = verbs.add_parser("tui", help="watch and drive a running job from another terminal")
+    tui = verbs.add_parser(
+        "tui",
+        help="watch and drive a running job from another terminal; a finished one read-only",
+    )
     tui.add_argument("run_dir", metavar="RUN_DIR")
+    tui.add_argument(
+        "--theme",
+        metavar="NAME",
+        help="dark (default), light, terminal (its own colours), or a Textual theme; "
+        "default $SRTR_THEME",
+    )
     tui.set_defaults(func=cmd_tui)
 
     down = verbs.add_parser("down", help="ask a running `srtr up` to tear down gracefully")
@@ -297,9 +306,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
     read_run(run_dir)  # a clear error for a path that is not a run dir
     try:
         from srtr.tui.launch import attach
+        from srtr.tui.themes import ThemeError, resolve
     except ImportError as exc:
         raise bad("srtr tui", f"the TUI is not available: {exc}") from None
-    return attach(run_dir)
+    try:
+        resolve(args.theme)
+    except ThemeError as exc:
+        raise bad("srtr tui", str(exc)) from None
+    return attach(run_dir, theme=args.theme)
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -56,6 +56,7 @@ def snapshot(
     """The state.json document (design.md contract; the model is `rundir.StateDoc`)."""
     desired = store.desired
     wall = _WallClock(store)
+    gate = store.gate_opened_at
     doc: StateDoc = {
         "job": job_doc(
             store,
@@ -76,7 +77,8 @@ def snapshot(
             for p in desired.pools
         ],
         "instances": [
-            instance_doc(spec, store.status[name], wall=wall) for name, spec in store.specs.items()
+            instance_doc(spec, store.status[name], wall=wall, gate_started_at=gate(spec.stage))
+            for name, spec in store.specs.items()
         ],
         "recipe": store.recipe_view,
         "carve": desired.nodes.to_json(),
@@ -134,11 +136,24 @@ def job_doc(
     }
 
 
-def instance_doc(spec: InstanceSpec, st: InstanceStatus, *, wall: Wall) -> InstanceDoc:
-    """One record of state.json's `instances`: the spec's placement and command, the status."""
+def instance_doc(
+    spec: InstanceSpec, st: InstanceStatus, *, wall: Wall, gate_started_at: float | None = None
+) -> InstanceDoc:
+    """One record of state.json's `instances`: the spec's placement and command, the status.
+
+    `gate_started_at`: when the instance's stage began, while its stage gate is open.
+    """
     stop_deadline = None
     if st.stop_sent_at is not None and st.alive and not st.kill_sent:
         stop_deadline = wall(st.stop_sent_at + spec.stop_grace_seconds)
+    # When a probe that has not passed runs out of time (the probe controller's deadline):
+    # the stage gate's, or after the gate the attempt's. The TUI counts it down.
+    probe_deadline = None
+    probing = spec.probe is not None and st.alive and not st.ready
+    if probing and st.phase == "Starting" and spec.probe is not None:
+        start = gate_started_at if gate_started_at is not None else st.started_at
+        if start is not None:
+            probe_deadline = wall(start + spec.probe.timeout_seconds)
     return {
         "name": spec.name,
         "service": spec.service,
@@ -161,6 +176,8 @@ def instance_doc(spec: InstanceSpec, st: InstanceStatus, *, wall: Wall) -> Insta
         "env": {k: mask(k, v) for k, v in spec.env},
         "probe": spec.probe.describe(spec.node_ip) if spec.probe else None,
         "probe_message": st.probe_message,
+        "probe_deadline": probe_deadline,
+        "probe_gate": probe_deadline is not None and gate_started_at is not None,
         "started_at": wall(st.started_at),
         "ready_at": wall(st.ready_at),
         "stop_grace_seconds": spec.stop_grace_seconds,

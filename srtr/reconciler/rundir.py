@@ -141,6 +141,10 @@ class InstanceDoc(TypedDict):
     env: dict[str, str]  # secret-looking values masked
     probe: str | None  # the probe, described
     probe_message: str  # why the probe fails now ('' when it passes or has not run)
+    # When a probe not passed yet runs out of time (None: passed, no probe, not probing);
+    # probe_gate: that is the stage gate's deadline (missing it fails the job).
+    probe_deadline: NotRequired[float | None]
+    probe_gate: NotRequired[bool]
     started_at: float | None  # wall seconds, as every time below
     ready_at: float | None
     stop_grace_seconds: float

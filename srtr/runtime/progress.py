@@ -38,6 +38,10 @@ from srtr.reconciler.store import Event, EventType
 # events.jsonl and the stage/tier summaries still print.
 _QUIET_AT_SCALE = {"Launched", "Ready", "Exited"}
 QUEUE_LINES = 10_000
+# The reason column fits the longest event reason (RestartRequested), so that the object
+# column starts at the same place on every line (issue 23: reasons of 13+ characters
+# pushed it right). A longer, new reason would still print whole.
+REASON_WIDTH = 16
 # Events about srtr's own files: printed on stderr too, which may be on another disk.
 WRITE_FAULT_REASONS = frozenset(
     {"WriteFailing", "WriteRecovered", "EventsDropped", "RunDirRecreated"}
@@ -130,7 +134,7 @@ class ProgressPrinter:
         stamp = time.strftime("%H:%M:%S", time.localtime(event.ts))
         line = Text(f"{stamp} ")
         style = "yellow" if event.type is EventType.WARNING else "cyan"
-        line.append(f"{event.reason:<12}", style=style)
+        line.append(f"{event.reason:<{REASON_WIDTH}}", style=style)
         line.append(f" {event.object}: ", style="bold")
         line.append(event.message)
         self.print(line, stderr=event.reason in WRITE_FAULT_REASONS)

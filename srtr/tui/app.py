@@ -39,14 +39,14 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.driver import Driver
-from textual.events import Key
+from textual.events import Key, Resize
 from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from srtr.reconciler.rundir import EventDoc, RunState, read_heartbeat
 from srtr.runtime.control import ControlError, send
-from srtr.tui import job_end, keys
+from srtr.tui import job_end, keys, themes
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource
 from srtr.tui.terminal import HangupSafeDriver, detach_terminal
@@ -65,11 +65,24 @@ from srtr.tui.widgets.teardown_view import TeardownView
 
 POLL_INTERVAL = 0.25
 EXIT_AFTER = 3.0  # seconds the final state of a finished `srtr up` job stays on screen
+NARROW_BELOW = 110  # columns: below, the pools and the node grid fold away
+SHORT_BELOW = 30  # lines: below, the detail, log and events panes get less room
+WIDE_FROM = 170  # columns: from here, the node grid gets room for 4 riders side by side
+CLOSE_TICK = 0.2  # how often the closing countdown is looked at (it shows whole seconds)
 EVENTS_KEPT = 2000
 FILTER_DELAY = 0.15
 RESTART_READER_AFTER = 2.0
 
 Clock = Callable[[], float]
+# The keys that send intents to the job; none is offered once the job has ended.
+INTENT_ACTIONS = frozenset({"restart", "stop", "teardown", "kill"})
+
+
+def read_only_banner(header: vm.HeaderView) -> str:
+    """Why a viewer offers no intents: the job ended, or its controller is gone."""
+    if header.controller_gone:
+        return "the controller is not running: read-only (srtr up --adopt RUN_DIR) · q quits"
+    return "the job has ended: read-only, no restart/stop/teardown · q quits"
 
 
 class SrtrApp(App[int]):
@@ -89,8 +102,11 @@ class SrtrApp(App[int]):
         poll_interval: float = POLL_INTERVAL,
         exit_after: float = EXIT_AFTER,
         check_controller: bool = True,
+        theme_name: str | None = None,
     ) -> None:
         super().__init__()
+        # `--theme`, else SRTR_THEME, else dark (the CLI has checked the name already).
+        self.theme = themes.resolve(theme_name, self.available_themes)
         self.run_dir = run_dir
         self.job = job
         self.clock = clock
@@ -111,16 +127,23 @@ class SrtrApp(App[int]):
         self._teardown_sent = False
         self._quit_when_done = False
         self._exit_timer: Timer | None = None
+        self._close_at = 0.0
         self._filter_timer: Timer | None = None
         self._last_key_at = float("-inf")
         self._job_code: int | None = None
         self._last_error = ""
         self._terminal_gone = False
+        self._detached = False
 
     def get_driver_class(self) -> type[Driver]:
         if sys.platform.startswith("win"):
             return super().get_driver_class()
         return HangupSafeDriver
+
+    @property
+    def terminal_gone(self) -> bool:
+        """The terminal hung up or stopped taking output (nothing more to print on it)."""
+        return self._terminal_gone
 
     def terminal_lost(self) -> None:
         """The terminal hung up or stopped taking output: nobody can see or drive this App.
@@ -166,9 +189,22 @@ class SrtrApp(App[int]):
         self.query_one("#instances").border_title = "instances"
         self.query_one("#events").border_title = "events (newest first)"
         self.query_one(InstancesTable).focus()
+        self._fit(self.size.width, self.size.height)
         if self.job is not None:
             self.job.add_done_callback(lambda _task: self.call_later(self._job_finished))
         self._follow()
+
+    # -- fitting the terminal ---------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        self._fit(event.size.width, event.size.height)
+
+    def _fit(self, width: int, height: int) -> None:
+        """Fold the side panes on a narrow terminal and shrink the lower ones on a short
+        one (app.tcss `.narrow`, `.short`): the instances table keeps NAME, PHASE, READY."""
+        self.set_class(width < NARROW_BELOW, "narrow")
+        self.set_class(width >= WIDE_FROM, "wide")
+        self.set_class(height < SHORT_BELOW, "short")
 
     # -- reading ------------------------------------------------------------------------
 
@@ -241,8 +277,10 @@ class SrtrApp(App[int]):
         self.frame = frame
         if self._plan_pending != was_pending:
             self.refresh_bindings()
-        if frame.ended and not was_ended and self.job is None:
-            self._banner = "the job has ended: read-only · q quits"
+        if frame.ended and not was_ended:
+            if self.job is None:
+                self._banner = read_only_banner(frame.header)
+            self.refresh_bindings()
         self.query_one(JobHeader).show(frame.header, self._banner)
         self.query_one(TeardownView).show(frame.teardown)
         self.query_one(PlanPanel).show(frame.plan)
@@ -250,6 +288,8 @@ class SrtrApp(App[int]):
         self.query_one(NodeGridTable).show(frame.grid, frame.grid_changes)
         table = self.query_one(InstancesTable)
         table.apply(frame.rows, frame.changed)
+        if frame.ended and not was_ended:
+            self._select_worst(frame)
         if table.row_count == 0:
             self._select(None)
         elif self.source.want_log is None:
@@ -284,6 +324,20 @@ class SrtrApp(App[int]):
                 self._wake.set()
         self._show_detail()
 
+    def _select_worst(self, frame: vm.Frame) -> None:
+        """The job ended: put the cursor on the instance that failed it, if one did."""
+        name = vm.worst_instance(frame.rows.values())
+        if name is not None:
+            self._choose(name)
+
+    def _choose(self, name: str) -> None:
+        """Select `name` in the instances table, clearing a filter that hides it."""
+        table = self.query_one(InstancesTable)
+        if not table.select(name):
+            self.query_one(FilterBar).value = ""
+            table.set_filter("")
+            table.select(name)
+
     @on(InstancesTable.SelectionChanged)
     def _on_selection(self, message: InstancesTable.SelectionChanged) -> None:
         # A highlight queued just before an exit may arrive once the screen is gone.
@@ -292,12 +346,8 @@ class SrtrApp(App[int]):
 
     @on(NodeGridTable.InstanceChosen)
     def _on_grid_choice(self, message: NodeGridTable.InstanceChosen) -> None:
-        table = self.query_one(InstancesTable)
-        if not table.select(message.name):
-            self.query_one(FilterBar).value = ""
-            table.set_filter("")
-            table.select(message.name)
-        table.focus()
+        self._choose(message.name)
+        self.query_one(InstancesTable).focus()
 
     @on(FilterBar.Changed)
     def _on_filter(self, message: FilterBar.Changed) -> None:
@@ -344,11 +394,25 @@ class SrtrApp(App[int]):
             return
         self._banner = end.banner
         if end.close_after is not None:
-            self._exit_timer = self.set_timer(end.close_after, self._exit_with_job_code)
+            # A countdown, not one timer: the banner says how long is left, second by second.
+            self._close_at = time.monotonic() + end.close_after
+            self._exit_timer = self.set_interval(CLOSE_TICK, self._count_down)
+        self.refresh_bindings()  # no intents on an ended job: out of the footer
         self.query_one(JobHeader).show(self.frame.header if self.frame else None, self._banner)
 
-    def _exit_with_job_code(self) -> None:
-        self.exit(self._job_code)
+    def _count_down(self) -> None:
+        left = self._close_at - time.monotonic()
+        if left <= 0:
+            if self._exit_timer is not None:
+                self._exit_timer.stop()
+            self.exit(self._job_code)
+            return
+        banner = job_end.closing_banner(self._exit_code(), left)
+        if banner != self._banner:
+            self._banner = banner
+            with contextlib.suppress(NoMatches):
+                header = self.frame.header if self.frame else None
+                self.query_one(JobHeader).show(header, self._banner)
 
     def on_key(self, event: Key) -> None:
         self._last_key_at = time.monotonic()
@@ -394,6 +458,10 @@ class SrtrApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "apply_plan":
             return self._plan_pending  # in the footer only while an edit waits
+        if action == "detach":
+            return self.job is not None and self.job_running  # only `srtr up` has a job to leave
+        if action in INTENT_ACTIONS:
+            return self.job_running  # an ended job takes no intents: not offered at all
         return True
 
     def action_zoom_log(self) -> None:
@@ -401,6 +469,21 @@ class SrtrApp(App[int]):
             self.screen.minimize()
         else:
             self.screen.maximize(self.query_one(LogView))
+
+    @property
+    def detached(self) -> bool:
+        """The user detached (`d`): the job goes on headless once the App is gone."""
+        return self._detached
+
+    def action_detach(self) -> None:
+        if self.job is None or not self.job_running:
+            return
+        self._detached = True
+        self.exit(None)
+
+    def action_cycle_theme(self) -> None:
+        self.theme = themes.following(self.theme)
+        self.notify(f"theme: {themes.short_name(self.theme)}", timeout=1.5)
 
     def action_focus_events(self) -> None:
         self.query_one(EventsPane).focus()
@@ -417,11 +500,12 @@ class SrtrApp(App[int]):
         self.notify("following the log" if following else "log paused", timeout=1.5)
 
     def action_help(self) -> None:
-        note = (
-            "The job runs in this TUI: quitting tears it down."
-            if self.job is not None
-            else "Attached: quitting leaves the job running."
-        )
+        if not self.job_running:
+            note = "Read-only: the job has ended; restart, stop and teardown are off."
+        elif self.job is not None:
+            note = "The job runs in this TUI: quitting tears it down."
+        else:
+            note = "Attached: quitting leaves the job running."
         self.push_screen(HelpScreen(keys.help_keys(self.BINDINGS, self.OTHER_KEYS), note))
 
     def action_restart(self) -> None:

@@ -3,7 +3,12 @@
 Keys (also under `?`): `/` filter, `o`/`O` sort, `j`/`k` move, `r` restart, `s` stop,
 `T` or Ctrl+C tear down, `K` (or Ctrl+C while tearing down) kill, `p` the log before the
 last restart, `f` follow/pause the log, `l` log full screen, `e` events, `a` apply a
-pending recipe edit (Esc discards it), `?` help, `q` quit.
+pending recipe edit (Esc discards it), `d` detach (`srtr up`), `c` next theme, `?` help,
+`q` quit.
+
+Every table of keys is here, the widgets' too (they use these lists as their BINDINGS),
+so `?` (`help_keys`) and docs/cli.md list every key; tests/test_tui_screens.py checks that
+no widget has a key the help does not list.
 """
 
 from __future__ import annotations
@@ -11,6 +16,41 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from textual.binding import Binding, BindingType
+
+# The instances table's own keys (InstancesTable.BINDINGS).
+TABLE_BINDINGS: list[BindingType] = [
+    Binding("j", "cursor_down", "Down", show=False, tooltip="In the table: next instance"),
+    Binding("k", "cursor_up", "Up", show=False, tooltip="In the table: previous instance"),
+    Binding("g", "scroll_top", "Top", show=False, tooltip="In the table: first instance"),
+    Binding("G", "scroll_bottom", "Bottom", show=False, tooltip="In the table: last instance"),
+    Binding("o", "sort_next", "Sort", tooltip="Sort by the next column (or click a header)"),
+    Binding("O", "sort_reverse", "Reverse", show=False, tooltip="Reverse the sort"),
+]
+# The keys of the dialogs and the `/` filter (ConfirmModal, HelpScreen, FilterBar BINDINGS).
+CONFIRM_BINDINGS: list[BindingType] = [
+    Binding("y", "answer(True)", "Yes", tooltip="In a confirmation: yes"),
+    Binding(
+        "n,escape", "answer(False)", "No", key_display="n Esc", tooltip="In a confirmation: no"
+    ),
+]
+HELP_BINDINGS: list[BindingType] = [
+    Binding(
+        "escape,question_mark,q",
+        "dismiss",
+        "Close",
+        key_display="Esc ? q",
+        tooltip="Close this help",
+    ),
+]
+FILTER_BINDINGS: list[BindingType] = [
+    Binding(
+        "escape",
+        "close(True)",
+        "Clear filter",
+        key_display="Esc",
+        tooltip="In the filter: clear it and close it (Enter keeps it)",
+    ),
+]
 
 BINDINGS: list[BindingType] = [
     Binding("slash", "filter", "Filter", key_display="/", tooltip="Filter the instances"),
@@ -23,6 +63,8 @@ BINDINGS: list[BindingType] = [
     Binding("f", "follow", "Follow", show=False, tooltip="Follow the log, or pause it"),
     Binding("l", "zoom_log", "Log", tooltip="Log full screen (again: back)"),
     Binding("e", "focus_events", "Events", show=False, tooltip="Focus the events pane"),
+    Binding("d", "detach", "Detach", tooltip="srtr up: leave the TUI, the job goes on (srtr tui)"),
+    Binding("c", "cycle_theme", "Colours", show=False, tooltip="Next theme: dark, light, terminal"),
     Binding("question_mark", "help", "Help", key_display="?", tooltip="This help"),
     Binding("q", "quit", "Quit", tooltip="Quit (srtr up: tears the job down, asks first)"),
     Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
@@ -32,30 +74,39 @@ BINDINGS: list[BindingType] = [
         "Teardown/kill",
         show=False,
         priority=True,
+        key_display="Ctrl+C",
         tooltip="Tear down (asks; again: yes); while tearing down: kill",
     ),
     Binding("escape", "escape", "Back", show=False),
 ]
 # Keys handled by widgets, for the help screen (they are not App bindings).
 OTHER_KEYS: list[tuple[str, str]] = [
-    ("↑ ↓ j k", "move in the instances table (the detail pane and log follow)"),
-    ("g G", "first / last instance"),
-    ("o / O", "sort by the next column / reverse (or click a header)"),
-    ("Tab", "next pane (table, node grid, log, events)"),
+    ("↑ ↓", "move in the instances table (the detail pane and log follow), the grid, a pane"),
+    ("← →", "in the node grid: the next cell (it scrolls sideways past the last column)"),
+    ("PgUp PgDn", "a page up / down in the focused table or pane"),
+    ("Tab Shift+Tab", "next / previous pane (table, node grid, log, events)"),
+    ("Ctrl+P", "Textual's command palette (themes, keys, quit)"),
     ("Enter", "in the node grid: select that instance"),
-    ("Esc", "clear the filter · leave the full-screen log · discard a pending recipe edit"),
+    ("Esc", "leave the full-screen log · discard a pending recipe edit"),
 ]
 
 
 def help_keys(
     bindings: Iterable[BindingType], other: Iterable[tuple[str, str]]
 ) -> list[tuple[str, str]]:
-    """(key, what it does) for the help screen: the bindings, then the widgets' keys."""
+    """(key, what it does) for the help screen: the App's bindings, then every widget's
+    (the tables above), then the keys Textual's widgets handle (`other`)."""
     keys: list[tuple[str, str]] = []
-    for binding in bindings:
-        assert isinstance(binding, Binding)
-        if binding.key in ("escape", "ctrl+q"):
-            continue  # Esc is listed with the widgets' keys; ctrl+q is q
-        description = binding.tooltip or binding.description
-        keys.append((binding.key_display or binding.key, description))
+    seen: set[str] = set()
+    tables = [bindings, TABLE_BINDINGS, FILTER_BINDINGS, CONFIRM_BINDINGS, HELP_BINDINGS]
+    for table in tables:
+        for binding in table:
+            assert isinstance(binding, Binding)
+            if binding.key in ("escape", "ctrl+q") and table is bindings:
+                continue  # the App's Esc is listed with the other keys; ctrl+q is q
+            shown = binding.key_display or binding.key
+            if shown in seen:
+                continue
+            seen.add(shown)
+            keys.append((shown, binding.tooltip or binding.description))
     return keys + list(other)

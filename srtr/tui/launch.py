@@ -2,77 +2,89 @@
 and `srtr tui RUN_DIR` (`attach`).
 
 - In `srtr up` the job runs in the App's event loop (see `job_end.py` for what the App does
-  when it ends). Quitting while the job runs asks to tear it down (the job cannot outlive
-  its TUI), and if the TUI dies the job is torn down before `srtr up` returns.
-- `srtr tui RUN_DIR` refuses (exit 2) a run whose job has ended or whose controller does
-  not beat (its heartbeat file, from any host that sees the run dir; no pid is looked up):
-  use `srtr status` / `srtr logs` for those. A job that ends while attached stays on
-  screen, read-only, until `q`.
+  when it ends). Quitting while the job runs asks to tear it down, and if the TUI dies the
+  job is torn down before `srtr up` returns. Detaching (`d`) closes the TUI and leaves the
+  job running headless in the background (`srtr.runtime.detach`); `srtr tui` re-attaches.
+- `srtr tui RUN_DIR` on a run whose job has ended, or whose controller is dead, opens it
+  read-only for the post-mortem: the last state, the events and every log, and no
+  intents. A job that ends while attached stays on screen the same way, until `q`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
-import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from srtr.reconciler.rundir import StateFileError, read_heartbeat, read_state
+from srtr.reconciler.rundir import StateFileError, read_state
+from srtr.runtime import detach
 from srtr.runtime.control import ControlError, send
+from srtr.tui import job_end
 from srtr.tui.app import SrtrApp
 
 EXIT_GONE = 2
 
 
-def run_with_tui(run_dir: Path, job: Coroutine[Any, Any, int]) -> int:
+def run_with_tui(run_dir: Path, job: Coroutine[Any, Any, int], *, theme: str | None = None) -> int:
     """`srtr up` on a terminal: run the job and the TUI in one event loop; the job's code."""
-    return asyncio.run(_up(run_dir, job))
+    return asyncio.run(_up(run_dir, job, theme))
 
 
-async def _up(run_dir: Path, job: Coroutine[Any, Any, int]) -> int:
+async def _up(run_dir: Path, job: Coroutine[Any, Any, int], theme: str | None) -> int:
     task = asyncio.create_task(job)
-    app = SrtrApp(run_dir, job=task)
+    app = SrtrApp(run_dir, job=task, theme_name=theme)
     try:
         await app.run_async()
     finally:
-        if not task.done():
+        if not task.done() and not app.detached:
             # The TUI closed (or crashed) while the job runs: never orphan instances.
             print("srtr: the TUI closed while the job runs; tearing it down", file=sys.stderr)
             with contextlib.suppress(ControlError):
                 await asyncio.to_thread(send, run_dir, "teardown")
-    return await task
+    if app.detached and not task.done():
+        _detach(run_dir)
+        return await task  # headless now: nothing more for the terminal
+    code = await task
+    if not app.terminal_gone:
+        # The screen is gone: say on the terminal what a headless `srtr up` ends with.
+        for line in job_end.summary_lines(run_dir):
+            print(line, flush=True)
+    return code
 
 
-def attach(run_dir: Path) -> int:
-    """`srtr tui RUN_DIR`: watch and drive a running job; 2 when the job is gone."""
+def _detach(run_dir: Path) -> None:
+    """`d` in the TUI: the job goes on headless, in the background (`runtime.detach`)."""
+    for line in detach_lines(run_dir, os.getpid()):
+        print(line)
+    sys.stdout.flush()
+    detach.go_headless(run_dir / "logs" / "srtr.log")
+    detach.to_background()
+
+
+def detach_lines(run_dir: Path, pid: int) -> list[str]:
+    return [
+        f"srtr: detached; the job goes on in the background, headless (pid {pid}).",
+        f"  re-attach:  srtr tui {run_dir}",
+        f"  follow it:  srtr status {run_dir}  ·  {run_dir / 'logs' / 'srtr.log'}",
+        f"  stop it:    srtr down {run_dir}",
+        "  This terminal may be closed: the job does not end with it. (A shell may say",
+        "  'Stopped' for a moment: `jobs` then shows it Running, in the background.)",
+    ]
+
+
+def attach(run_dir: Path, *, theme: str | None = None) -> int:
+    """`srtr tui RUN_DIR`: watch and drive a running job, or read a finished one (read-only:
+    the post-mortem). 2 when the run dir has no readable state.json."""
     try:
-        state = read_state(run_dir)
+        read_state(run_dir)  # a clear error for a run dir with no readable state
     except StateFileError as exc:
         print(f"srtr tui: cannot read {exc.path}: {exc}", file=sys.stderr)
         return EXIT_GONE
-    job = state.job
-    if state.ended:
-        print(
-            f"srtr tui: the job of {run_dir} has ended ({job.get('phase')}, exit code "
-            f"{job.get('exit_code')}); see `srtr status {run_dir}` and `srtr logs`",
-            file=sys.stderr,
-        )
-        return EXIT_GONE
-    heartbeat = read_heartbeat(run_dir)
-    if heartbeat is None or not heartbeat.fresh(time.time()):
-        beat = (
-            "no heartbeat"
-            if heartbeat is None
-            else f"last heartbeat {heartbeat.age(time.time()):.0f}s ago on {heartbeat.host}"
-        )
-        print(
-            f"srtr tui: the controller of {run_dir} is not running ({beat}); its last "
-            f"state: phase {job.get('phase')}. See `srtr status {run_dir}`",
-            file=sys.stderr,
-        )
-        return EXIT_GONE
-    result = SrtrApp(run_dir).run()
+    # A finished job, or one whose controller is gone, opens read-only: the App sees the
+    # same in state.json and offers no intents (its header says why).
+    result = SrtrApp(run_dir, theme_name=theme).run()
     return 0 if result is None else result

@@ -25,7 +25,14 @@ from srtr.reconciler.status import JOB_ENDED
 from srtr.tui.viewmodel.detail import DetailView, detail, remember_probe_failures
 from srtr.tui.viewmodel.events import EventLine, event_lines
 from srtr.tui.viewmodel.frame import Frame, frame
-from srtr.tui.viewmodel.grid import EMPTY_CELL, GridCell, NodeGrid, diff_grid, node_grid
+from srtr.tui.viewmodel.grid import (
+    EMPTY_CELL,
+    GridCell,
+    NodeGrid,
+    column_label,
+    diff_grid,
+    node_grid,
+)
 from srtr.tui.viewmodel.header import HeaderView, header
 from srtr.tui.viewmodel.logs import (
     LONG_LINE,
@@ -56,8 +63,9 @@ from srtr.tui.viewmodel.rows import (
     instance_rows,
     ordered,
     sort_changed,
+    worst_instance,
 )
-from srtr.tui.viewmodel.text import age_since, fmt_age, fmt_exit, last_exit
+from srtr.tui.viewmodel.text import age_since, end_cut, fmt_age, fmt_exit, last_exit, middle_cut
 
 __all__ = [
     "ALIVE_PHASES",
@@ -87,10 +95,12 @@ __all__ = [
     "Stopping",
     "TierView",
     "age_since",
+    "column_label",
     "detail",
     "diff_grid",
     "diff_rows",
     "display_lines",
+    "end_cut",
     "event_lines",
     "filtered",
     "fmt_age",
@@ -101,6 +111,7 @@ __all__ = [
     "instance_rows",
     "is_restart_marker",
     "last_exit",
+    "middle_cut",
     "node_grid",
     "ordered",
     "other_services",
@@ -111,4 +122,5 @@ __all__ = [
     "sort_changed",
     "split_at_last_marker",
     "teardown",
+    "worst_instance",
 ]

@@ -13,6 +13,8 @@ from srtr.tui.viewmodel.phases import Doc
 from srtr.tui.viewmodel.text import age_since, fmt_age, fmt_exit, last_exit
 
 RECENT_EVENTS = 8
+# Phases that end an instance without a failure: a probe failure from before is stale.
+QUIET_ENDS = frozenset({Phase.SUCCEEDED, Phase.STOPPED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,9 @@ def detail(
     name = str(inst["name"])
     probe = inst.get("probe") or ""
     message = str(inst.get("probe_message") or "")
+    if str(inst.get("phase", "")) in QUIET_ENDS:
+        # It ended well (or was stopped): an old probe failure is no news, only noise.
+        message = last_probe_failure = ""
     return DetailView(
         title=name,
         facts=_facts(inst, now),
@@ -100,11 +105,27 @@ def _process(inst: Doc) -> str:
 
 def _probe_state(inst: Doc, now: float) -> str:
     message = str(inst.get("probe_message") or "")
+    phase = str(inst.get("phase", ""))
+    if phase in QUIET_ENDS or phase in (Phase.FAILED, Phase.LOST):
+        # An instance that is no longer running is not probed: nothing fails "now".
+        return "passed" if inst.get("ready") else "never passed"
     if message:
-        return f"failing: {message}"
+        return f"failing: {message}" + _gate_left(inst, now)
     if inst.get("ready"):
         return f"passing (ready {age_since(inst.get('ready_at'), now)} ago)"
     return "not passed yet"
+
+
+def _gate_left(inst: Doc, now: float) -> str:
+    """` · gate fails in 42s` (or, after the stage gate: what its timeout does, and when)."""
+    deadline = inst.get("probe_deadline")
+    if deadline is None:
+        return ""
+    left = fmt_age(max(0.0, float(deadline) - now))
+    if inst.get("probe_gate"):
+        return f" · gate fails in {left}"
+    outcome = "fails the job" if inst.get("critical") else "killed"
+    return f" · {outcome} in {left}"
 
 
 def _history(inst: Doc, now: float) -> list[str]:

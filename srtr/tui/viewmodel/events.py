@@ -1,4 +1,4 @@
-"""The events pane: events.jsonl newest first, Warning events marked."""
+"""The events pane: events.jsonl newest first, Warning events marked, JobFailed red."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ class EventLine:
     reason: str
     object: str
     message: str
+    alarm: bool = False  # the job failed: red, not the yellow of any warning
+
+
+# The events that end a job badly: they must stand out among the warnings.
+ALARMS = frozenset({"JobFailed"})
 
 
 def event_lines(events: Sequence[Doc], now: float, limit: int = 200) -> list[EventLine]:
@@ -30,6 +35,7 @@ def event_lines(events: Sequence[Doc], now: float, limit: int = 200) -> list[Eve
                 reason=str(e.get("reason", "")),
                 object=str(e.get("object", "")),
                 message=str(e.get("message", "")),
+                alarm=e.get("reason") in ALARMS,
             )
         )
     return out

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from srtr.tui.viewmodel.phases import PHASE_GLYPH, PHASE_SHORT, PHASE_STYLE, SEVERITY, Doc
+from srtr.tui.viewmodel.text import end_cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +17,15 @@ class GridCell:
 
     @property
     def style(self) -> str:
-        return PHASE_STYLE.get(self.phase, "")
+        style = PHASE_STYLE.get(self.phase, "")
+        # In a grid of 8 nodes x 5 columns a failure must catch the eye: a filled cell.
+        return f"{style} reverse" if self.phase in ALARMING else style
+
+
+# The phases a grid cell shows filled (reverse video), not just in colour.
+ALARMING = frozenset({"Failed", "Lost", "BackOff"})
+ROLE_WIDTH = 10  # a pool's name in the ROLE column; longer ones end in `…`
+LABEL_WIDTH = 8  # a rider column's heading: the service name, abbreviated
 
 
 EMPTY_CELL = GridCell("", "", None)
@@ -58,7 +67,8 @@ def node_grid(state: Doc) -> NodeGrid:
     rows: dict[str, tuple[GridCell, ...]] = {}
     for node in state.get("nodes", []):
         name = str(node["name"])
-        role = GridCell(str(node.get("state", "")).removeprefix("pool:"), "", None)
+        role_name = str(node.get("state", "")).removeprefix("pool:")
+        role = GridCell(end_cut(role_name, ROLE_WIDTH), "", None)
         riders_cells = (_cell(rider_of.get((name, r), [])) for r in riders)
         rows[name] = (role, _cell(owner_of.get(name, [])), *riders_cells)
     return NodeGrid(("owner", *riders), rows)
@@ -77,3 +87,8 @@ def diff_grid(
             (node, i, c) for i, (a, c) in enumerate(zip(before, cells, strict=True)) if a != c
         )
     return out
+
+
+def column_label(service: str) -> str:
+    """A rider column's heading: the service's name, upper case, abbreviated."""
+    return end_cut(service.upper(), LABEL_WIDTH)

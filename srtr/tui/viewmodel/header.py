@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from srtr.reconciler.status import JOB_ENDED
@@ -21,6 +22,7 @@ class HeaderView:
     stage: str
     reason: str
     controller_gone: bool
+    gate: str = ""  # `probe failing: gate fails in 42s (service_api)`: the nearest deadline
 
     @property
     def phase_style(self) -> str:
@@ -58,4 +60,20 @@ def header(state: Doc, now: float, *, controller_alive: bool = True) -> HeaderVi
         stage=stage,
         reason=str(job.get("reason") or ""),
         controller_gone=not controller_alive and phase not in JOB_ENDED,
+        gate="" if phase in JOB_ENDED else gate_countdown(state.get("instances", []), now),
     )
+
+
+def gate_countdown(instances: Iterable[Doc], now: float) -> str:
+    """The failing probe nearest to failing its stage gate, and how long it has left."""
+    nearest: Doc | None = None
+    for inst in instances:
+        if not inst.get("probe_gate") or not inst.get("probe_message"):
+            continue
+        deadline = inst.get("probe_deadline")
+        if deadline is not None and (nearest is None or deadline < nearest["probe_deadline"]):
+            nearest = inst
+    if nearest is None:
+        return ""
+    left = fmt_age(max(0.0, float(nearest["probe_deadline"]) - now))
+    return f"probe failing: gate fails in {left} ({nearest['name']})"

@@ -13,17 +13,19 @@ from srtr.reconciler.rundir import ready_now
 from srtr.tui.viewmodel.phases import SEVERITY, Doc
 from srtr.tui.viewmodel.text import age_since, last_exit
 
+# NAME, PHASE and READY first (as k9s does): on an 80-column terminal they stay on screen,
+# and the rest scrolls sideways.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("name", "NAME"),
-    ("service", "SERVICE"),
-    ("kind", "KIND"),
-    ("node", "NODE"),
-    ("ip", "IP"),
     ("phase", "PHASE"),
     ("ready", "READY"),
     ("restarts", "RESTARTS"),
     ("age", "AGE"),
     ("exit", "LAST EXIT"),
+    ("node", "NODE"),
+    ("ip", "IP"),
+    ("service", "SERVICE"),
+    ("kind", "KIND"),
 )
 COLUMN_KEYS: tuple[str, ...] = tuple(key for key, _ in COLUMNS)
 PHASE_COLUMN = COLUMN_KEYS.index("phase")
@@ -46,31 +48,33 @@ def instance_row(inst: Doc, now: float) -> InstanceRow:
     started = inst.get("started_at")
     exit_text = last_exit(inst, short=True)
     code = inst.get("exit_code")
-    cells = (
-        str(inst["name"]),
-        str(inst.get("service", "")),
-        str(inst.get("kind", "")),
-        str(inst.get("node", "")),
-        str(inst.get("node_ip", "")),
-        str(inst.get("phase", "")),
-        "yes" if ready_now(inst) else "no",
-        str(inst.get("restarts", 0)),
-        age_since(started, now),
-        exit_text,
-    )
+    by_key: dict[str, str] = {
+        "name": str(inst["name"]),
+        "service": str(inst.get("service", "")),
+        "kind": str(inst.get("kind", "")),
+        "node": str(inst.get("node", "")),
+        "ip": str(inst.get("node_ip", "")),
+        "phase": str(inst.get("phase", "")),
+        "ready": "yes" if ready_now(inst) else "no",
+        "restarts": str(inst.get("restarts", 0)),
+        "age": age_since(started, now),
+        "exit": exit_text,
+    }
     # Unknown values sort last whatever the direction of the other values.
-    sort = (
-        cells[0],
-        cells[1],
-        cells[2],
-        _natural(cells[3]),
-        _natural(cells[4]),
-        (SEVERITY.get(cells[5], 10), cells[5]),
-        ready_now(inst),
-        int(inst.get("restarts", 0) or 0),
-        (started is None, -(started or 0.0)),  # youngest first, like k9s AGE ascending
-        (code is None, code or 0),
-    )
+    sort_by: dict[str, Any] = {
+        "name": by_key["name"],
+        "service": by_key["service"],
+        "kind": by_key["kind"],
+        "node": _natural(by_key["node"]),
+        "ip": _natural(by_key["ip"]),
+        "phase": (SEVERITY.get(by_key["phase"], 10), by_key["phase"]),
+        "ready": ready_now(inst),
+        "restarts": int(inst.get("restarts", 0) or 0),
+        "age": (started is None, -(started or 0.0)),  # youngest first, like k9s AGE ascending
+        "exit": (code is None, code or 0),
+    }
+    cells = tuple(by_key[key] for key in COLUMN_KEYS)
+    sort = tuple(sort_by[key] for key in COLUMN_KEYS)
     return InstanceRow(name=cells[0], cells=cells, sort=sort)
 
 
@@ -177,3 +181,18 @@ def filtered(rows: Mapping[str, InstanceRow], flt: Filter) -> dict[str, Instance
     if not flt:
         return dict(rows)
     return {k: r for k, r in rows.items() if flt.matches(r)}
+
+
+FAILED_PHASES = frozenset({"Failed", "Lost"})
+
+
+def worst_instance(rows: Iterable[InstanceRow]) -> str | None:
+    """The instance to look at first when a job has ended: the first Failed (or Lost) one,
+    in state order; None when none failed."""
+    worst: InstanceRow | None = None
+    for row in rows:
+        if row.phase not in FAILED_PHASES:
+            continue
+        if worst is None or SEVERITY.get(row.phase, 0) > SEVERITY.get(worst.phase, 0):
+            worst = row
+    return None if worst is None else worst.name

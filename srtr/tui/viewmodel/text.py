@@ -57,3 +57,20 @@ def last_exit(inst: Doc, *, short: bool = False) -> str:
             return "restarted" if short else f"restarted: {last['planned']}"
         return fmt_exit(last.get("exit_code"), last.get("signal"), short=short)
     return fmt_exit(inst.get("exit_code"), short=short)
+
+
+def middle_cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut in the middle with `…`: instance names
+    differ at their end (`…_node12`), so the end is kept whole and a little more of it."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    tail = (width - 1) // 2 + (width - 1) % 2
+    head = width - 1 - tail
+    return text[:head] + "…" + text[len(text) - tail :]
+
+
+def end_cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut at the end with `…`."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from srtr.tui import keys
 
 
 class ConfirmModal(ModalScreen[bool]):
@@ -18,10 +20,7 @@ class ConfirmModal(ModalScreen[bool]):
     `srtr up` where Ctrl+C tears down at once (the App routes the key here).
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape", "answer(False)", "No"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.CONFIRM_BINDINGS  # listed by `?`
 
     def __init__(self, question: str, detail: str = "", *, ctrl_c_confirms: bool = False) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""The events pane: events.jsonl newest first, Warning events in colour."""
+"""The events pane: events.jsonl newest first, Warning events in yellow, JobFailed red."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from srtr.runtime.progress import REASON_WIDTH
 from srtr.tui.viewmodel import EventLine
 
 
@@ -28,12 +29,16 @@ class EventsPane(VerticalScroll):
         text = Text(no_wrap=True, overflow="ellipsis")
         for line in lines:
             text.append(f"{line.age:>6} ", style="dim")
-            if line.warning:
-                text.append(f"{line.reason:<16}", style="bold yellow")
+            if line.alarm:
+                text.append(f"{line.reason:<{REASON_WIDTH}}", style="bold red")
+                text.append(f" {line.object}: ", style="bold")
+                text.append(line.message, style="red")
+            elif line.warning:
+                text.append(f"{line.reason:<{REASON_WIDTH}}", style="bold yellow")
                 text.append(f" {line.object}: ", style="bold")
                 text.append(line.message, style="yellow")
             else:
-                text.append(f"{line.reason:<16}", style="cyan")
+                text.append(f"{line.reason:<{REASON_WIDTH}}", style="cyan")
                 text.append(f" {line.object}: ", style="bold")
                 text.append(line.message)
             text.append("\n")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.message import Message
 from textual.widgets import Input
+
+from srtr.tui import keys
 
 PLACEHOLDER = "filter: words match any column · column=text (phase=fail) · !word excludes"
 
@@ -17,9 +19,7 @@ class FilterBar(Input):
     class Closed(Message):
         """The user left the filter (Enter keeps it, Escape clears it)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "close(True)", "Clear filter", show=True),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.FILTER_BINDINGS  # listed by `?`
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(placeholder=PLACEHOLDER, id=id)

@@ -6,18 +6,18 @@ from typing import ClassVar
 
 from rich.table import Table
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from srtr.tui import keys
 
 
 class HelpScreen(ModalScreen[None]):
     """A table of (key, what it does); any of ?, q, Escape closes it."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,question_mark,q", "dismiss", "Close"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.HELP_BINDINGS  # listed by `?`
 
     def __init__(self, keys: list[tuple[str, str]], note: str = "") -> None:
         super().__init__()
@@ -32,6 +32,6 @@ class HelpScreen(ModalScreen[None]):
             table.add_row(key, description)
         with VerticalScroll(id="help-box"):
             yield Static("[b]srtr keys[/b]", id="help-title")
-            yield Static(table)
-            if self.note:
+            if self.note:  # first: what quitting does here, whether intents are on
                 yield Static(self.note, id="help-note")
+            yield Static(table)

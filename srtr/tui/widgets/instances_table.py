@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
+from srtr.tui import keys
 from srtr.tui.viewmodel import (
     COLUMN_KEYS,
     COLUMNS,
@@ -26,7 +27,9 @@ from srtr.tui.viewmodel import (
     Filter,
     InstanceRow,
     diff_rows,
+    end_cut,
     filtered,
+    middle_cut,
     phase_style,
     sort_changed,
 )
@@ -36,6 +39,10 @@ from srtr.tui.viewmodel import (
 FIXED_WIDTH = {"phase": 11, "ready": 5, "restarts": 8, "age": 6, "exit": 11}
 REBUILD_AT = 64  # rows added or removed in one diff beyond which a rebuild is cheaper
 EXIT_COLUMN = COLUMN_KEYS.index("exit")
+NAME_COLUMN = COLUMN_KEYS.index("name")
+NAME_WIDTH = 28  # longer names are cut in the middle (the detail pane has them whole)
+SERVICE_COLUMN = COLUMN_KEYS.index("service")
+SERVICE_WIDTH = 20
 
 
 class InstancesTable(DataTable[Any]):
@@ -52,14 +59,7 @@ class InstancesTable(DataTable[Any]):
             # Holding a key down scrolls through hundreds of rows: only the last one counts.
             return isinstance(message, InstancesTable.SelectionChanged)
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
-        Binding("g", "scroll_top", "Top", show=False),
-        Binding("G", "scroll_bottom", "Bottom", show=False),
-        Binding("o", "sort_next", "Sort", tooltip="Sort by the next column"),
-        Binding("O", "sort_reverse", "Reverse", show=False, tooltip="Reverse the sort"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.TABLE_BINDINGS  # listed by `?`
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
@@ -220,6 +220,11 @@ class InstancesTable(DataTable[Any]):
     @staticmethod
     def _build(column: int, text: str) -> Text:
         # Text, not str: DataTable would parse a str as markup, 4,096 x 10 times.
+        if column == NAME_COLUMN:
+            # A long name must not push PHASE and READY off an 80-column screen.
+            return Text(middle_cut(text, NAME_WIDTH))
+        if column == SERVICE_COLUMN:
+            return Text(end_cut(text, SERVICE_WIDTH))
         if column == PHASE_COLUMN:
             return Text(text, style=phase_style(text))
         if column == EXIT_COLUMN and text and not text.startswith("0"):

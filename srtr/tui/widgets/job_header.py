@@ -36,6 +36,8 @@ class JobHeader(Static):
         second = Text(no_wrap=True, overflow="ellipsis")
         if view is not None and view.stage:
             second.append(view.stage, style="dim")
+        if view is not None and view.gate:
+            second.append("  " + view.gate, style="bold red")
         if view is not None and view.reason:
             second.append("  " + view.reason, style="italic")
         if banner:

@@ -1,5 +1,9 @@
 """The node grid: one row per node, a column for the owner and one per rider, by phase.
 
+Rider columns are narrow (headings abbreviated to 8 characters, `METRICS…`); with more
+riders than fit, the grid scrolls sideways (← →). Failed, Lost and BackOff cells are
+filled, so that one failure among 8 x 5 cells is seen at once.
+
 Updated like the instances table: cells are diffed and written one by one, and the grid
 is rebuilt only when its nodes or rider columns change (a live edit).
 """
@@ -12,7 +16,9 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from srtr.tui.viewmodel import GridCell, NodeGrid, diff_grid
+from srtr.tui.viewmodel import GridCell, NodeGrid, column_label, diff_grid
+
+CELL_WIDTH = 9  # the widest cell, `↻ BackOff`
 
 
 class NodeGridTable(DataTable[Any]):
@@ -41,7 +47,8 @@ class NodeGridTable(DataTable[Any]):
             self.add_column("NODE", key="node")
             self.add_column("ROLE", key="c0")
             for index, label in enumerate(grid.columns, start=1):
-                self.add_column(label.upper(), key=f"c{index}", width=max(len(label), 9))
+                # Narrow columns, one per rider; the grid scrolls sideways past the pane.
+                self.add_column(column_label(label), key=f"c{index}", width=CELL_WIDTH)
             for node, cells in grid.rows.items():
                 self.add_row(Text(node), *(self._build(c) for c in cells), key=node)
         self._grid = grid
