@@ -4,6 +4,10 @@ Keys (also under `?`): `/` filter, `o`/`O` sort, `j`/`k` move, `r` restart, `s` 
 `T` or Ctrl+C tear down, `K` (or Ctrl+C while tearing down) kill, `p` the log before the
 last restart, `f` follow/pause the log, `l` log full screen, `e` events, `a` apply a
 pending recipe edit (Esc discards it), `?` help, `q` quit.
+
+In the log (the pane once focused with Tab, and the full-screen log at once): `/` search,
+`n`/`N` next/previous match, `&` only the matching lines, `w` wrap, `t` times, `L` load
+earlier lines, `g`/`G` (Home/End) first/last line (`LOG_BINDINGS`).
 """
 
 from __future__ import annotations
@@ -44,6 +48,42 @@ OTHER_KEYS: list[tuple[str, str]] = [
     ("Tab", "next pane (table, node grid, log, events)"),
     ("Enter", "in the node grid: select that instance"),
     ("Esc", "clear the filter · leave the full-screen log · discard a pending recipe edit"),
+]
+
+
+# The log view's own keys: its BINDINGS, and so in the footer while it has focus.
+LOG_BINDINGS: list[BindingType] = [
+    Binding("slash", "search", "Search", key_display="/", tooltip="In the log: search it"),
+    Binding("n", "next_match", "Next", tooltip="In the log: next match (down)"),
+    Binding("N", "previous_match", "Prev", show=False, tooltip="In the log: previous match"),
+    Binding(
+        "ampersand",
+        "only_matching",
+        "Matching",
+        key_display="&",
+        tooltip="In the log: show only the lines that match the search (again: all)",
+    ),
+    Binding("w", "wrap", "Wrap", tooltip="In the log: wrap long lines (again: scroll sideways)"),
+    Binding("t", "times", "Times", tooltip="In the log: when this view read each line"),
+    Binding("L", "load_earlier", "Earlier", show=False, tooltip="In the log: load earlier lines"),
+    Binding(
+        "g,home", "top", "Top", show=False, key_display="g Home", tooltip="In the log: first line"
+    ),
+    Binding(
+        "G,end",
+        "bottom",
+        "Bottom",
+        show=False,
+        key_display="G End",
+        tooltip="In the log: last line, follow",
+    ),
+    Binding("escape", "escape", "Clear search", show=False),
+]
+# The log's keys as the help screen lists them (Esc is listed with the other keys).
+OTHER_KEYS += [
+    (binding.key_display or binding.key, binding.tooltip or binding.description)
+    for binding in LOG_BINDINGS
+    if isinstance(binding, Binding) and binding.key != "escape"
 ]
 
 
