@@ -412,7 +412,8 @@ class SrtrApp(App[int]):
             log = self.query_one(LogView)
             self._focus_before_log = self.focused if self.focused is not log else None
             self.screen.maximize(log)
-            log.focus()
+            # At once, not after the queue (`focus()`): a key typed right after `l` is the log's.
+            self.screen.set_focus(log, scroll_visible=False)
 
     def _leave_full_log(self) -> None:
         self.screen.minimize()

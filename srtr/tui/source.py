@@ -152,6 +152,14 @@ def _align(handle: Any, start: int) -> int:
     return start if newline < 0 else start + newline + 1
 
 
+def _line_start(handle: Any, end: int, floor: int) -> int:
+    """Where the line that ends at `end` begins (not before `end - MAX_LINE`, nor `floor`)."""
+    start = max(0, floor - MAX_LINE, end - 1 - MAX_LINE)
+    handle.seek(start)
+    newline = handle.read(max(0, end - 1 - start)).rfind(b"\n")
+    return start if newline < 0 else start + newline + 1
+
+
 @dataclass
 class LogChunk:
     """Lines for the log view. `reset` means: clear the view first (another log or mode);
@@ -251,8 +259,8 @@ class LogFollower:
     def _range(self, start: int, end: int) -> tuple[list[str], int]:
         with open(self.path, "rb") as handle:
             aligned = _align(handle, start)
-            # A line longer than the range: cut it rather than load nothing.
-            start = aligned if aligned < end else start
+            # A line longer than the range: load that whole line (up to MAX_LINE bytes).
+            start = aligned if aligned < end else _line_start(handle, end, start)
             handle.seek(start)
             data = handle.read(max(0, end - start))
         text = data.decode("utf-8", "replace")

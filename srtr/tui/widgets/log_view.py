@@ -198,9 +198,12 @@ class LogView(ScrollView, can_focus=True):
         return self.follow
 
     def _title(self) -> None:
-        what = "before the last restart" if self.previous else "current attempt"
-        follow = "" if self.previous else (" · following" if self.follow else " · paused")
-        self.border_title = f"log {self.instance or ''} ({what}{follow})"
+        # The state first: a narrow pane cuts the end of its title, never the state.
+        if self.previous:
+            state = "before the last restart"
+        else:
+            state = "following" if self.follow else "paused"
+        self.border_title = f"log {state} · {self.instance or ''}"
         self.border_subtitle = self._subtitle()
 
     def _subtitle(self) -> str:
@@ -296,8 +299,12 @@ class LogView(ScrollView, can_focus=True):
     def on_key(self, event: events.Key) -> None:
         """While the search prompt is open, keys edit the search (bindings wait)."""
         if self.typing is None:
-            return
-        if event.key == "enter":
+            if event.key != "slash":
+                return
+            # Here, not only as a binding: bindings run once the key has bubbled up to the
+            # App, and keys typed right after `/` would reach this widget before that.
+            self.typing = self.search_text
+        elif event.key == "enter":
             self.typing = None
         elif event.key == "escape":
             self.typing = None
@@ -413,6 +420,20 @@ class LogView(ScrollView, can_focus=True):
             self.app.notify("every line of this log is loaded", timeout=2)
             return
         self.post_message(self.LoadEarlier())
+
+    # Scrolling jumps rather than glides: a log is read like `less`, and the title must say
+    # "paused" or "following" for the position on screen, not for one still on its way.
+    def action_scroll_up(self) -> None:
+        self.scroll_up(animate=False)
+
+    def action_scroll_down(self) -> None:
+        self.scroll_down(animate=False)
+
+    def action_page_up(self) -> None:
+        self.scroll_page_up(animate=False)
+
+    def action_page_down(self) -> None:
+        self.scroll_page_down(animate=False)
 
     def action_top(self) -> None:
         self.follow = False
