@@ -31,11 +31,13 @@ from srtr.tui.viewmodel.header import HeaderView, header
 from srtr.tui.viewmodel.logs import (
     LONG_LINE,
     LogLines,
+    Search,
     display_lines,
     is_restart_marker,
     match_spans,
     search_pattern,
     split_at_last_marker,
+    text_width,
 )
 from srtr.tui.viewmodel.panels import PlanView, Stopping, TierView, plan_view, teardown
 from srtr.tui.viewmodel.phases import (
@@ -88,6 +90,7 @@ __all__ = [
     "PlanView",
     "PoolView",
     "RowDiff",
+    "Search",
     "ServiceCount",
     "Stopping",
     "TierView",
@@ -118,4 +121,5 @@ __all__ = [
     "sort_changed",
     "split_at_last_marker",
     "teardown",
+    "text_width",
 ]

@@ -53,20 +53,52 @@ def display_lines(lines: Iterable[str], limit: int = LONG_LINE) -> list[str]:
     return out
 
 
-def search_pattern(query: str) -> re.Pattern[str] | None:
+class Search:
     """The `/` search of the log view: plain text (no regex syntax to trip over), and
-    case-insensitive unless the query has a capital letter ("smart case", as in less -i)."""
-    if not query:
-        return None
-    flags = 0 if any(c.isupper() for c in query) else re.IGNORECASE
-    return re.compile(re.escape(query), flags)
+    case-insensitive unless the query has a capital letter ("smart case", as in less -i).
+
+    `search` is the test of every line (filtering 200,000 lines must take milliseconds:
+    a substring test, not a regex, which Python runs much slower with IGNORECASE); the
+    regex only finds the spans to highlight in the lines on screen.
+    """
+
+    def __init__(self, query: str) -> None:
+        self.query = query
+        self.fold = not any(c.isupper() for c in query)
+        self.needle = query.lower() if self.fold else query
+        self.regex = re.compile(re.escape(query), re.IGNORECASE if self.fold else 0)
+
+    def search(self, text: str) -> bool:
+        return self.needle in (text.lower() if self.fold else text)
+
+    def matching(self, lines: Sequence[str], indices: Iterable[int]) -> list[int]:
+        """The indices of the `lines` that match, of those in `indices` (in one loop, with
+        no call per line: this is what a search over every line costs)."""
+        needle = self.needle
+        if self.fold:
+            return [i for i in indices if needle in lines[i].lower()]
+        return [i for i in indices if needle in lines[i]]
+
+    def narrows(self, other: Search | None) -> bool:
+        """Whether every line this search matches is also matched by `other` (typing one
+        more letter): then only `other`'s matches need testing."""
+        return other is not None and other.fold == self.fold and other.needle in self.needle
 
 
-def match_spans(pattern: re.Pattern[str] | None, text: str) -> list[tuple[int, int]]:
+def search_pattern(query: str) -> Search | None:
+    return Search(query) if query else None
+
+
+def match_spans(pattern: Search | None, text: str) -> list[tuple[int, int]]:
     """(start, end) of every non-overlapping match of `pattern` in `text`."""
     if pattern is None:
         return []
-    return [m.span() for m in pattern.finditer(text)]
+    return [m.span() for m in pattern.regex.finditer(text)]
+
+
+def text_width(text: str) -> int:
+    """Cells `text` takes (ASCII: one each, found without looking at every character)."""
+    return len(text) if text.isascii() else cell_len(text)
 
 
 class LogLines:
@@ -87,7 +119,7 @@ class LogLines:
         self.lines: list[str] = []
         self.times: list[float | None] = []  # when this view read each line; None: before
         self.head = ""
-        self.pattern: re.Pattern[str] | None = None
+        self.pattern: Search | None = None
         self.matches: list[int] = []  # indices of the lines the pattern matches, in order
         self.only_matching = False
         self.wrap = False
@@ -128,15 +160,19 @@ class LogLines:
 
     # -- search and filter --------------------------------------------------------------
 
-    def set_pattern(self, pattern: re.Pattern[str] | None) -> None:
+    def set_pattern(self, pattern: Search | None) -> None:
+        narrower = pattern is not None and pattern.narrows(self.pattern)
         self.pattern = pattern
-        self._rematch()
+        if narrower:
+            self.matches = self._matching(self.matches)
+            self._relayout()
+        else:
+            self._rematch()
 
     def _matching(self, indices: Iterable[int]) -> list[int]:
         if self.pattern is None:
             return []
-        search, lines = self.pattern.search, self.lines
-        return [i for i in indices if search(lines[i])]
+        return self.pattern.matching(self.lines, indices)
 
     def _rematch(self) -> None:
         self.matches = self._matching(range(len(self.lines)))
@@ -185,7 +221,7 @@ class LogLines:
         rows = self._wrapped_rows
         for i in indices:
             starts.append(rows)
-            rows += max(1, -(-cell_len(lines[i]) // width))
+            rows += max(1, -(-text_width(lines[i]) // width))
         self._wrapped_rows = rows
 
     @property

@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 from typing import ClassVar
 
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -41,7 +40,7 @@ from textual.strip import Strip
 
 from srtr.tui import keys
 from srtr.tui.source import LogChunk
-from srtr.tui.viewmodel import LogLines, display_lines, match_spans, search_pattern
+from srtr.tui.viewmodel import LogLines, display_lines, match_spans, search_pattern, text_width
 
 MAX_LINES = 200_000
 TIME_WIDTH = 9  # "12:34:56 "
@@ -115,7 +114,7 @@ class LogView(ScrollView, can_focus=True):
             self._note = f"[{chunk.note}]" if chunk.note else ""
         if lines:
             self.lines_received += len(lines)
-            self._width = max(self._width, max(cell_len(line) for line in lines))
+            self._width = max(self._width, max(map(text_width, lines)))
             if chunk.earlier:
                 self.model.prepend(lines)
                 self._cache.clear()
@@ -278,7 +277,7 @@ class LogView(ScrollView, can_focus=True):
             start, end = span
             selected = self.screen.get_component_rich_style("screen--selection")
             text.stylize(selected, start, len(line) if end == -1 else end)
-        strip = Strip(text.render(self.app.console), cell_len(line))
+        strip = Strip(text.render(self.app.console), text_width(line))
         if selection is None:
             self._cache[index] = strip
         return strip
