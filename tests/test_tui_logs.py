@@ -9,6 +9,7 @@ tested without Textual.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -22,11 +23,13 @@ from pathlib import Path
 
 import pytest
 from pty_util import PtyProgram
-from test_tui import fake_run_dir, fake_state
+from test_tui import fake_run_dir, fake_state, until
 from textual.binding import Binding
 
 from srtr.tui import keys, source
 from srtr.tui import viewmodel as vm
+from srtr.tui.app import SrtrApp
+from srtr.tui.widgets.log_view import LogView
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG = "logs/service_train_node2.out"  # the instance the TUI selects first
@@ -248,6 +251,32 @@ def test_every_log_key_is_in_the_help_and_in_docs() -> None:
         shown = binding.key_display or binding.key
         assert shown in help_keys, shown
         assert f"`{shown.split()[0]}`" in cli, shown
+
+
+def test_notes_in_the_first_row_come_and_go(run_dir: Path) -> None:
+    """Pilot: "[no output yet]" gives way to the first line; "[the log was truncated]" stays;
+    a search that matches nothing says so."""
+    path = run_dir / LOG
+    path.unlink()
+    app = SrtrApp(run_dir, check_controller=False)
+
+    async def scenario() -> None:
+        async with app.run_test(size=(140, 45)) as pilot:
+            log = app.query_one(LogView)
+            await until(pilot, lambda: log.model.head == "[no output yet]", "the note")
+            path.write_text("hello\n")
+            await until(pilot, lambda: log.lines == ["hello"], "the first line")
+            assert log.model.head == ""
+            path.write_text("x\n")  # replaced by a shorter file: read again from the start
+            await until(pilot, lambda: log.lines == ["x"], "the new file")
+            with path.open("a") as handle:
+                handle.write("more\n")
+            await until(pilot, lambda: log.lines == ["x", "more"], "the next line")
+            assert log.model.head == "[the log was truncated]"
+            await pilot.press("l", "slash", *"zzz", "enter")
+            await until(pilot, lambda: "/zzz: no match" in str(log.border_subtitle), "no match")
+
+    asyncio.run(scenario())
 
 
 # -- without Textual ------------------------------------------------------------------------

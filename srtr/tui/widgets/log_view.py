@@ -127,7 +127,8 @@ class LogView(ScrollView, can_focus=True):
                 if self.model.dropped != dropped:
                     self._cache.clear()
                     self.current = None
-            self._note = ""
+            if not chunk.reset and self._note and self.lines_received == len(lines):
+                self._note = self.model.head = ""  # "[no output yet]" is over
         if chunk.reset or chunk.earlier:
             self.model.head = self._head(chunk)
         self._layout()
