@@ -34,6 +34,7 @@ from benchmarks.common import BENCH, ROOT, Figure, Skip, fmt, make_context, rais
 # Order matters a little: the SLURM scenarios go last (they may wait for a free cluster).
 SCENARIOS = (
     "plan",
+    "tui_log",
     "fanout",
     "repair",
     "live_edit",

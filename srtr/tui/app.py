@@ -41,6 +41,7 @@ from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.events import Key, Resize
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
@@ -92,6 +93,8 @@ class SrtrApp(App[int]):
     TITLE = "srtr"
     BINDINGS: ClassVar[list[BindingType]] = keys.BINDINGS
     OTHER_KEYS: ClassVar[list[tuple[str, str]]] = keys.OTHER_KEYS
+    # Esc is `action_escape`, after the focused widget's own Esc (the log's search).
+    ESCAPE_TO_MINIMIZE = False
 
     def __init__(
         self,
@@ -134,6 +137,7 @@ class SrtrApp(App[int]):
         self._last_error = ""
         self._terminal_gone = False
         self._detached = False
+        self._focus_before_log: Widget | None = None  # focused before the full-screen log
 
     def get_driver_class(self) -> type[Driver]:
         if sys.platform.startswith("win"):
@@ -436,11 +440,15 @@ class SrtrApp(App[int]):
         return self.query_one(InstancesTable).selected
 
     def action_filter(self) -> None:
+        if self.screen.maximized is not None:
+            # The instance filter is hidden behind the full-screen log: `/` searches the log.
+            self.query_one(LogView).action_search()
+            return
         self.query_one(FilterBar).open()
 
     def action_escape(self) -> None:
-        if self.screen.is_maximized:
-            self.screen.minimize()
+        if self.screen.maximized is not None:
+            self._leave_full_log()
         elif self._plan_pending:
             self._send("discard", None)
 
@@ -466,9 +474,27 @@ class SrtrApp(App[int]):
 
     def action_zoom_log(self) -> None:
         if self.screen.maximized is not None:
-            self.screen.minimize()
+            self._leave_full_log()
         else:
-            self.screen.maximize(self.query_one(LogView))
+            # The full-screen log takes the keys at once (PageUp, Home, /, n...); Esc or `l`
+            # gives them back to the pane that had them.
+            log = self.query_one(LogView)
+            self._focus_before_log = self.focused if self.focused is not log else None
+            self.screen.maximize(log)
+            # At once, not after the queue (`focus()`): a key typed right after `l` is the log's.
+            self.screen.set_focus(log, scroll_visible=False)
+
+    def _leave_full_log(self) -> None:
+        self.screen.minimize()
+        before = self._focus_before_log
+        if before is not None and before.is_attached:
+            before.focus()
+        self._focus_before_log = None
+
+    @on(LogView.LoadEarlier)
+    def _on_load_earlier(self) -> None:
+        self.source.want_earlier = self.source.want_log
+        self._wake.set()
 
     @property
     def detached(self) -> bool:

@@ -6,6 +6,10 @@ last restart, `f` follow/pause the log, `l` log full screen, `e` events, `a` app
 pending recipe edit (Esc discards it), `d` detach (`srtr up`), `c` next theme, `?` help,
 `q` quit.
 
+In the log (the pane once focused with Tab, and the full-screen log at once): `/` search,
+`n`/`N` next/previous match, `&` only the matching lines, `w` wrap, `t` times, `L` load
+earlier lines, `g`/`G` (Home/End) first/last line (`LOG_BINDINGS`).
+
 Every table of keys is here, the widgets' too (they use these lists as their BINDINGS),
 so `?` (`help_keys`) and docs/cli.md list every key; tests/test_tui_screens.py checks that
 no widget has a key the help does not list.
@@ -88,6 +92,49 @@ OTHER_KEYS: list[tuple[str, str]] = [
     ("Ctrl+P", "Textual's command palette (themes, keys, quit)"),
     ("Enter", "in the node grid: select that instance"),
     ("Esc", "leave the full-screen log · discard a pending recipe edit"),
+]
+
+
+# The log view's own keys: its BINDINGS, and so in the footer while it has focus.
+LOG_BINDINGS: list[BindingType] = [
+    Binding("slash", "search", "Search", key_display="/", tooltip="In the log: search it"),
+    Binding("n", "next_match", "Next", tooltip="In the log: next match (down)"),
+    Binding("N", "previous_match", "Prev", show=False, tooltip="In the log: previous match"),
+    Binding(
+        "ampersand",
+        "only_matching",
+        "Matching",
+        key_display="&",
+        tooltip="In the log: show only the lines that match the search (again: all)",
+    ),
+    Binding("w", "wrap", "Wrap", tooltip="In the log: wrap long lines (again: scroll sideways)"),
+    Binding("t", "times", "Times", tooltip="In the log: when this view read each line"),
+    Binding("L", "load_earlier", "Earlier", show=False, tooltip="In the log: load earlier lines"),
+    Binding(
+        "g,home", "top", "Top", show=False, key_display="g Home", tooltip="In the log: first line"
+    ),
+    Binding(
+        "G,end",
+        "bottom",
+        "Bottom",
+        show=False,
+        key_display="G End",
+        tooltip="In the log: last line, follow",
+    ),
+    Binding(
+        "escape",
+        "escape",
+        "Clear search",
+        show=False,
+        key_display="Esc",
+        tooltip="In the log: clear the search (again: leave the full-screen log)",
+    ),
+]
+# The log's keys as the help screen lists them.
+OTHER_KEYS += [
+    (binding.key_display or binding.key, binding.tooltip or binding.description)
+    for binding in LOG_BINDINGS
+    if isinstance(binding, Binding)
 ]
 
 

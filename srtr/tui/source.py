@@ -41,7 +41,10 @@ from srtr.reconciler.rundir import (
 
 MAX_READ = 4 * 1024 * 1024
 MAX_LINE = 1024 * 1024
-LOG_TAIL = 256 * 1024  # how much of an existing log a newly selected instance shows
+# How much of an existing log a newly selected instance shows, and how much more each
+# "load earlier lines" adds: whole logs of thousands of lines load at once.
+LOG_TAIL = 4 * 1024 * 1024
+COUNT_LIMIT = 16 * 1024 * 1024  # beyond this, lines not loaded are given in bytes
 _SCAN = 64 * 1024
 
 
@@ -149,20 +152,38 @@ def _align(handle: Any, start: int) -> int:
     return start if newline < 0 else start + newline + 1
 
 
+def _line_start(handle: Any, end: int, floor: int) -> int:
+    """Where the line that ends at `end` begins (not before `end - MAX_LINE`, nor `floor`)."""
+    start = max(0, floor - MAX_LINE, end - 1 - MAX_LINE)
+    handle.seek(start)
+    newline = handle.read(max(0, end - 1 - start)).rfind(b"\n")
+    return start if newline < 0 else start + newline + 1
+
+
 @dataclass
 class LogChunk:
-    """Lines for the log view. `reset` means: clear the view first (another log or mode)."""
+    """Lines for the log view. `reset` means: clear the view first (another log or mode);
+    `earlier` means: these lines come before those shown (loaded on request)."""
 
     key: tuple[str, str, bool]
     lines: list[str]
     reset: bool
-    skipped: int = 0  # bytes before the tail that are not shown
+    skipped: int = 0  # bytes before the first line shown
     note: str = ""
+    earlier: bool = False
+    # Lines of this view (this attempt, or the log before it) that are not loaded yet; a
+    # count when there are at most COUNT_LIMIT bytes of them to count, else None.
+    not_loaded_lines: int | None = 0
+    not_loaded_bytes: int = 0
 
 
 class LogFollower:
     """The selected instance's log: its current attempt (followed), or the text before the
     last restart marker (`previous`, a fixed view).
+
+    The view starts with the last `tail` bytes of what it shows; `earlier()` reads the
+    `tail` bytes before those, down to where the view begins (its restart marker, or the
+    start of the file for the previous view).
     """
 
     def __init__(self, path: Path, key: tuple[str, str, bool], tail: int = LOG_TAIL) -> None:
@@ -172,6 +193,8 @@ class LogFollower:
         self.tail_bytes = tail
         self._tail: LineTail | None = None
         self._started = False
+        self.floor = 0  # where this view begins in the file
+        self.first = 0  # where its first loaded line begins
 
     @property
     def behind(self) -> bool:
@@ -185,8 +208,30 @@ class LogFollower:
             return LogChunk(self.key, [], reset=False)
         lines = self._tail.read()
         if self._tail.restarted:
+            self.floor = self.first = 0
             return LogChunk(self.key, lines, reset=True, note="the log was truncated")
         return LogChunk(self.key, lines, reset=False)
+
+    def earlier(self) -> LogChunk:
+        """The lines before the first loaded one (up to `tail` bytes of them)."""
+        if self.first <= self.floor:
+            return self._chunk([], reset=False, earlier=True)
+        lines, start = self._range(max(self.floor, self.first - self.tail_bytes), self.first)
+        self.first = start
+        return self._chunk(lines, reset=False, earlier=True)
+
+    def _chunk(self, lines: list[str], *, reset: bool, earlier: bool = False) -> LogChunk:
+        missing = self.first - self.floor
+        count = self._count_lines(self.floor, self.first) if missing <= COUNT_LIMIT else None
+        return LogChunk(
+            self.key,
+            lines,
+            reset=reset,
+            skipped=self.first,
+            earlier=earlier,
+            not_loaded_lines=count,
+            not_loaded_bytes=missing,
+        )
 
     def _first(self) -> LogChunk:
         try:
@@ -198,24 +243,40 @@ class LogFollower:
         if self.previous:
             if marker is None:
                 return LogChunk(self.key, [], reset=True, note="no restart yet: no previous log")
-            lines, skipped = self._range(max(0, marker - self.tail_bytes), marker)
-            return LogChunk(self.key, lines, reset=True, skipped=skipped)
-        start = max(marker or 0, size - self.tail_bytes)
+            lines, self.first = self._range(max(0, marker - self.tail_bytes), marker)
+            return self._chunk(lines, reset=True)
+        self.floor = marker or 0
+        start = max(self.floor, size - self.tail_bytes)
         with open(self.path, "rb") as handle:
             start = start if start == marker else _align(handle, start)
+        self.first = start
         self._tail = LineTail(self.path, start)
         lines = self._tail.read()
         while self._tail.behind and len(lines) < 100_000:
             lines += self._tail.read()
-        return LogChunk(self.key, lines, reset=True, skipped=start)
+        return self._chunk(lines, reset=True)
 
     def _range(self, start: int, end: int) -> tuple[list[str], int]:
         with open(self.path, "rb") as handle:
-            start = _align(handle, start)
+            aligned = _align(handle, start)
+            # A line longer than the range: load that whole line (up to MAX_LINE bytes).
+            start = aligned if aligned < end else _line_start(handle, end, start)
             handle.seek(start)
             data = handle.read(max(0, end - start))
         text = data.decode("utf-8", "replace")
         return text.splitlines(), start
+
+    def _count_lines(self, start: int, end: int) -> int:
+        count = 0
+        with open(self.path, "rb") as handle:
+            handle.seek(start)
+            while start < end:
+                block = handle.read(min(1024 * 1024, end - start))
+                if not block:
+                    break
+                count += block.count(b"\n")
+                start += len(block)
+        return count
 
 
 @dataclass
@@ -238,6 +299,8 @@ class RunSource:
     def __init__(self, run_dir: Path, *, tail_bytes: int = LOG_TAIL) -> None:
         self.run_dir = run_dir
         self.want_log: tuple[str, str, bool] | None = None
+        # Set to `want_log` to load the lines before the first one shown, on the next poll.
+        self.want_earlier: tuple[str, str, bool] | None = None
         self.tail_bytes = tail_bytes
         self._state_sig: tuple[int, int, int] | None = None
         self._events = LineTail(run_dir / EVENTS_FILE)
@@ -259,7 +322,11 @@ class RunSource:
         else:
             if self._log is None or self._log.key != want:
                 self._log = LogFollower(self.run_dir / want[1], want, self.tail_bytes)
-            out.log = self._log.read()
+            if self.want_earlier == want and self._log._started:
+                out.log = self._log.earlier()
+            else:
+                out.log = self._log.read()
+        self.want_earlier = None
         return out
 
     @property

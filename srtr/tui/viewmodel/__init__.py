@@ -15,7 +15,8 @@ One module per part of the screen, all re-exported here:
 - `detail`: the selected instance's detail pane;
 - `events`: event lines; `panels`: teardown tiers and a live recipe edit;
 - `frame`: all of the above for one snapshot, with its differences from the last one;
-- `logs`: where a log splits at its last restart marker, and long lines.
+- `logs`: where a log splits at its last restart marker, long lines, and the log view's
+  lines, search and rows (`LogLines`).
 """
 
 from __future__ import annotations
@@ -36,9 +37,14 @@ from srtr.tui.viewmodel.grid import (
 from srtr.tui.viewmodel.header import HeaderView, header
 from srtr.tui.viewmodel.logs import (
     LONG_LINE,
+    LogLines,
+    Search,
     display_lines,
     is_restart_marker,
+    match_spans,
+    search_pattern,
     split_at_last_marker,
+    text_width,
 )
 from srtr.tui.viewmodel.panels import PlanView, Stopping, TierView, plan_view, teardown
 from srtr.tui.viewmodel.phases import (
@@ -87,10 +93,12 @@ __all__ = [
     "GridCell",
     "HeaderView",
     "InstanceRow",
+    "LogLines",
     "NodeGrid",
     "PlanView",
     "PoolView",
     "RowDiff",
+    "Search",
     "ServiceCount",
     "Stopping",
     "TierView",
@@ -111,6 +119,7 @@ __all__ = [
     "instance_rows",
     "is_restart_marker",
     "last_exit",
+    "match_spans",
     "middle_cut",
     "node_grid",
     "ordered",
@@ -119,8 +128,10 @@ __all__ = [
     "plan_view",
     "pools",
     "remember_probe_failures",
+    "search_pattern",
     "sort_changed",
     "split_at_last_marker",
     "teardown",
+    "text_width",
     "worst_instance",
 ]
