@@ -551,11 +551,20 @@ def test_long_event_reasons_keep_the_progress_columns(tmp_path: Path) -> None:
 
     run = Run(tmp_path, HOLDING)
     try:
-        run.wait_state(
+        state = run.wait_state(
             lambda s: all(i["phase"] == "Running" for i in s["instances"]), what="running"
         )
-        send(run.run_dir, "restart", "service_watcher_node1")  # RestartRequested: 16 letters
-        run.wait_state(lambda s: any(i["restarts"] for i in s["instances"]), what="the restart")
+        watcher = "service_watcher_node1"
+        before = next(i["pid"] for i in state["instances"] if i["name"] == watcher)
+        send(run.run_dir, "restart", watcher)  # RestartRequested: 16 letters
+        # A user's restart is planned: it counts no RESTARTS, but a new process runs.
+        run.wait_state(
+            lambda s: any(
+                i["name"] == watcher and i["phase"] == "Running" and i["pid"] not in (None, before)
+                for i in s["instances"]
+            ),
+            what="the restart",
+        )
         send(run.run_dir, "teardown")
         assert run.finish() == 143
     finally:

@@ -251,7 +251,9 @@ class SrtrApp(App[int]):
             self.state = poll.state
         if state is None or (poll.state is None and not rebuild_anyway):
             return poll, None
-        alive = controller_beats(self.run_dir, time.time()) if self.check_controller else True
+        # Under `srtr up` (a job task) the controller is this very process: it runs.
+        watched = self.check_controller and self.job is None
+        alive = controller_beats(self.run_dir, time.time()) if watched else True
         if poll.state is not None:
             self._probe_failures = vm.remember_probe_failures(self._probe_failures, state.instances)
         self._built = vm.frame(state.doc, now, controller_alive=alive, previous=self._built)
