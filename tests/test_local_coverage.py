@@ -205,10 +205,13 @@ STOPPING = """\
 
 
 def stopping_run(tmp_path: Path, services: str) -> tuple[Run, Path]:
-    script, record = tmp_path / "stopper.py", tmp_path / "stops.txt"
+    # The record lives in the run dir, which every simulated node shares with the host (a
+    # node's other /tmp writes are its own).
+    run_dir = tmp_path / "run"
+    script, record = tmp_path / "stopper.py", run_dir / "stops.txt"
     script.write_text(STOPPER)
     text = textwrap.dedent(services).replace("@STOPPING@\n", STOPPING)
-    return Run(tmp_path, recipe(text, script=script, record=record)), record
+    return Run(tmp_path, recipe(text, script=script, record=record), run_dir=run_dir), record
 
 
 def assert_stopped_by_tier(record: Path, tiers: dict[str, int]) -> list[list[str]]:
