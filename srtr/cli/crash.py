@@ -9,25 +9,38 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from srtr.reconciler.rundir import GuardDoc, RunState, pid_alive, read_guard, read_heartbeat
+from srtr.reconciler.rundir import (
+    GuardDoc,
+    Heartbeat,
+    RunState,
+    pid_alive,
+    read_guard,
+    read_heartbeat,
+)
 
 
 def _clock(wall: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(wall))
 
 
-def _controller_beats(run_dir: Path) -> bool:
-    """A controller of `run_dir` runs: its heartbeat is fresh (from any host), and on its own
-    machine its pid is alive too (a dead pid is believed at once there)."""
+def beating_heartbeat(run_dir: Path) -> Heartbeat | None:
+    """The heartbeat of a controller of `run_dir` that runs, or None.
+
+    Its heartbeat decides, from any host. On the controller's own machine (same kernel and
+    pid namespace, `Heartbeat.same_machine`) its pid is meaningful too, and a dead pid is
+    believed at once: `srtr up --adopt` right after a crash need not wait for the heartbeat
+    to go stale. That is the one place a pid is looked up, and only where it is ours."""
     heartbeat = read_heartbeat(run_dir)
     if heartbeat is None or not heartbeat.fresh(time.time()):
-        return False
-    return not (heartbeat.same_machine() and not pid_alive(heartbeat.pid))
+        return None
+    if heartbeat.same_machine() and not pid_alive(heartbeat.pid):
+        return None
+    return heartbeat
 
 
 def guard_record(run_dir: Path, state: RunState) -> GuardDoc | None:
     """The guard's record of this state's controller dying, if the job is not over."""
-    if state.ended or _controller_beats(run_dir):
+    if state.ended or beating_heartbeat(run_dir) is not None:
         return None
     return read_guard(run_dir, state.controller_pid)
 
@@ -46,7 +59,7 @@ def killed_by_guard(run_dir: Path, state: RunState) -> str | None:
 
 def crash_line(run_dir: Path, state: RunState, now: float | None = None) -> str | None:
     """One line for `srtr status` about a controller that died without ending the job."""
-    if state.ended or _controller_beats(run_dir):
+    if state.ended or beating_heartbeat(run_dir) is not None:
         return None
     record = read_guard(run_dir, state.controller_pid)
     now = time.time() if now is None else now

@@ -209,18 +209,11 @@ def _run_dir_path(args: argparse.Namespace, name: str) -> Path:
 
 
 def controller_running(run_dir: Path) -> str | None:
-    """How a controller of `run_dir` is known to run (for the refusal), or None.
+    """How a controller of `run_dir` is known to run (for the refusal), or None."""
+    from srtr.cli.crash import beating_heartbeat
 
-    Its heartbeat decides, from any host. On the controller's own machine (same kernel and
-    pid namespace, `Heartbeat.same_machine`) its pid is meaningful too, and a dead pid is
-    believed at once: `srtr up --adopt` right after a crash need not wait for the heartbeat
-    to go stale. That is the one place a pid is looked up, and only where it is ours."""
-    from srtr.reconciler.rundir import pid_alive, read_heartbeat
-
-    heartbeat = read_heartbeat(run_dir)
-    if heartbeat is None or not heartbeat.fresh(time.time()):
-        return None
-    if heartbeat.same_machine() and not pid_alive(heartbeat.pid):
+    heartbeat = beating_heartbeat(run_dir)
+    if heartbeat is None:
         return None
     return f"its controller, pid {heartbeat.pid} on {heartbeat.host}, beats"
 
