@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from e2e_util import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -165,3 +166,50 @@ def test_the_ray_example_runs_with_ray_in_a_venv_under_tmp(place: Place) -> None
     assert (place.run_dir / "nodes" / "isolation.txt").read_text() == VIEW
     for node in ("node1", "node2", "node3"):  # each node started the venv's `ray`
         assert VENV_RAY in (place.run_dir / "logs" / f"service_ray_{node}.out").read_text()
+
+
+LATE = """
+name: late-file
+services:
+  - name: gate
+    nodes: 2
+    command: ["sh", "-c", "echo waiting; while [ ! -e {go} ]; do sleep 0.05; done; echo saw it"]
+    terminal: true
+"""
+
+
+def test_a_file_the_host_adds_to_the_recipes_dir_later_reaches_a_node_that_looked(
+    place: Place,
+) -> None:
+    """The recipe's directory is the host's own on every node, like the run dir and the
+    working directory: a node that already looked for a file there (overlayfs would
+    remember the miss) sees the host's later write."""
+    recipe = place.program / "recipe.yaml"  # not in the working directory
+    go = place.program / "go"
+    recipe.write_text(textwrap.dedent(LATE.format(go=go)))
+    env = {**os.environ, "PATH": f"{place.venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"}
+    argv = [str(place.venv / "bin" / "python"), "-m", "srtr", "up", str(recipe), "--headless"]
+    up = subprocess.Popen(
+        [*argv, "--run-dir", str(place.run_dir)],
+        cwd=place.work,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        logs = place.run_dir / "logs"
+
+        def looked() -> bool:
+            outs = [logs / f"service_gate_node{k}.out" for k in (1, 2)]
+            return all(p.exists() and "waiting" in p.read_text() for p in outs)
+
+        wait_for(looked, 60, "both nodes to look for the file")
+        go.touch()
+        assert up.wait(60) == 0, up.stderr.read() if up.stderr else ""
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    for k in (1, 2):
+        assert "saw it" in (logs / f"service_gate_node{k}.out").read_text()

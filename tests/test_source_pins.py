@@ -448,10 +448,6 @@ def test_adoption_after_the_tag_moved_clones_the_pin(remote: Remote, tmp_path: P
 
 
 @pytest.mark.e2e
-@pytest.mark.xfail(
-    reason="known breakage after the session-5 merges (see the closing note); fix first",
-    strict=False,
-)
 def test_a_job_pinned_at_submit_checks_out_the_pin_not_the_moved_tag(
     remote: Remote, tmp_path: Path
 ) -> None:

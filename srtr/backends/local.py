@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from srtr.backends.base import (
@@ -79,11 +80,12 @@ class LocalBackend:
         self._lost_nodes: set[str] = set()
         self._lost_attempts: set[tuple[str, int]] = set()  # (name, attempt) killed with a node
 
-    def isolate_nodes(self, root: Path) -> str:
+    def isolate_nodes(self, root: Path, *, shared: Sequence[Path] = ()) -> str:
         """Give each simulated node its own /tmp under `root` (`<run dir>/nodes`): a view of
         the machine with its own /tmp writes where the kernel allows, else TMPDIR (see
-        `node_tmp`); the views are made from now on, while the job starts. Returns how."""
-        self._node_tmp = NodeTmp(root, [node.name for node in self._nodes])
+        `node_tmp`); the views are made from now on, while the job starts. `shared`: more
+        dirs that stay the host's own on every node. Returns how."""
+        self._node_tmp = NodeTmp(root, [node.name for node in self._nodes], shared=shared)
         return (root / "isolation.txt").read_text().strip()
 
     @property

@@ -386,12 +386,16 @@ def _base_backend(
     return LocalBackend(count), None, None
 
 
-def _isolate_nodes(backend: Backend, run_dir: Path) -> None:
-    """Simulated nodes get their own temp dirs under the run dir (local backend only)."""
+def _isolate_nodes(backend: Backend, run_dir: Path, recipe: Path | str | None) -> None:
+    """Simulated nodes get their own temp dirs under the run dir (local backend only). The
+    recipe's directory stays the host's own on every node, as the run dir and the working
+    directory do: it is the user's project dir, where the host adds files while the job runs
+    (a node's overlaid /tmp may miss a file that appears after the node looked for it)."""
     from srtr.backends.local import LocalBackend
 
     if isinstance(backend, LocalBackend):
-        backend.isolate_nodes(run_dir / "nodes")
+        shared = [Path(recipe).resolve().parent] if recipe and str(recipe) != "-" else []
+        backend.isolate_nodes(run_dir / "nodes", shared=shared)
 
 
 def _check_theme(name: str | None) -> None:
@@ -438,7 +442,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         _create_run_dir(run_dir)
         write_pins(run_dir, pins)
         cert = _job_cert(run_dir)
-        _isolate_nodes(backend, run_dir)
+        _isolate_nodes(backend, run_dir, args.recipe)
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
             slurm_backend.release_allocation()
@@ -641,7 +645,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
     else:
         backend = LocalBackend(len(allocation))
     launcher = str(job.get("launcher") or "")
-    _isolate_nodes(backend, run_dir)
+    _isolate_nodes(backend, run_dir, recipe_path)
     cert = _job_cert(run_dir, adopt=True)  # the one the agents pinned
     prober = None
     if launcher == "agent":

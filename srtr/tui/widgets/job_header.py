@@ -33,13 +33,12 @@ class JobHeader(Static):
                 text.append(view.time_left)
             if view.controller_gone:
                 text.append("  controller gone", style="bold red")
-        second = Text(no_wrap=True, overflow="ellipsis")
-        if view is not None and view.stage:
-            second.append(view.stage, style="dim")
-        if view is not None and view.gate:
-            second.append("  " + view.gate, style="bold red")
-        if view is not None and view.reason:
-            second.append("  " + view.reason, style="italic")
-        if banner:
-            second.append("  " + banner, style="bold yellow")
+        # The banner comes first: it says what the App does next (closing in 3s, read-only)
+        # and must not be cut off by a long reason, which the events pane shows in full.
+        parts: list[tuple[str, str]] = [(banner, "bold yellow")] if banner else []
+        if view is not None:
+            parts += [(view.stage, "dim"), (view.gate, "bold red"), (view.reason, "italic")]
+        second = Text("  ", no_wrap=True, overflow="ellipsis").join(
+            Text(part, style=style) for part, style in parts if part
+        )
         self.update(Text("\n").join([text, second]))
