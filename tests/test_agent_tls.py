@@ -15,7 +15,7 @@ from pathlib import Path
 
 from e2e_util import cmdlines_with
 from e2e_util import wait_for_async as wait_for
-from test_agent_backend import Harness, run
+from test_agent_backend import Harness, _alive, run
 
 from srtr import tls
 from srtr.backends import certs
@@ -155,3 +155,27 @@ def test_the_fingerprint_travels_in_the_environment_and_stops_at_the_agent(
         assert "not our controller" in done.stderr
 
     run(tmp_path, body, tls=True)
+
+
+def test_over_tls_the_controller_renews_the_lease_and_the_agent_keeps_its_work(
+    tmp_path: Path,
+) -> None:
+    """The controller counts the heartbeats it decrypted and renews them (`Renew(n)`): an
+    agent heard for longer than its lease never fences. (A merge once dropped the count on
+    the TLS path: every agent on SLURM fenced 5 s after it joined.)"""
+
+    async def body(h: Harness) -> None:
+        pid = await h.launch("worker", ["sleep", "1000"], stop_grace_seconds=1.0)
+        server = h.backend._server
+        assert server is not None
+
+        def renewed_past_the_lease() -> bool:
+            # Heartbeats come once a second: 4 renewed ones span more than the 2.5 s lease.
+            return all(c.renewed >= 4 for c in server.connections())
+
+        await wait_for(renewed_past_the_lease, 15, "renewals past the lease")
+        assert _alive(pid)
+        log = (h.run_dir / "logs" / "agent-node1.log").read_text()
+        assert "no word from the controller" not in log, log
+
+    run(tmp_path, body, node_count=1, lease=2.5, tls=True)

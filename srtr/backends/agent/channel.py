@@ -331,6 +331,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
                 and data.startswith(_HEARTBEAT)
                 and data.find(b"\n") == len(data) - 1
             ):
+                conn.heartbeats += 1  # what the next Renew counts
                 return  # one heartbeat line, as in the clear
         if data:
             self.data_received(data)
