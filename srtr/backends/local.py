@@ -79,6 +79,39 @@ class LocalBackend:
         self._node_tmp: NodeTmp | None = None
         self._lost_nodes: set[str] = set()
         self._lost_attempts: set[tuple[str, int]] = set()  # (name, attempt) killed with a node
+        # Nodes a grow request added (`add_nodes`): the node helper made its views at start,
+        # so these get a TMPDIR of their own but no mount view of their own yet.
+        self._added: set[str] = set()
+
+    def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
+        """Nodes a provisioner granted join the allocation, after its last node.
+
+        Raises:
+            ValueError: a node of that name is already in the allocation.
+        """
+        known = {n.name for n in self._nodes}
+        for node in nodes:
+            if node.name in known:
+                raise ValueError(f"node {node.name!r} is already in the allocation")
+            known.add(node.name)
+        self._nodes += list(nodes)
+        self._added.update(n.name for n in nodes)
+
+    def remove_nodes(self, names: Sequence[str]) -> None:
+        """Nodes given back to the provisioner leave the allocation; nothing may run there.
+
+        Raises:
+            ValueError: a node was not added by `add_nodes`, or still runs an attempt.
+        """
+        for name in names:
+            if name not in self._added:
+                raise ValueError(f"node {name!r} did not come from a grow request")
+            busy = sorted(a.name for a in self._groups.attempts() if a.node == name)
+            if busy:
+                raise ValueError(f"node {name!r} still runs {', '.join(busy)}")
+        gone = set(names)
+        self._nodes = [n for n in self._nodes if n.name not in gone]
+        self._added -= gone
 
     def isolate_nodes(self, root: Path, *, shared: Sequence[Path] = ()) -> str:
         """Give each simulated node its own /tmp under `root` (`<run dir>/nodes`): a view of
@@ -95,7 +128,11 @@ class LocalBackend:
 
     def _command(self, spec: LaunchSpec) -> list[str]:
         argv = instance_command(spec)
-        if self._node_tmp is None or shutil.which(argv[0], path=spec.env.get("PATH")) is None:
+        if (
+            self._node_tmp is None
+            or spec.node in self._added
+            or shutil.which(argv[0], path=spec.env.get("PATH")) is None
+        ):
             # A program that cannot be found fails the launch as it always did (LaunchError),
             # not as an exit of the wrapper's shell.
             return argv
@@ -133,7 +170,7 @@ class LocalBackend:
         """
         if spec.node in self._lost_nodes:
             raise LaunchError(f"cannot start {spec.name!r}: node {spec.node} is lost")
-        if self._node_tmp is None:
+        if self._node_tmp is None or spec.node in self._added:
             return self._groups.start(spec).pid
         await self._node_tmp.prepare(spec.node)
         with self._node_tmp.entered(spec.node):  # as root: no nsenter exec per launch

@@ -24,6 +24,21 @@ class CarveError(ValueError):
         self.path = path
 
 
+class GrowNeeded(CarveError):
+    """A live edit grows pools past the spare nodes and the recipe lets srtr ask for more
+    (`resources.grow: live-edit`, within `resources.max_nodes`). The message is the refusal
+    shown where nothing provisions nodes; `missing` is how many each pool still lacks, in
+    carving order, for a caller that can request them."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...], missing: dict[str, int]) -> None:
+        super().__init__(message, path)
+        self.missing = missing
+
+    @property
+    def total(self) -> int:
+        return sum(self.missing.values())
+
+
 def _service_path(recipe: Recipe, name: str) -> tuple[str | int, ...]:
     index = next((i for i, s in enumerate(recipe.services) if s.name == name), None)
     return ("allocation",) if index is None else ("services", index, "nodes")
@@ -47,17 +62,21 @@ def _short_path(
 
 
 def carve(
-    recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: NodeMap | None = None
+    recipe: Recipe,
+    allocation: Sequence[tuple[str, str]],
+    previous: NodeMap | None = None,
+    provisioned: frozenset[str] = frozenset(),
 ) -> NodeMap:
     """Carve `allocation` ((name, ip) pairs in allocation order) for `recipe`.
 
     With `previous` (a running job's carve), nodes stay where they are: see `recarve`.
+    `provisioned`: the allocation's nodes that came from a grow request, not the main job.
 
     Raises:
         CarveError: too few nodes, with the exact message of design.md.
     """
     if previous is not None:
-        return recarve(recipe, allocation, previous)
+        return recarve(recipe, allocation, previous, provisioned)
     names = [name for name, _ in allocation]
     dedicated = dedicated_roles(recipe)
     reserved = _reserved(names, dedicated)
@@ -141,15 +160,23 @@ def _node_specs(
     return tuple(NodeSpec(name, ip, role.get(name, "spare")) for name, ip in allocation)
 
 
-def recarve(recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: NodeMap) -> NodeMap:
+def recarve(
+    recipe: Recipe,
+    allocation: Sequence[tuple[str, str]],
+    previous: NodeMap,
+    provisioned: frozenset[str] = frozenset(),
+) -> NodeMap:
     """Carve for a live edit: running instances never move.
 
     Dedicated and engine-role nodes stay as they are (a change there is refused). A pool that
-    shrinks keeps its first nodes and frees the rest; a pool that grows, and a new pool, take
-    spare nodes in allocation order; a removed pool's nodes become spares.
+    shrinks keeps its main-allocation nodes first and frees the `provisioned` ones first, so
+    that they can go back to the provider (`releasable`); a pool that grows, and a new pool,
+    take spare nodes in allocation order; a removed pool's nodes become spares.
 
     Raises:
-        CarveError: the edit would move nodes or needs more spares than there are.
+        GrowNeeded: the pools need more nodes than are spare and the recipe allows growing.
+        CarveError: the edit would move nodes, or needs more spares than there are and the
+            recipe forbids growing or its `max_nodes` is reached.
     """
     names = [name for name, _ in allocation]
     if bool(dedicated_roles(recipe)) != bool(previous.reserved):
@@ -164,22 +191,30 @@ def recarve(recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: Nod
         raise CarveError("pools cannot be added to a job that started without pools")
     if not owners:
         return previous
-    kept = {o.name: previous.pools.get(o.name, ())[: o.nodes or 0] for o in owners}
+    kept = {
+        o.name: _kept(previous.pools.get(o.name, ()), o.nodes or 0, provisioned) for o in owners
+    }
     used = set(previous.reserved) | set(previous.workers) | set(previous.lost)
     for members in kept.values():
         used.update(members)
     free = [n for n in names if n not in used]
     pools: dict[str, tuple[str, ...]] = {}
+    missing: dict[str, int] = {}
+    first_short: CarveError | None = None
     for owner in owners:
         want = (owner.nodes or 0) - len(kept[owner.name])
-        if want > len(free):
-            raise CarveError(
+        if want > len(free) and first_short is None:
+            first_short = CarveError(
                 f"pool {owner.name} would grow past the allocation: it needs {want} more "
                 f"node(s) and {len(free)} are spare",
                 _service_path(recipe, owner.name),
             )
+        if want > len(free):
+            missing[owner.name] = want - len(free)
         pools[owner.name] = (*kept[owner.name], *free[:want])
         free = free[want:]
+    if first_short is not None:
+        raise grow_decision(recipe, len(names), missing, first_short)
     workers = list(previous.workers)
     reserved = list(previous.reserved)
     return NodeMap(
@@ -194,3 +229,37 @@ def recarve(recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: Nod
         role_nodes=previous.role_nodes,
         lost=previous.lost,
     )
+
+
+def _kept(members: tuple[str, ...], count: int, provisioned: frozenset[str]) -> tuple[str, ...]:
+    """The `count` nodes a pool keeps: main-allocation nodes before provisioned ones, each in
+    the pool's order (a shrink frees provisioned nodes first)."""
+    if count >= len(members):
+        return members
+    ranked = sorted(range(len(members)), key=lambda i: (members[i] in provisioned, i))
+    keep = sorted(ranked[:count])
+    return tuple(members[i] for i in keep)
+
+
+def grow_decision(
+    recipe: Recipe, allocated: int, missing: dict[str, int], refusal: CarveError
+) -> CarveError:
+    """What a live edit short of `missing` nodes per pool gets, on a run of `allocated` nodes
+    (the main allocation and every provisioned node): the grow request, or the refusal."""
+    if recipe.resources.grow == "never":
+        return refusal
+    total = sum(missing.values())
+    cap = recipe.resources.max_nodes
+    if cap is not None and allocated + total > cap:
+        return CarveError(
+            f"{refusal}; growing needs {total} more node(s) but the run has {allocated} of "
+            f"resources.max_nodes {cap}",
+            refusal.path,
+        )
+    return GrowNeeded(str(refusal), refusal.path, missing)
+
+
+def releasable(nodes: NodeMap, provisioned: frozenset[str]) -> tuple[str, ...]:
+    """The provisioned nodes a carve left idle (spares), in allocation order: what a shrink
+    gives back to the provider. Main-allocation nodes stay, as spares."""
+    return tuple(n for n in nodes.spares if n in provisioned)

@@ -439,7 +439,10 @@ class _Expander:
 
 
 def expand(
-    recipe: Recipe, allocation: Sequence[tuple[str, str]], previous: NodeMap | None = None
+    recipe: Recipe,
+    allocation: Sequence[tuple[str, str]],
+    previous: NodeMap | None = None,
+    provisioned: frozenset[str] = frozenset(),
 ) -> DesiredState:
     """Every desired object of `recipe` on `allocation` ((name, ip) in allocation order).
 
@@ -450,7 +453,7 @@ def expand(
         ExpandError: the allocation is too short, or two services collide on a port.
     """
     try:
-        nodes = carve(recipe, allocation, previous)
+        nodes = carve(recipe, allocation, previous, provisioned)
     except CarveError as exc:
         raise ExpandError([Problem(exc.path, str(exc))]) from None
     ex = _Expander(recipe, nodes)

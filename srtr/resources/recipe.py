@@ -516,6 +516,11 @@ class Resources(Spec):
     partition: str | None = None
     account: str | None = None
     time_limit: str | None = None
+    # `live-edit`: a live edit may grow a pool past the spare nodes by asking the backend's
+    # provisioner for more (issue 24); `never` refuses it as before.
+    grow: Literal["never", "live-edit"] = "live-edit"
+    # The cap on the run's nodes, the allocation and every provisioned node together.
+    max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
 
 
 class Frontend(Spec):

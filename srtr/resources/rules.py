@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from srtr.resources.effective import (
+    allocation_size,
     effective_per,
     effective_placement,
     effective_readiness,
@@ -35,7 +36,25 @@ def check(recipe: Recipe) -> list[Problem]:
     problems += _check_discovery(recipe)
     problems += _check_frontend_and_benchmark(recipe)
     problems += _check_roles(recipe)
+    problems += _check_growth(recipe)
     return problems
+
+
+def _check_growth(recipe: Recipe) -> list[Problem]:
+    """`resources.max_nodes` caps the whole run, so it cannot be below what the job starts on."""
+    cap = recipe.resources.max_nodes
+    if cap is None:
+        return []
+    need = allocation_size(recipe)
+    if cap < need:
+        return [
+            Problem(
+                ("resources", "max_nodes"),
+                f"is {cap} but the recipe needs {need} node(s); raise max_nodes or shrink "
+                "the pools",
+            )
+        ]
+    return []
 
 
 def _check_names(recipe: Recipe) -> list[Problem]:
