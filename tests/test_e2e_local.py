@@ -213,9 +213,13 @@ def test_down_tears_a_manual_job_down(tmp_path: Path) -> None:
     assert all(i["phase"] == "Stopped" for i in state["instances"])
 
 
-@pytest.mark.parametrize(
-    "example", sorted(p.name for p in (ROOT / "examples").glob("*.yaml")), ids=str
-)
+# ray-pool.yaml runs as written, to exit 0 and more, in test_ray_e2e (its driver uses every
+# node) and in test_node_view_e2e (Ray from a venv under /tmp): a third run of Ray's ~30 s
+# start here would only repeat them.
+EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.yaml") if p.name != "ray-pool.yaml")
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=str)
 def test_every_example_runs_to_its_end(tmp_path: Path, example: str) -> None:
     run = Run(tmp_path, (ROOT / "examples" / example).read_text())
     code = finish(run, timeout=90)
