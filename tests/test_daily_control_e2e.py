@@ -44,11 +44,7 @@ def srtr(*args: str) -> subprocess.CompletedProcess[str]:
 
 def stop_run(run: Run) -> None:
     run.signal(signal.SIGINT)
-    try:
-        run.wait(60)
-    finally:
-        run.close()
-    wait_for(lambda: not run.leftovers(), 10, "no process left")
+    run.finish(gone_within=10)
 
 
 def save(run: Run, text: str) -> None:

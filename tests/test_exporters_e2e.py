@@ -82,11 +82,7 @@ def save(run: Run, text: str) -> None:
 def stop(run: Run) -> None:
     if run.proc.poll() is None:
         run.signal(signal.SIGINT)
-    try:
-        run.wait(60)
-    finally:
-        run.close()
-    wait_for(lambda: not run.leftovers(), 10, "no process of the run left")
+    run.finish(gone_within=10)
 
 
 class Prometheus:

@@ -339,8 +339,4 @@ def test_live_edit_past_max_nodes_is_rejected_and_touches_nothing(tmp_path: Path
         assert state["job"]["generation"] == 1
     finally:
         run.signal(signal.SIGINT)
-        try:
-            run.wait(60)
-        finally:
-            run.close()
-        wait_for(lambda: not run.leftovers(), 10, "no process left")
+        run.finish(gone_within=10)

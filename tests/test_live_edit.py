@@ -53,11 +53,7 @@ def generation_applied(run: Run, generation: int):
 
 def stop(run: Run) -> None:
     run.signal(signal.SIGINT)
-    try:
-        run.wait(60)
-    finally:
-        run.close()
-    wait_for(lambda: not run.leftovers(), 10, "no process left")
+    run.finish(gone_within=10)
 
 
 def test_rider_add_change_remove_and_pool_growth(tmp_path: Path) -> None:

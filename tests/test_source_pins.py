@@ -323,11 +323,7 @@ def clone_launches(run: Run) -> int:
 
 def stop(run: Run) -> None:
     run.signal(signal.SIGINT)
-    try:
-        run.wait(60)
-    finally:
-        run.close()
-    wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
+    run.finish()
 
 
 @pytest.mark.e2e

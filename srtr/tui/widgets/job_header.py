@@ -35,7 +35,7 @@ class JobHeader(Static):
                 text.append("  controller gone", style="bold red")
         # The banner comes first: it says what the App does next (closing in 3s, read-only)
         # and must not be cut off by a long reason, which the events pane shows in full.
-        parts: list[tuple[str, str]] = [(banner, "bold yellow")] if banner else []
+        parts = [(banner, "bold yellow")]
         if view is not None:
             parts += [(view.stage, "dim"), (view.gate, "bold red"), (view.reason, "italic")]
         second = Text("  ", no_wrap=True, overflow="ellipsis").join(
