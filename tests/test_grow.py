@@ -270,10 +270,10 @@ def test_local_backend_runs_on_added_nodes_and_releases_them(tmp_path: Path) -> 
 
         backend.set_listener(listen)
         backend.isolate_nodes(tmp_path / "nodes")
-        backend.add_nodes([NodeInfo("node3", "127.0.0.4")])
+        await backend.add_nodes([NodeInfo("node3", "127.0.0.4")])
         assert [n.name for n in backend.nodes()] == ["node1", "node2", "node3"]
         with pytest.raises(ValueError, match="already in the allocation"):
-            backend.add_nodes([NodeInfo("node2", "127.0.0.3")])
+            await backend.add_nodes([NodeInfo("node2", "127.0.0.3")])
         log = tmp_path / "x.log"
         spec = LaunchSpec(
             name="x",
@@ -286,14 +286,14 @@ def test_local_backend_runs_on_added_nodes_and_releases_them(tmp_path: Path) -> 
         await backend.launch(spec)
         assert backend.running() == {"x"}
         with pytest.raises(ValueError, match="still runs x"):
-            backend.remove_nodes(["node3"])
+            await backend.remove_nodes(["node3"])
         with pytest.raises(ValueError, match="did not come from a grow request"):
-            backend.remove_nodes(["node1"])
+            await backend.remove_nodes(["node1"])
         await backend.signal("x", 9)
 
         await asyncio.wait_for(exited.wait(), 10)
         assert [o.name for o in exits] == ["x"] and not backend.running()
-        backend.remove_nodes(["node3"])
+        await backend.remove_nodes(["node3"])
         assert [n.name for n in backend.nodes()] == ["node1", "node2"]
         await backend.close()
 

@@ -83,7 +83,7 @@ class LocalBackend:
         # so these get a TMPDIR of their own but no mount view of their own yet.
         self._added: set[str] = set()
 
-    def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
+    async def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
         """Nodes a provisioner granted join the allocation, after its last node.
 
         Raises:
@@ -97,7 +97,7 @@ class LocalBackend:
         self._nodes += list(nodes)
         self._added.update(n.name for n in nodes)
 
-    def remove_nodes(self, names: Sequence[str]) -> None:
+    async def remove_nodes(self, names: Sequence[str]) -> None:
         """Nodes given back to the provisioner leave the allocation; nothing may run there.
 
         Raises:

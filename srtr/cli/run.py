@@ -12,7 +12,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.base import Backend
     from srtr.backends.certs import JobCert
+    from srtr.backends.provision import Provisioner
     from srtr.backends.slurm import SlurmBackend
     from srtr.resources.pins import Pin
     from srtr.resources.recipe import Recipe
@@ -439,6 +440,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     allocation = [(n.name, n.ip) for n in backend.nodes()]
     try:
         _, desired = plan_text_source(text, args.recipe, allocation, pins=pins)
+        provisioner = _provisioner(kind, args, recipe, allocation)
         _create_run_dir(run_dir)
         write_pins(run_dir, pins)
         cert = _job_cert(run_dir)
@@ -476,6 +478,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         early_guard=early_guard,
         source_pins=pins,
         cert=cert,
+        provisioner=provisioner,
     )
     if tui:
         return run_with_tui(
@@ -484,6 +487,21 @@ def cmd_up(args: argparse.Namespace) -> int:
     import asyncio
 
     return asyncio.run(run_job(desired, run_dir, backend, options, prober))
+
+
+def _provisioner(
+    kind: str, args: argparse.Namespace, recipe: Recipe, allocation: Sequence[tuple[str, str]]
+) -> Provisioner | None:
+    """Where live edits get nodes past the allocation (`resources.grow: live-edit`): the
+    local backend's simulated provider; none for hollow nodes or `grow: never`."""
+    if recipe.resources.grow == "never" or args.hollow or kind != "local":
+        return None
+    from srtr.backends.provision import LocalProvisioner
+
+    try:
+        return LocalProvisioner(len(allocation) + 1)
+    except ValueError as exc:  # SRTR_LOCAL_PROVISION_DELAY is not a number of seconds
+        raise _bad("SRTR_LOCAL_PROVISION_DELAY", str(exc)) from None
 
 
 def _submitted_pins(run_dir: Path) -> dict[str, Pin]:

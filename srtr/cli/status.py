@@ -218,6 +218,8 @@ def _print_pools(console: Console, state: RunState) -> None:
                 line.append(rider.text, style=rider.style)
         else:
             line.append(" · no riders")
+        if pool.pending:
+            line.append(f" · Pending: {pool.pending}", style="yellow")
         console.print(line)
     others = other_services(doc)
     if others and state.pools:

@@ -9,8 +9,12 @@ that cannot apply. As in `transitions.py`, nothing here enqueues: the edits cont
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
+
 from srtr.reconciler.status import InstanceStatus, UserAction
 from srtr.reconciler.store_base import StoreBase
+from srtr.resources.carving import without
 from srtr.resources.diff import Change, Plan
 from srtr.resources.objects import DesiredState, InstanceSpec
 
@@ -98,6 +102,18 @@ class EditTransitions(StoreBase):
         self.desired_names = set(after)
         for pool in new.pools:
             self.pool_ready.setdefault(pool.name, False)
+
+    def pools_waiting(self, reasons: Mapping[str, str], reason: str, message: str) -> None:
+        """Pools now wait for nodes a grow request asked for (`reasons`: pool → why, the
+        provider's word; empty: none waits any more); one event on the job says what
+        changed, with `reason` (GrowRequested, GrowPending, NodesJoined, GrowCancelled)."""
+        self.pool_pending = dict(reasons)
+        self.record("job", reason, message)
+
+    def nodes_released(self, names: Sequence[str], message: str) -> None:
+        """Spare nodes went back to their provider: they leave the allocation."""
+        self.desired = dataclasses.replace(self.desired, nodes=without(self.desired.nodes, names))
+        self.record("job", "NodesReleased", message)
 
     def forget(self, name: str) -> InstanceSpec:
         """A removed instance's process is gone: drop its records (Stopped); returns its spec."""

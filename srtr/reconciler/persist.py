@@ -73,6 +73,7 @@ def snapshot(
                 "nodes": list(p.nodes),
                 "riders": list(p.riders),
                 "ready": store.pool_ready.get(p.name, False),
+                "pending": store.pool_pending.get(p.name),
             }
             for p in desired.pools
         ],

@@ -115,6 +115,8 @@ class PoolDoc(TypedDict):
     nodes: list[str]
     riders: list[str]
     ready: bool
+    # Waiting for nodes a grow request asked for: the provider's word (docs/recipe.md).
+    pending: NotRequired[str | None]
 
 
 class InstanceDoc(TypedDict):

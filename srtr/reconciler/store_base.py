@@ -45,6 +45,8 @@ class StoreBase:
         self.status: dict[str, InstanceStatus] = {n: InstanceStatus() for n in self.specs}
         self.job = JobStatus()
         self.pool_ready: dict[str, bool] = {p.name: False for p in desired.pools}
+        # Pools waiting for nodes a grow request asked for: pool → the provider's word.
+        self.pool_pending: dict[str, str] = {}
         # Instances a live edit dropped: still in specs/status until their process is gone.
         self.removing: set[str] = set()
         self.desired_names: set[str] = set(self.specs)

@@ -263,3 +263,28 @@ def releasable(nodes: NodeMap, provisioned: frozenset[str]) -> tuple[str, ...]:
     """The provisioned nodes a carve left idle (spares), in allocation order: what a shrink
     gives back to the provider. Main-allocation nodes stay, as spares."""
     return tuple(n for n in nodes.spares if n in provisioned)
+
+
+def without(nodes: NodeMap, names: Sequence[str]) -> NodeMap:
+    """`nodes` after the spare nodes `names` went back to their provider: they leave the
+    allocation (only spares can: nothing runs there).
+
+    Raises:
+        ValueError: one of `names` is not a spare node.
+    """
+    gone = set(names)
+    busy = sorted(gone - set(nodes.spares))
+    if busy:
+        raise ValueError(f"only spare nodes can leave the allocation, not {', '.join(busy)}")
+    return NodeMap(
+        allocation=tuple(n for n in nodes.allocation if n.name not in gone),
+        workers=nodes.workers,
+        pools=nodes.pools,
+        reserved=nodes.reserved,
+        spares=tuple(n for n in nodes.spares if n not in gone),
+        head=nodes.head,
+        bench=nodes.bench,
+        infra=nodes.infra,
+        role_nodes=nodes.role_nodes,
+        lost=nodes.lost,
+    )

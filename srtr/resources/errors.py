@@ -56,3 +56,17 @@ class RecipeError(Exception):
 
     def lines(self) -> list[str]:
         return [p.format(self.file) for p in self.problems]
+
+
+class GrowRequired(RecipeError):
+    """A live edit is valid but its pools need `missing` more nodes (per pool) than are
+    spare, and the recipe lets srtr ask for them (`resources.grow: live-edit`). Where
+    nothing provisions nodes it is refused like any other RecipeError."""
+
+    def __init__(self, file: str, problems: list[Problem], missing: dict[str, int]) -> None:
+        super().__init__(file, problems)
+        self.missing = missing
+
+    @property
+    def total(self) -> int:
+        return sum(self.missing.values())

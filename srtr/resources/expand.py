@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from srtr.resources import placeholders
-from srtr.resources.carving import CarveError, carve
+from srtr.resources.carving import CarveError, GrowNeeded, carve
 from srtr.resources.discovery import discovery_env, layered, receives_discovery_env
 from srtr.resources.effective import (
     effective_metrics,
@@ -67,6 +67,16 @@ class ExpandError(ValueError):
     def __init__(self, problems: list[Problem]) -> None:
         super().__init__("; ".join(p.message for p in problems))
         self.problems = problems
+
+
+class ExpandGrow(ExpandError):
+    """A live edit grows pools past the spare nodes and the recipe allows asking for more:
+    `missing` nodes per pool (`carving.GrowNeeded`); the problem is the refusal shown where
+    nothing provisions nodes."""
+
+    def __init__(self, problems: list[Problem], missing: dict[str, int]) -> None:
+        super().__init__(problems)
+        self.missing = missing
 
 
 def local_allocation(count: int, prefix: str = "node") -> list[tuple[str, str]]:
@@ -454,6 +464,8 @@ def expand(
     """
     try:
         nodes = carve(recipe, allocation, previous, provisioned)
+    except GrowNeeded as exc:
+        raise ExpandGrow([Problem(exc.path, str(exc))], exc.missing) from None
     except CarveError as exc:
         raise ExpandError([Problem(exc.path, str(exc))]) from None
     ex = _Expander(recipe, nodes)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from srtr.resources import placeholder_lint
 from srtr.resources.effective import allocation_size
-from srtr.resources.errors import RecipeError
-from srtr.resources.expand import ExpandError, expand, local_allocation
+from srtr.resources.errors import GrowRequired, RecipeError
+from srtr.resources.expand import ExpandError, ExpandGrow, expand, local_allocation
 from srtr.resources.loading import attach_line, load_marked, read_text
 from srtr.resources.objects import DesiredState, NodeMap
 from srtr.resources.pins import Pins, apply_pins
@@ -27,13 +27,16 @@ def plan_text_source(
     *,
     name: str | None = None,
     pins: Pins | None = None,
+    provisioned: frozenset[str] = frozenset(),
 ) -> tuple[Recipe, DesiredState]:
     """Validate and expand. Without an allocation, plan on the smallest local one that fits.
 
     `name` names a recipe that has no `name:` (default: after `file`). `pins` are the job's
     source pins (resources/pins.py): every planning of a job's recipe passes the same ones.
+    `provisioned`: the allocation's nodes that a grow request brought (`carving.carve`).
 
     Raises:
+        GrowRequired: a live edit needs more nodes than are spare, and may ask for them.
         RecipeError: every problem, as `file:line: path: message`.
     """
     recipe, marked = load_marked(text, file, name=name)
@@ -41,7 +44,10 @@ def plan_text_source(
     if allocation is None:
         allocation = local_allocation(allocation_size(recipe))
     try:
-        state = expand(recipe, allocation, previous)
+        state = expand(recipe, allocation, previous, provisioned)
+    except ExpandGrow as exc:
+        problems = [attach_line(p, marked) for p in exc.problems]
+        raise GrowRequired(file, problems, exc.missing) from None
     except ExpandError as exc:
         raise RecipeError(file, [attach_line(p, marked) for p in exc.problems]) from None
     found = sorted(

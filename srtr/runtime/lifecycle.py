@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from srtr.backends import certs
 from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
+from srtr.backends.provision import Provisioner
 from srtr.controllers import exporter, manager
 from srtr.controllers.context import Ctx
 from srtr.controllers.context import Prober as CtxProber
@@ -68,6 +69,9 @@ class JobOptions:
     source_pins: the job's source pins (resources/pins.py), for every later planning.
     cert: the job's TLS certificate (`backends.certs`), which the agent channel presents
         too; None: the control channel makes one.
+    provisioner: where live edits get nodes beyond the allocation (`backends.provision`),
+        the backend then `grow.Growable`; None: such an edit is refused.
+    provisioned: the allocation's nodes that came from a grow request (adoption).
     """
 
     progress: bool = True
@@ -84,6 +88,8 @@ class JobOptions:
     early_guard: guard.Started | None = None
     source_pins: Pins = dataclasses.field(default_factory=dict)
     cert: certs.JobCert | None = None
+    provisioner: Provisioner | None = None
+    provisioned: Sequence[str] = ()
 
 
 class SideTask(Protocol):

@@ -24,11 +24,12 @@ from srtr.controllers import edits
 from srtr.controllers.context import Ctx
 from srtr.reconciler.persist import write_atomic
 from srtr.resources.diff import diff
-from srtr.resources.errors import RecipeError
+from srtr.resources.errors import GrowRequired, RecipeError
 from srtr.resources.loading import read_text
 from srtr.resources.objects import DesiredState
 from srtr.resources.pins import PINS_FILE, pins_json, unpinned
 from srtr.resources.planning import plan_text_source
+from srtr.runtime.grow import Allocation, Grower
 
 log = logging.getLogger("srtr")
 
@@ -84,14 +85,19 @@ class RecipeWatcher:
         self,
         ctx: Ctx,
         path: Path,
-        allocation: Sequence[tuple[str, str]],
+        allocation: Sequence[tuple[str, str]] | Allocation,
         *,
         auto: bool,
         poll: bool | None = None,
     ) -> None:
         self.ctx = ctx
         self.path = path
-        self.allocation = list(allocation)
+        self.allocation = (
+            allocation if isinstance(allocation, Allocation) else Allocation(allocation)
+        )
+        # Set by the job when its backend can bring more nodes (`grow.Grower`); without
+        # one, an edit that needs more nodes than are spare is refused.
+        self.grower: Grower | None = None
         self.auto = auto
         self.poll = needs_polling(path) if poll is None else poll
         self._last_seen = ctx.store.recipe_text
@@ -121,22 +127,31 @@ class RecipeWatcher:
         except Exception:  # a broken watch must not take the job down
             log.exception("watching %s failed; live edits are off", self.path)
 
-    async def check(self) -> None:
-        """Read the file once and act on it if it changed since last time."""
+    async def check(self, *, force: bool = False) -> None:
+        """Read the file once and act on it if it changed since last time (`force`: even if
+        not: the nodes a grow request asked for joined)."""
         try:
             text = read_text(self.path)
         except RecipeError as exc:
             self._reject(exc.lines())
             return
-        if text == self._last_seen:
+        if text == self._last_seen and not force:
             return
         self._last_seen = text
         store = self.ctx.store
         try:
             new = await self._plan(text)
+        except GrowRequired as exc:
+            if self.grower is None:
+                self._reject(exc.lines())
+            else:
+                await self.grower.want(exc)
+            return
         except RecipeError as exc:
             self._reject(exc.lines())
             return
+        if self.grower is not None:
+            await self.grower.settled()
         for warning in new.line_warnings:  # placeholder typos: warned, never refused
             store.record("job", "PlanWarning", warning, warning=True)
         launched = frozenset(n for n, st in store.status.items() if st.attempt >= 0)
@@ -151,7 +166,10 @@ class RecipeWatcher:
             RecipeError: the recipe is invalid, or a new source's rev does not resolve.
         """
         file, nodes, ctx = str(self.path), self.ctx.store.desired.nodes, self.ctx
-        recipe, new = plan_text_source(text, file, self.allocation, nodes, pins=ctx.source_pins)
+        allocation, provisioned = self.allocation.nodes, self.allocation.provisioned
+        recipe, new = plan_text_source(
+            text, file, allocation, nodes, pins=ctx.source_pins, provisioned=provisioned
+        )
         # Only services new to the job: another rev of one it runs keeps the job's pin out of
         # its plan (its clone step differs, and the edit is refused while it runs).
         running = {spec.service for spec in ctx.store.desired.instances}
@@ -166,7 +184,9 @@ class RecipeWatcher:
             )
         except OSError as exc:  # kept in memory; an adoption would plan it unpinned
             log.warning("cannot record the new source pins in %s: %s", PINS_FILE, exc)
-        return plan_text_source(text, file, self.allocation, nodes, pins=ctx.source_pins)[1]
+        return plan_text_source(
+            text, file, allocation, nodes, pins=ctx.source_pins, provisioned=provisioned
+        )[1]
 
     def _reject(self, lines: list[str]) -> None:
         edits.reject(self.ctx, lines)

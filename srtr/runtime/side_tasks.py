@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from srtr.backends import certs
 from srtr.controllers import exporter, instance, intents, manager
@@ -35,6 +36,7 @@ from srtr.reconciler.rundir import (
 )
 from srtr.runtime import adoption, guard
 from srtr.runtime.control import ControlServer, advertised_hosts
+from srtr.runtime.grow import Allocation, Growable, Grower
 from srtr.runtime.progress import ProgressPrinter, RawOut
 from srtr.runtime.recipe_watch import RecipeWatcher
 from srtr.runtime.run_files import RETRY_PERIOD, RunDir
@@ -438,16 +440,21 @@ class RecipeWatch:
         self.recipe = options.recipe
         self.stopping = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.grower: Grower | None = None
+        self.grow_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         options = self.options
+        allocation = Allocation(options.allocation, options.provisioned)
         watcher = RecipeWatcher(
-            self.ctx,
-            self.recipe,
-            options.allocation,
-            auto=options.apply_auto,
-            poll=options.watch_poll,
+            self.ctx, self.recipe, allocation, auto=options.apply_auto, poll=options.watch_poll
         )
+        if options.provisioner is not None:
+            backend = cast(Growable, self.ctx.backend)
+            replan = functools.partial(watcher.check, force=True)
+            self.grower = Grower(self.ctx, options.provisioner, backend, allocation, replan)
+            watcher.grower = self.grower
+            self.grow_task = asyncio.create_task(self.grower.run(self.stopping))
         self.task = asyncio.create_task(watcher.run(self.stopping))
         self.ctx.store.record(
             "job",
@@ -459,5 +466,8 @@ class RecipeWatch:
 
     async def stop(self) -> None:
         self.stopping.set()
-        if self.task is not None:
-            await asyncio.wait({self.task}, timeout=5)
+        tasks = {t for t in (self.task, self.grow_task) if t is not None}
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        if self.grower is not None:  # nothing a grow request holds outlives the run
+            await self.grower.close()

@@ -33,6 +33,7 @@ import secrets
 import socket
 import ssl
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -156,6 +157,8 @@ class AgentBackend:
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
         self._closing = False
         self._no_agents = asyncio.Event()  # set while no agent is connected
+        self._admit = 0  # agents of unknown nodes still let in (`admit`)
+        self._admitted: set[str] = set()  # nodes let in so, before `add_nodes` named them
 
     # -- the Backend protocol -------------------------------------------------------------
 
@@ -256,6 +259,50 @@ class AgentBackend:
         self._lose(node, f"node {node} was lost (simulated: its agent was killed)")
         return taken
 
+    async def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
+        """Nodes a grow request brought join the job (`runtime.grow`): the starter gives
+        each an agent (on SLURM the grow job's own step started them: `admit`), and they
+        count once their agent connected, or failed to within `CONNECT_TIMEOUT`.
+
+        Raises:
+            ValueError: a node of that name is already one of the job's.
+        """
+        for node in nodes:
+            state = self._nodes.get(node.name)
+            if state is not None and node.name not in self._admitted:
+                raise ValueError(f"node {node.name!r} is already in the allocation")
+        for node in nodes:
+            if node.name in self._admitted:
+                self._nodes[node.name].info = node  # it dialled first; now we know its IP
+            else:
+                self._nodes[node.name] = _Node(node)
+        self._admitted -= {n.name for n in nodes}
+        await self._start_agents()
+        await self._starter.add(list(nodes))
+        waiting = [self._nodes[n.name] for n in nodes]
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                await asyncio.gather(*(state.ready.wait() for state in waiting))
+        except TimeoutError:
+            for state in waiting:
+                if state.conn is None and state.failed is None:
+                    state.failed = f"its agent did not connect within {CONNECT_TIMEOUT:g}s"
+
+    def admit(self, count: int) -> None:
+        """Let up to `count` agents of nodes the job does not know yet join: the agents of a
+        grow job, which dial as soon as SLURM starts it, before srtr hears it was granted."""
+        self._admit = count
+
+    async def remove_nodes(self, names: Sequence[str]) -> None:
+        """Nodes that go back to their provider leave the job: their agents are told to
+        end (nothing runs there: the grower checked) and their end is no node loss."""
+        gone = [self._nodes.pop(name) for name in names if name in self._nodes]
+        for state in gone:
+            if state.conn is not None:
+                state.conn.send(p.Shutdown("the node goes back to its provider"))
+        await self._starter.remove(list(names))
+        self._note_connections()
+
     async def close(self) -> None:
         """Tell every agent to kill its instances and report them, wait for that, stop the
         agents and the channel, then close the steps backend."""
@@ -336,6 +383,10 @@ class AgentBackend:
 
     def refuse(self, node: str) -> str | None:
         state = self._nodes.get(node)
+        if state is None and self._admit > 0 and not self._closing:
+            self._admit -= 1  # a grow job's agent, ahead of its grant (`admit`)
+            self._admitted.add(node)
+            self._nodes[node] = state = _Node(NodeInfo(node, ""))
         if state is None:
             return f"{node} is not a node of this job"
         if self._closing:
@@ -371,7 +422,10 @@ class AgentBackend:
     def gone(self, conn: Connection, why: str, *, silent: bool = False) -> None:
         """A closed connection is a dead agent on a live node (the node's kernel closed it):
         where the starter can, a new agent takes its place. A silent one is a lost node."""
-        state = self._nodes[conn.node]
+        state = self._nodes.get(conn.node)
+        if state is None:  # its node went back to its provider (`remove_nodes`)
+            self._note_connections()
+            return
         if state.conn is conn:
             state.conn = None
         if not self._closing:

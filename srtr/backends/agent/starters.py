@@ -80,6 +80,15 @@ class Starter(Protocol):
         agents of a crashed controller rejoin), only watch the nodes."""
         ...
 
+    async def add(self, nodes: list[NodeInfo]) -> None:
+        """Nodes a grow request brought, after `start`: start their agents (local), or know
+        them (SLURM: the grow job's step started their agents)."""
+        ...
+
+    async def remove(self, names: list[str]) -> None:
+        """Nodes that go back to their provider: their agents (told to end) are old news."""
+        ...
+
     def respawn(self, node: str) -> None:
         """Start a new agent on `node` alone (its agent died, or never came), after `start`.
         From now on, the end of an older agent of `node` is old news; a failure to start
@@ -148,6 +157,7 @@ class LocalAgents:
         self._events: Events | None = None
         self._dial: tuple[tuple[str, int], str] | None = None
         self._current: dict[str, str] = {}  # node → process group of its latest agent
+        self._added: set[str] = set()  # nodes a grow request brought (`add`): no view
         self._respawned = 0
         self._closing = False
         self._groups = ProcessGroups(
@@ -164,13 +174,29 @@ class LocalAgents:
                 await self._node_tmp.prepare(node.name)
             self._start_one(node)
 
+    async def add(self, nodes: list[NodeInfo]) -> None:
+        self._nodes = [*self._nodes, *nodes]
+        self._added |= {n.name for n in nodes}
+        for node in nodes:
+            self._start_one(node)
+
+    async def remove(self, names: list[str]) -> None:
+        gone = set(names)
+        self._nodes = [n for n in self._nodes if n.name not in gone]
+        for name in gone:
+            self._current.pop(name, None)
+
     def _start_one(self, node: NodeInfo, group: str | None = None) -> None:
         assert self._dial is not None
         address, token = self._dial
         env = {**_secrets(token, self.fingerprint), "SRTR_RUN_DIR": str(self._run_dir.resolve())}
         where = ("--node", node.name, "--inherit", "minimal")
         argv = _agent_command(address, self._run_dir, self._window, *where)
-        if self._node_tmp is not None:  # the agent's children inherit its view and TMPDIR
+        if self._node_tmp is not None and node.name in self._added:
+            # The node helper made its views at the start: a node that joined later gets a
+            # TMPDIR of its own, as where the kernel allows no views.
+            env["TMPDIR"] = str(self._node_tmp.node_dir(node.name))
+        elif self._node_tmp is not None:  # the agent's children inherit its view and TMPDIR
             argv = tuple(self._node_tmp.enter(node.name, list(argv)))
             env["TMPDIR"] = self._node_tmp.tmpdir(node.name)
         self._current[node.name] = group = group or f"agent-{node.name}"
@@ -281,6 +307,12 @@ class HollowAgents:
             )
         )
 
+    async def add(self, nodes: list[NodeInfo]) -> None:
+        raise ValueError("hollow agents cannot take nodes that join later")
+
+    async def remove(self, names: list[str]) -> None:
+        raise ValueError("hollow agents cannot give nodes back")
+
     def respawn(self, node: str) -> None:
         raise ValueError("a hollow node's agent is the node: it is lost, not respawned")
 
@@ -357,6 +389,15 @@ class SlurmAgents:
         self._poller = asyncio.create_task(self._poll_forever())
         if spawn:
             await self._spawn(self._nodes, self.STEP_NAME, self.STEP_NAME)
+
+    async def add(self, nodes: list[NodeInfo]) -> None:
+        self._nodes = [*self._nodes, *nodes]  # their agents are the grow job's step
+
+    async def remove(self, names: list[str]) -> None:
+        gone = set(names)
+        self._nodes = [n for n in self._nodes if n.name not in gone]
+        for name in gone:
+            self._spawned.pop(name, None)
 
     def respawn(self, node: str) -> None:
         if self._dial is None or self._closing:

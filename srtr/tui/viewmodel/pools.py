@@ -39,6 +39,8 @@ class PoolView:
     node_count: int
     owner: ServiceCount
     riders: tuple[ServiceCount, ...]
+    # Waiting for nodes a grow request asked for: `waiting for 2 node(s) from SLURM (...)`.
+    pending: str = ""
 
 
 def _count(name: str, members: Sequence[Doc]) -> ServiceCount:
@@ -70,6 +72,7 @@ def pools(state: Doc) -> list[PoolView]:
                 node_count=len(nodes),
                 owner=_count(name, owners),
                 riders=riders,
+                pending=str(pool.get("pending") or ""),
             )
         )
     return views
