@@ -218,6 +218,8 @@ def _print_pools(console: Console, state: RunState) -> None:
                 line.append(rider.text, style=rider.style)
         else:
             line.append(" · no riders")
+        if pool.scale:
+            line.append(f" · {pool.scale}", style="cyan")
         if pool.pending:
             line.append(f" · Pending: {pool.pending}", style="yellow")
         console.print(line)

@@ -24,10 +24,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from srtr.reconciler.rundir import ConditionDoc, EventDoc, InstanceDoc, JobDoc, StateDoc
+from srtr.reconciler.rundir import (
+    ConditionDoc,
+    EventDoc,
+    InstanceDoc,
+    JobDoc,
+    PoolDoc,
+    StateDoc,
+)
 from srtr.reconciler.store import Condition, Event, InstanceStatus, Store
 from srtr.reconciler.write_faults import WriteFaults
-from srtr.resources.objects import InstanceSpec
+from srtr.resources.objects import InstanceSpec, PoolSpec
 from srtr.resources.render import mask
 
 Wall = Callable[[float | None], float | None]  # a store (monotonic) time → wall seconds
@@ -66,17 +73,7 @@ def snapshot(
             slurm_job_id=slurm_job_id,
         ),
         "nodes": [{"name": n.name, "ip": n.ip, "state": n.role} for n in desired.nodes.allocation],
-        "pools": [
-            {
-                "name": p.name,
-                "type": p.type,
-                "nodes": list(p.nodes),
-                "riders": list(p.riders),
-                "ready": store.pool_ready.get(p.name, False),
-                "pending": store.pool_pending.get(p.name),
-            }
-            for p in desired.pools
-        ],
+        "pools": [pool_doc(store, p) for p in desired.pools],
         "instances": [
             instance_doc(spec, store.status[name], wall=wall, gate_started_at=gate(spec.stage))
             for name, spec in store.specs.items()
@@ -93,6 +90,22 @@ def snapshot(
     sections = cast(dict[str, Any], doc)  # their keys are named by the controllers
     for key, view in store.status_views.items():
         sections[key] = view()
+    return doc
+
+
+def pool_doc(store: Store, pool: PoolSpec) -> PoolDoc:
+    """One pool: its nodes and readiness, what it waits for, and how it is autoscaled."""
+    doc: PoolDoc = {
+        "name": pool.name,
+        "type": pool.type,
+        "nodes": list(pool.nodes),
+        "riders": list(pool.riders),
+        "ready": store.pool_ready.get(pool.name, False),
+        "pending": store.pool_pending.get(pool.name),
+    }
+    scale = store.extensions.get("autoscale", {}).get(pool.name)
+    if scale:
+        doc["autoscale"] = dict(scale)
     return doc
 
 

@@ -116,7 +116,9 @@ class PoolDoc(TypedDict):
     riders: list[str]
     ready: bool
     # Waiting for nodes a grow request asked for: the provider's word (docs/recipe.md).
-    pending: NotRequired[str | None]
+    pending: str | None
+    # An autoscaled pool: min, max, size, desired (last published), source, error.
+    autoscale: NotRequired[dict[str, Any]]
 
 
 class InstanceDoc(TypedDict):

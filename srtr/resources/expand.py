@@ -223,10 +223,12 @@ class _Expander:
             else common
         )
         out = []
+        # An autoscaled pool's size changes while it runs: its instances are named after
+        # their node even alone, so that scaling 1 → 2 adds one and replaces none.
+        pool = self.by_name.get(effective_pool(service) or "")
+        bare = len(members) == 1 and (pool is None or pool.autoscale is None)
         for index, node in enumerate(members):
-            name = (
-                f"service_{service.name}" if len(members) == 1 else f"service_{service.name}_{node}"
-            )
+            name = f"service_{service.name}" if bare else f"service_{service.name}_{node}"
             values = self.node_values(shared, node, index)
             out.append((rest if index else common).instance(name, index, node, values))
         return out

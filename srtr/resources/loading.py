@@ -96,12 +96,13 @@ def _sorted(problems: list[Problem]) -> list[Problem]:
 
 
 def _problem_from(err: Any, marked: Marked) -> Problem:
-    loc: Path = tuple(err["loc"])
+    model_loc: Path = tuple(err["loc"])
+    loc = _as_written(model_loc)
     kind = err["type"]
     if kind == "extra_forbidden":
         key = str(loc[-1])
         message = f"unknown key '{key}'"
-        allowed = _fields_at(loc[:-1])
+        allowed = _fields_at(model_loc[:-1])
         close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
         if close:
             message += f" (did you mean '{close[0]}'?)"
@@ -215,6 +216,15 @@ def _unwrap(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _as_written(loc: Path) -> Path:
+    """A model path as the recipe spells it: an autoscaled pool's `nodes: {min, max, from}`
+    is the model's `autoscale` (and `from` its `source`)."""
+    if len(loc) >= 3 and loc[0] == "services" and loc[2] == "autoscale":
+        rest = tuple("from" if part == "source" else part for part in loc[3:4]) + loc[4:]
+        return (*loc[:2], "nodes", *rest)
+    return loc
+
+
 def _fields_at(loc: Path) -> list[str]:
     model: type[BaseModel] | None = Recipe
     for part in loc:
@@ -224,4 +234,6 @@ def _fields_at(loc: Path) -> list[str]:
             continue
         field = model.model_fields.get(part)
         model = _unwrap(field.annotation) if field else None
-    return list(model.model_fields) if model else []
+    if model is None:
+        return []
+    return [f.alias or name for name, f in model.model_fields.items() if name != "autoscale"]

@@ -6,10 +6,11 @@ The one entry point the CLI and the live-edit watcher use to turn a file into de
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from srtr.resources import placeholder_lint
+from srtr.resources.autoscale import with_sizes
 from srtr.resources.effective import allocation_size
 from srtr.resources.errors import GrowRequired, RecipeError
 from srtr.resources.expand import ExpandError, ExpandGrow, expand, local_allocation
@@ -28,12 +29,14 @@ def plan_text_source(
     name: str | None = None,
     pins: Pins | None = None,
     provisioned: frozenset[str] = frozenset(),
+    sizes: Mapping[str, int] | None = None,
 ) -> tuple[Recipe, DesiredState]:
     """Validate and expand. Without an allocation, plan on the smallest local one that fits.
 
     `name` names a recipe that has no `name:` (default: after `file`). `pins` are the job's
     source pins (resources/pins.py): every planning of a job's recipe passes the same ones.
     `provisioned`: the allocation's nodes that a grow request brought (`carving.carve`).
+    `sizes`: the autoscaled pools' sizes now (`autoscale.with_sizes`); default: their `min`.
 
     Raises:
         GrowRequired: a live edit needs more nodes than are spare, and may ask for them.
@@ -41,6 +44,8 @@ def plan_text_source(
     """
     recipe, marked = load_marked(text, file, name=name)
     recipe = apply_pins(recipe, pins or {})
+    if sizes:
+        recipe = with_sizes(recipe, sizes)
     if allocation is None:
         allocation = local_allocation(allocation_size(recipe))
     try:

@@ -354,6 +354,66 @@ class RestartPolicy(Spec):
         return self
 
 
+class ScaleHttp(Spec):
+    """`GET http://<instance 0's node IP>:<port><path>` answers the desired node count."""
+
+    port: int
+    path: str = "/"
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        return _check_port(v, "nodes.from.http.port")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError("nodes.from.http.path must start with '/'")
+        return v
+
+
+class ScaleSource(Spec):
+    """Where a pool's instance 0 publishes the node count it wants: exactly one of these."""
+
+    http: ScaleHttp | None = None
+    file: str | None = None
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"nodes.from.file must be an absolute path; got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> ScaleSource:
+        given = [k for k in ("http", "file") if getattr(self, k) is not None]
+        if len(given) != 1:
+            got = ", ".join(given) or "none"
+            raise ValueError(f"nodes.from needs exactly one of http or file; got {got}")
+        return self
+
+
+class Autoscale(Spec):
+    """`nodes: {min, max, from}`: the pool's size follows the count its instance 0
+    publishes, within [min, max] (issue 24; docs/recipe.md "Autoscaled pools")."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    min: int = Field(ge=1, le=MAX_NODES)
+    max: int = Field(ge=1, le=MAX_NODES)
+    source: ScaleSource = Field(alias="from")
+    interval_seconds: float = Field(default=10.0, gt=0)
+    cooldown_seconds: float = Field(default=30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscale:
+        if self.max < self.min:
+            raise ValueError(f"max must be >= min; got {self.max} < {self.min}")
+        return self
+
+
 class Service(Spec):
     """One entry of `services:` (reference §1.1, plus restart/shutdown_tier/stop_grace)."""
 
@@ -390,6 +450,24 @@ class Service(Spec):
     build_timeout_seconds: float = 1800.0
     # Env that must reach the instance through srun's --export (reference T-71).
     srun_export_env: dict[str, Text] = {}
+    # `nodes: {min, max, from}` as written; `nodes` is then the pool's size now (`min`
+    # until the controller scales it). Not a key of its own in a recipe.
+    autoscale: Autoscale | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _autoscaled_nodes(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "autoscale" in data:
+            raise ValueError(
+                "unknown key 'autoscale' (an autoscaled pool says nodes: {min, max, from})"
+            )
+        nodes = data.get("nodes")
+        if isinstance(nodes, dict):
+            low = nodes.get("min")
+            return {**data, "autoscale": nodes, "nodes": low if isinstance(low, int) else 1}
+        return data
 
     @field_validator("name")
     @classmethod

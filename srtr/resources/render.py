@@ -6,6 +6,7 @@ import re
 import shlex
 from typing import Any
 
+from srtr.resources.autoscale import describe_scale
 from srtr.resources.effective import (
     effective_container,
     effective_critical,
@@ -71,6 +72,8 @@ def service_lines(recipe: Recipe) -> list[str]:
         )
         if service.nodes is not None:
             head += f" nodes={service.nodes}"
+        if service.autoscale is not None:
+            head += f" autoscale={describe_scale(service.autoscale)}"
         if service.terminal:
             head += " terminal"
         if service.external is not None:

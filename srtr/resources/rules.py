@@ -54,7 +54,21 @@ def _check_growth(recipe: Recipe) -> list[Problem]:
                 "the pools",
             )
         ]
-    return []
+    problems = []
+    for index, service in enumerate(recipe.services):
+        scale = service.autoscale
+        if scale is None or service.nodes is None:
+            continue
+        room = cap - (need - service.nodes)  # what the cap leaves this pool
+        if scale.max > room:
+            problems.append(
+                Problem(
+                    ("services", index, "nodes", "max"),
+                    f"is {scale.max} but resources.max_nodes {cap} leaves room for {room} "
+                    "node(s) in this pool; lower max or raise max_nodes",
+                )
+            )
+    return problems
 
 
 def _check_names(recipe: Recipe) -> list[Problem]:

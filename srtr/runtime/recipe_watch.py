@@ -98,6 +98,9 @@ class RecipeWatcher:
         # Set by the job when its backend can bring more nodes (`grow.Grower`); without
         # one, an edit that needs more nodes than are spare is refused.
         self.grower: Grower | None = None
+        # Autoscaled pools' sizes now (`runtime.autoscale`): every planning of the file uses
+        # them, so a saved edit keeps what the autoscaler decided (within its new bounds).
+        self.sizes: dict[str, int] = {}
         self.auto = auto
         self.poll = needs_polling(path) if poll is None else poll
         self._last_seen = ctx.store.recipe_text
@@ -167,8 +170,15 @@ class RecipeWatcher:
         """
         file, nodes, ctx = str(self.path), self.ctx.store.desired.nodes, self.ctx
         allocation, provisioned = self.allocation.nodes, self.allocation.provisioned
+        sizes = self.sizes
         recipe, new = plan_text_source(
-            text, file, allocation, nodes, pins=ctx.source_pins, provisioned=provisioned
+            text,
+            file,
+            allocation,
+            nodes,
+            pins=ctx.source_pins,
+            provisioned=provisioned,
+            sizes=sizes,
         )
         # Only services new to the job: another rev of one it runs keeps the job's pin out of
         # its plan (its clone step differs, and the edit is refused while it runs).
@@ -185,7 +195,13 @@ class RecipeWatcher:
         except OSError as exc:  # kept in memory; an adoption would plan it unpinned
             log.warning("cannot record the new source pins in %s: %s", PINS_FILE, exc)
         return plan_text_source(
-            text, file, allocation, nodes, pins=ctx.source_pins, provisioned=provisioned
+            text,
+            file,
+            allocation,
+            nodes,
+            pins=ctx.source_pins,
+            provisioned=provisioned,
+            sizes=sizes,
         )[1]
 
     def _reject(self, lines: list[str]) -> None:

@@ -35,6 +35,7 @@ from srtr.reconciler.rundir import (
     machine_id,
 )
 from srtr.runtime import adoption, guard
+from srtr.runtime.autoscale import Autoscaler
 from srtr.runtime.control import ControlServer, advertised_hosts
 from srtr.runtime.grow import Allocation, Growable, Grower
 from srtr.runtime.progress import ProgressPrinter, RawOut
@@ -442,6 +443,7 @@ class RecipeWatch:
         self.task: asyncio.Task[None] | None = None
         self.grower: Grower | None = None
         self.grow_task: asyncio.Task[None] | None = None
+        self.scale_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         options = self.options
@@ -456,6 +458,7 @@ class RecipeWatch:
             watcher.grower = self.grower
             self.grow_task = asyncio.create_task(self.grower.run(self.stopping))
         self.task = asyncio.create_task(watcher.run(self.stopping))
+        self.scale_task = asyncio.create_task(Autoscaler(self.ctx, watcher).run(self.stopping))
         self.ctx.store.record(
             "job",
             "Watching",
@@ -466,7 +469,7 @@ class RecipeWatch:
 
     async def stop(self) -> None:
         self.stopping.set()
-        tasks = {t for t in (self.task, self.grow_task) if t is not None}
+        tasks = {t for t in (self.task, self.grow_task, self.scale_task) if t is not None}
         if tasks:
             await asyncio.wait(tasks, timeout=5)
         if self.grower is not None:  # nothing a grow request holds outlives the run

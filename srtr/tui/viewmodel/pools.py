@@ -41,6 +41,8 @@ class PoolView:
     riders: tuple[ServiceCount, ...]
     # Waiting for nodes a grow request asked for: `waiting for 2 node(s) from SLURM (...)`.
     pending: str = ""
+    # An autoscaled pool: `autoscaled 2..32: desired 8, size 4` (and why it cannot read).
+    scale: str = ""
 
 
 def _count(name: str, members: Sequence[Doc]) -> ServiceCount:
@@ -48,6 +50,21 @@ def _count(name: str, members: Sequence[Doc]) -> ServiceCount:
         (str(i.get("phase", "")) for i in members), key=lambda p: SEVERITY.get(p, 10), default=""
     )
     return ServiceCount(name, sum(1 for i in members if ready_now(i)), len(members), worst)
+
+
+def _scale(view: object) -> str:
+    if not isinstance(view, dict):
+        return ""
+    text = f"autoscaled {view.get('min')}..{view.get('max')}: "
+    desired = view.get("desired")
+    text += (
+        f"desired {desired}, size {view.get('size')}"
+        if desired is not None
+        else (f"size {view.get('size')}, nothing published yet")
+    )
+    if view.get("error"):
+        text += f" (last read: {view['error']})"
+    return text
 
 
 def pools(state: Doc) -> list[PoolView]:
@@ -73,6 +90,7 @@ def pools(state: Doc) -> list[PoolView]:
                 owner=_count(name, owners),
                 riders=riders,
                 pending=str(pool.get("pending") or ""),
+                scale=_scale(pool.get("autoscale")),
             )
         )
     return views

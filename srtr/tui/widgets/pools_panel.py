@@ -23,6 +23,8 @@ class PoolsPanel(Static):
         for pool in pools:
             text.append(pool.owner.text, style=f"bold {pool.owner.style}")
             text.append(f"  {pool.nodes}\n", style="dim")
+            if pool.scale:
+                text.append(f"  {pool.scale}\n", style="cyan")
             if pool.pending:
                 text.append(f"  Pending: {pool.pending}\n", style="yellow")
             for index, rider in enumerate(pool.riders):

@@ -1,0 +1,89 @@
+"""Autoscaled pools (`nodes: {min, max, from}`, issue 24): the pure half.
+
+The controller reads the count a pool's instance 0 publishes (`backends.published`), and
+`decide` says whether the pool changes size now: the count clamped to [min, max], and no
+change within `cooldown_seconds` of the last one (against flapping). A change goes through
+the live-edit path: the recipe is planned again with the pool's size set (`with_sizes`), so
+growing past the allocation asks for nodes and shrinking gives them back, as an edit would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from srtr.resources.recipe import Autoscale, Recipe
+
+
+def describe_scale(scale: Autoscale) -> str:
+    """`2..32 from http :8000/desired every 10s`, for `srtr plan`."""
+    source = scale.source
+    where = f"http :{source.http.port}{source.http.path}" if source.http else f"file {source.file}"
+    return f"{scale.min}..{scale.max} from {where} every {scale.interval_seconds:g}s"
+
+
+def source_url(scale: Autoscale, ip: str) -> str:
+    """Where the count is read: the URL on instance 0's node, or the file's path."""
+    http = scale.source.http
+    return f"http://{ip}:{http.port}{http.path}" if http is not None else str(scale.source.file)
+
+
+def with_sizes(recipe: Recipe, sizes: Mapping[str, int]) -> Recipe:
+    """`recipe` with the autoscaled pools in `sizes` at that size, clamped to their bounds
+    (the recipe may have changed them since); other services as written."""
+    services = []
+    for service in recipe.services:
+        scale = service.autoscale
+        if scale is not None and service.name in sizes:
+            size = min(max(sizes[service.name], scale.min), scale.max)
+            service = service.model_copy(update={"nodes": size})
+        services.append(service)
+    return recipe.model_copy(update={"services": services})
+
+
+@dataclass(frozen=True)
+class Decision:
+    size: int  # the pool's size from now on
+    desired: int  # what was published, before clamping
+
+
+def decide(
+    scale: Autoscale,
+    current: int,
+    published: int,
+    *,
+    now: float,
+    last_change: float | None,
+) -> Decision | None:
+    """The new size of a pool of `current` nodes whose instance 0 published `published`,
+    or None: no change, or too soon after the last one (`last_change`, same clock)."""
+    size = min(max(published, scale.min), scale.max)
+    if size == current:
+        return None
+    if last_change is not None and now - last_change < scale.cooldown_seconds:
+        return None
+    return Decision(size, published)
+
+
+def parse_count(text: str) -> int:
+    """The published count: a whole number (`8`, `8\\n`), or JSON `{"desired": 8}`.
+
+    Raises:
+        ValueError: anything else, or a count below 0.
+    """
+    import json
+
+    stripped = text.strip()
+    try:
+        value: object = int(stripped)
+    except ValueError:
+        try:
+            data = json.loads(stripped)
+        except ValueError:
+            raise ValueError(f"not a node count: {stripped[:40]!r}") from None
+        value = data.get("desired") if isinstance(data, dict) else data
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not a node count: {stripped[:40]!r}")
+    if value < 0:
+        raise ValueError(f"a node count cannot be negative: {value}")
+    return value
