@@ -130,6 +130,24 @@ def test_a_pool_grows_past_the_allocation_and_gives_the_nodes_back(
         run.close()
 
 
+def test_a_request_granted_at_once_joins(tmp_path: Path) -> None:
+    # A provider with free nodes at hand grants inside the request itself: the nodes must
+    # still join (they once stayed granted and unused for ever).
+    run = Run(tmp_path, recipe(2), env=env(SRTR_LOCAL_PROVISION_DELAY="0"))
+    try:
+        run.wait_state(lambda s: ready(s, ["service_agent_node1"]), what="the first riders")
+        save(run, 3)
+        grown = run.wait_state(
+            lambda s: ready(s, ["service_agent_node3"]), what="the rider on the new node"
+        )
+        assert grown["grow"]["provisioned"] == ["node3"]
+        assert reasons(run).count("NodesJoined") == 1
+        run.signal(signal.SIGTERM)
+        assert run.finish() == 143
+    finally:
+        run.close()
+
+
 def _agent_gone(node: str) -> bool:
     return not [c for _, c in cmdlines_with("srtr.backends.agent.node") if f"--node {node} " in c]
 

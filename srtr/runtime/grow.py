@@ -137,7 +137,10 @@ class Grower:
 
     async def _step(self) -> None:
         request = self._request
-        if request is not None and request.phase is RequestPhase.PENDING:
+        if request is not None and request.phase is RequestPhase.GRANTED and self._unjoined():
+            # Granted inside `want` already (a provider with free nodes at hand).
+            await self._join(request)
+        elif request is not None and request.phase is RequestPhase.PENDING:
             state = await self.provisioner.state(request.id)
             self._request = state
             if state.phase is RequestPhase.PENDING and state.reason != request.reason:
@@ -190,6 +193,12 @@ class Grower:
             store.nodes_released(names, f"gave {', '.join(names)} back to {where}")
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _unjoined(self) -> bool:
+        request = self._request
+        return request is not None and not self.allocation.provisioned & {
+            n.name for n in request.nodes
+        }
 
     def _where(self, state: RequestState) -> str:
         return f"{self.provisioner.provider} {self._noun} {state.id}"
