@@ -124,6 +124,12 @@ def test_a_pool_grows_past_the_allocation_and_gives_the_nodes_back(
         if launcher == "agent":  # the released nodes' agents ended, the others did not
             wait_for(lambda: _agent_gone("node3"), 20, "the agent of node3 to end")
             assert not _agent_gone("node1")
+        # Growing again is a new request, for new nodes: the released ones stay gone (a
+        # stale grant once joined them back at once, with nothing asked).
+        save(run, 3)
+        again = run.wait_state(lambda s: ready(s, ["service_agent_node5"]), what="a regrow")
+        assert again["grow"]["provisioned"] == ["node5"]
+        assert reasons(run).count("NodesJoined") == 2
         run.signal(signal.SIGTERM)
         assert run.finish() == 143
     finally:

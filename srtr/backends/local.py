@@ -61,8 +61,9 @@ class LocalBackend:
     name = "local"
     capabilities = Capabilities(simulated_nodes=True)
 
-    def __init__(self, node_count: int) -> None:
-        """Simulate `node_count` nodes: `node1`..`nodeN`, 127.0.0.2 upwards.
+    def __init__(self, node_count: int, grown: Sequence[NodeInfo] = ()) -> None:
+        """Simulate `node_count` nodes: `node1`..`nodeN`, 127.0.0.2 upwards, then `grown`
+        (an adopted job's nodes from grow requests, as its state recorded them).
 
         Raises:
             ValueError: node_count is below 1 or does not fit in 127.0.0.0/8.
@@ -71,7 +72,7 @@ class LocalBackend:
             raise ValueError(f"node_count must be between 1 and {_LOOPBACK.num_addresses - 3}")
         self._nodes = [
             NodeInfo(name=f"node{k}", ip=str(_FIRST_IP + k)) for k in range(1, node_count + 1)
-        ]
+        ] + list(grown)
         self._listener: Listener | None = None
         self._groups = ProcessGroups(
             self._exited, command=self._command, environment=self._environment, owner=self.name

@@ -202,6 +202,15 @@ class LocalProvisioner:
     def requests(self) -> list[RequestState]:
         return [self._refresh(sim) for sim in self._requests.values()]
 
+    def restore(self, states: Sequence[RequestState]) -> None:
+        """An adopted job's requests (state.json `grow.requests`), as its controller left
+        them; one still pending ended with its controller (its simulated wait did)."""
+        for state in states:
+            if state.phase is RequestPhase.PENDING:
+                state = replace(state, phase=RequestPhase.CANCELLED, reason="")
+            self._requests[state.id] = _Simulated(state, self._clock(), state.nodes)
+            self._count += 1
+
     async def close(self) -> None:
         for rid in list(self._requests):
             await self.cancel(rid)

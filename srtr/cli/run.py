@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from srtr.cli import StoppedBySignal, control_verbs, status
 from srtr.cli import bad as _bad
@@ -29,8 +29,9 @@ if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.base import Backend
     from srtr.backends.certs import JobCert
-    from srtr.backends.provision import Provisioner
+    from srtr.backends.provision import Provisioner, RequestState
     from srtr.backends.slurm import SlurmBackend
+    from srtr.backends.slurm_provision import SlurmProvisioner
     from srtr.resources.pins import Pin
     from srtr.resources.recipe import Recipe
     from srtr.runtime.guard import Started
@@ -290,6 +291,7 @@ def _agent_backend(
     *,
     adopt: bool = False,
     hollow: bool = False,
+    grown: Sequence[str] = (),
 ) -> AgentBackend:
     """Wrap the chosen backend: its nodes get node agents (SLURM: one srun step of them),
     and SLURM keeps a step for the instances that need one. `adopt`: the agents of the
@@ -327,6 +329,7 @@ def _agent_backend(
         adopt=adopt,
         tls=cert.server_context(),
         fingerprint=cert.fingerprint,
+        grown=grown,
     )
 
 
@@ -453,10 +456,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     if launcher == "agent":
         from srtr.backends.agent.backend import AgentProber
 
+        base = backend
         backend = agent_backend = _agent_backend(
             kind, backend, run_dir, args.adopt_window, cert, hollow=args.hollow
         )
         prober = AgentProber(agent_backend)
+        if kind == "slurm" and recipe.resources.grow != "never":
+            provisioner = _slurm_provisioner(
+                base, agent_backend, run_dir, args.adopt_window, cert.fingerprint
+            )
     tui = not args.headless and sys.stdout.isatty()
     if tui:
         try:
@@ -479,6 +487,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         source_pins=pins,
         cert=cert,
         provisioner=provisioner,
+        no_grow=_no_grow(kind, launcher, recipe.resources.grow),
     )
     if tui:
         return run_with_tui(
@@ -502,6 +511,37 @@ def _provisioner(
         return LocalProvisioner(len(allocation) + 1)
     except ValueError as exc:  # SRTR_LOCAL_PROVISION_DELAY is not a number of seconds
         raise _bad("SRTR_LOCAL_PROVISION_DELAY", str(exc)) from None
+
+
+def _slurm_provisioner(
+    base: Backend, agents: AgentBackend, run_dir: Path, window: float, fingerprint: str
+) -> SlurmProvisioner:
+    """Grow jobs next to the main job: their agents dial this controller (`admit`)."""
+    from srtr.backends.agent.starters import RENDEZVOUS, TOKEN_FILE
+    from srtr.backends.slurm import SlurmBackend
+    from srtr.backends.slurm_provision import SlurmProvisioner
+
+    assert isinstance(base, SlurmBackend)
+    provisioner = SlurmProvisioner(
+        base.commands,
+        base.job_id,
+        run_dir,
+        fingerprint=fingerprint,
+        adopt_window=window,
+        files={"token": TOKEN_FILE, "rendezvous": RENDEZVOUS},
+        admit=agents.admit,
+    )
+    agents.on_admitted = provisioner.poke
+    return provisioner
+
+
+def _no_grow(kind: str, launcher: str, grow: str) -> str:
+    """Why a live edit cannot grow a pool past the allocation here, for its refusal."""
+    if grow == "never":
+        return "the recipe says resources.grow: never"
+    if kind == "slurm" and launcher != "agent":
+        return "growing past the allocation on SLURM needs the node agents (--launcher agent)"
+    return ""
 
 
 def _submitted_pins(run_dir: Path) -> dict[str, Pin]:
@@ -629,7 +669,9 @@ def _crashed_job(args: argparse.Namespace) -> RunState | None:
 
 
 def _adopt(args: argparse.Namespace, state: RunState) -> int:
+    from srtr.backends.base import NodeInfo
     from srtr.backends.local import LocalBackend
+    from srtr.backends.provision import RequestState
     from srtr.cli.pins import read_pins
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
@@ -657,11 +699,16 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
     )
     backend: Backend
     slurm_job_id = None
+    grow: Mapping[str, Any] = cast(Mapping[str, Any], state.doc.get("grow") or {})
+    provisioned = [str(n) for n in grow.get("provisioned", [])]
+    requests = [RequestState.from_json(r) for r in grow.get("requests", [])]
     if job["backend"] == "slurm":
         backend = _adopt_allocation(job, state.doc)
         slurm_job_id = backend.job_id
     else:
-        backend = LocalBackend(len(allocation))
+        grown = [NodeInfo(n, ip) for n, ip in allocation if n in set(provisioned)]
+        backend = LocalBackend(len(allocation) - len(grown), grown)
+    base = backend
     launcher = str(job.get("launcher") or "")
     _isolate_nodes(backend, run_dir, recipe_path)
     cert = _job_cert(run_dir, adopt=True)  # the one the agents pinned
@@ -673,9 +720,19 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         # A hollow job's agents are one process: losing a node must not kill all of them.
         hollow = job["backend"] == "local" and (run_dir / HOLLOW_CONTROL).exists()
         backend = agents = _agent_backend(
-            job["backend"], backend, run_dir, args.adopt_window, cert, adopt=True, hollow=hollow
+            job["backend"],
+            backend,
+            run_dir,
+            args.adopt_window,
+            cert,
+            adopt=True,
+            hollow=hollow,
+            grown=provisioned,
         )
         prober = AgentProber(agents)
+    provisioner = _adopted_provisioner(
+        job, base, backend, run_dir, args, cert.fingerprint, allocation, requests
+    )
     options = JobOptions(
         recipe=None if args.no_watch or not recipe_path else Path(recipe_path),
         recipe_text=text,
@@ -689,10 +746,42 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         launcher=launcher,
         source_pins=pins,
         cert=cert,
+        provisioner=provisioner,
+        provisioned=provisioned,
     )
     import asyncio
 
     return asyncio.run(run_job(desired, run_dir, backend, options, prober))
+
+
+def _adopted_provisioner(
+    job: Mapping[str, Any],
+    base: Backend,
+    backend: Backend,
+    run_dir: Path,
+    args: argparse.Namespace,
+    fingerprint: str,
+    allocation: Sequence[tuple[str, str]],
+    requests: Sequence[RequestState],
+) -> Provisioner | None:
+    """The provider of the adopted job's grow requests, which follows them on (they were
+    recorded in state.json) and gives their nodes back, as the crashed controller's did."""
+    from srtr.backends.agent.backend import AgentBackend
+    from srtr.backends.provision import LocalProvisioner
+
+    if job["backend"] == "slurm":
+        if not isinstance(backend, AgentBackend):
+            return None  # --launcher step: grow jobs' nodes have no steps of the main job
+        provisioner = _slurm_provisioner(base, backend, run_dir, args.adopt_window, fingerprint)
+        provisioner.restore(requests)
+        return provisioner
+    numbers = [int(n[4:]) for n, _ in allocation if n.startswith("node") and n[4:].isdigit()]
+    try:
+        local = LocalProvisioner(max(numbers, default=len(allocation)) + 1)
+    except ValueError as exc:
+        raise _bad("SRTR_LOCAL_PROVISION_DELAY", str(exc)) from None
+    local.restore(requests)
+    return local
 
 
 def _job_cert(run_dir: Path, *, adopt: bool = False) -> JobCert:

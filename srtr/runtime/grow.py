@@ -79,8 +79,7 @@ class Grower:
         self.replan = replan
         self._wanted: GrowRequired | None = None
         self._request: RequestState | None = None  # the one request in flight
-        self._joining = False
-        self._releasing = False
+        self._joined: set[str] = set()  # requests whose nodes joined (once each)
         noun = getattr(provisioner, "noun", "request")
         self._noun = str(noun)
         ctx.store.status_views["grow"] = self.view
@@ -137,7 +136,11 @@ class Grower:
 
     async def _step(self) -> None:
         request = self._request
-        if request is not None and request.phase is RequestPhase.GRANTED and self._unjoined():
+        if (
+            request is not None
+            and request.phase is RequestPhase.GRANTED
+            and request.id not in self._joined
+        ):
             # Granted inside `want` already (a provider with free nodes at hand).
             await self._join(request)
         elif request is not None and request.phase is RequestPhase.PENDING:
@@ -153,6 +156,7 @@ class Grower:
             await self._release_idle()
 
     async def _join(self, state: RequestState) -> None:
+        self._joined.add(state.id)
         nodes = [n for n in state.nodes if n.name not in set(self.allocation.provisioned)]
         names = ", ".join(n.name for n in nodes)
         await self.backend.add_nodes(nodes)
@@ -187,18 +191,14 @@ class Grower:
             if not names or request.phase is not RequestPhase.GRANTED:
                 continue
             await self.backend.remove_nodes(names)
-            await self.provisioner.release(request.id, names)
+            after = await self.provisioner.release(request.id, names)
+            if self._request is not None and self._request.id == request.id:
+                self._request = after
             self.allocation.remove(names)
             where = f"{self.provisioner.provider} ({self._noun} {request.id})"
             store.nodes_released(names, f"gave {', '.join(names)} back to {where}")
 
     # -- helpers ---------------------------------------------------------------------------
-
-    def _unjoined(self) -> bool:
-        request = self._request
-        return request is not None and not self.allocation.provisioned & {
-            n.name for n in request.nodes
-        }
 
     def _where(self, state: RequestState) -> str:
         return f"{self.provisioner.provider} {self._noun} {state.id}"

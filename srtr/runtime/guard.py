@@ -24,10 +24,11 @@ possible and `srtr up --adopt` can refuse a job with nothing left.
 
 In every case but adoption it also cancels the SLURM allocation srtr made: the one named by
 `--slurm-job`, the one salloc named in `--salloc-output` and the one the state records as
-owned (scancel of a released job is a no-op). `srtr up` starts the guard before salloc, with
-salloc's stderr going to a memfd the guard holds (`--salloc-output`): whenever the controller
-dies, pending or granted, the guard finds the job salloc asked for, even if the controller
-never read salloc's answer.
+owned (scancel of a released job is a no-op), and every grow job the state records as
+pending or granted (issue 24; a grow job also ends by itself once the main job is gone).
+`srtr up` starts the guard before salloc, with salloc's stderr going to a memfd the guard
+holds (`--salloc-output`): whenever the controller dies, pending or granted, the guard finds
+the job salloc asked for, even if the controller never read salloc's answer.
 
 The controller also mirrors every state.json it writes into a memfd the guard holds
 (`StateMirror`): a run dir removed right after a kill -9 (a purged scratch dir) would
@@ -193,7 +194,21 @@ def owned_allocations(state: RunState | None, controller: int, *named: str | Non
     job = state.job
     if job.get("backend") == "slurm" and job.get("slurm_job_id") and job.get("owns_allocation"):
         jobs.append(str(job["slurm_job_id"]))
+    jobs += grow_jobs(state)
     return list(dict.fromkeys(jobs))
+
+
+def grow_jobs(state: RunState) -> list[str]:
+    """The run's SLURM grow jobs that still hold or wait for nodes (state.json `grow`):
+    whether or not srtr made the main allocation, they are srtr's own."""
+    grow = state.doc.get("grow")
+    if not isinstance(grow, dict) or grow.get("provider") != "SLURM":
+        return []
+    return [
+        str(r["id"])
+        for r in grow.get("requests", [])
+        if isinstance(r, dict) and r.get("phase") in ("Pending", "Granted")
+    ]
 
 
 def release_allocations(jobs: list[str]) -> None:

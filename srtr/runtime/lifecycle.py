@@ -72,6 +72,8 @@ class JobOptions:
     provisioner: where live edits get nodes beyond the allocation (`backends.provision`),
         the backend then `grow.Growable`; None: such an edit is refused.
     provisioned: the allocation's nodes that came from a grow request (adoption).
+    no_grow: why a live edit cannot grow a pool past the allocation (no provisioner), for
+        its refusal; "" says nothing more than the numbers.
     """
 
     progress: bool = True
@@ -90,6 +92,7 @@ class JobOptions:
     cert: certs.JobCert | None = None
     provisioner: Provisioner | None = None
     provisioned: Sequence[str] = ()
+    no_grow: str = ""
 
 
 class SideTask(Protocol):

@@ -98,6 +98,7 @@ class RecipeWatcher:
         # Set by the job when its backend can bring more nodes (`grow.Grower`); without
         # one, an edit that needs more nodes than are spare is refused.
         self.grower: Grower | None = None
+        self.no_grow = ""  # why nothing grows here (`JobOptions.no_grow`), for refusals
         # Autoscaled pools' sizes now (`runtime.autoscale`): every planning of the file uses
         # them, so a saved edit keeps what the autoscaler decided (within its new bounds).
         self.sizes: dict[str, int] = {}
@@ -146,7 +147,7 @@ class RecipeWatcher:
             new = await self._plan(text)
         except GrowRequired as exc:
             if self.grower is None:
-                self._reject(exc.lines())
+                self._reject([*exc.lines(), *([self.no_grow] if self.no_grow else [])])
             else:
                 await self.grower.want(exc)
             return

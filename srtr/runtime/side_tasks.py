@@ -451,6 +451,7 @@ class RecipeWatch:
         watcher = RecipeWatcher(
             self.ctx, self.recipe, allocation, auto=options.apply_auto, poll=options.watch_poll
         )
+        watcher.no_grow = options.no_grow
         if options.provisioner is not None:
             backend = cast(Growable, self.ctx.backend)
             replan = functools.partial(watcher.check, force=True)

@@ -33,7 +33,7 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -112,6 +112,7 @@ class AgentBackend:
         lease: float = LEASE,
         tls: ssl.SSLContext | None = None,
         fingerprint: str = "",
+        grown: Sequence[str] = (),
     ) -> None:
         """
         Args:
@@ -129,6 +130,9 @@ class AgentBackend:
             tls, fingerprint: the server context of the job's certificate (`certs`), and
                 its fingerprint, which the agents get next to the token and pin; None and
                 "": the channel is in the clear (tests of the protocol alone).
+            grown: nodes of `nodes` that a grow request brought (adoption: `add_nodes`
+                names the others). Their agent is their job's only step: it gets no
+                new one, and no instance step of the main job runs there.
         """
         self._nodes = {n.name: _Node(n) for n in nodes}
         self._starter = starter
@@ -159,6 +163,9 @@ class AgentBackend:
         self._no_agents = asyncio.Event()  # set while no agent is connected
         self._admit = 0  # agents of unknown nodes still let in (`admit`)
         self._admitted: set[str] = set()  # nodes let in so, before `add_nodes` named them
+        self._grown: set[str] = set(grown)
+        # Told when a grow job's agent dialled in: its provider looks at its queue sooner.
+        self.on_admitted: Callable[[], None] | None = None
 
     # -- the Backend protocol -------------------------------------------------------------
 
@@ -193,6 +200,11 @@ class AgentBackend:
         if state is not None and state.lost is not None:
             raise LaunchError(f"cannot start {spec.name!r} on {spec.node}: {state.lost}")
         if self._steps is not None and self.launcher_of(spec) is Launcher.STEP:
+            if spec.node in self._grown:
+                raise LaunchError(
+                    f"cannot start {spec.name!r} on {spec.node}: it runs as a SLURM step of "
+                    "the main job, and that node came from a grow job"
+                )
             self._on_step.add(spec.name)
             return await self._steps.launch(spec)
         self._on_step.discard(spec.name)
@@ -277,6 +289,7 @@ class AgentBackend:
             else:
                 self._nodes[node.name] = _Node(node)
         self._admitted -= {n.name for n in nodes}
+        self._grown |= {n.name for n in nodes}
         await self._start_agents()
         await self._starter.add(list(nodes))
         waiting = [self._nodes[n.name] for n in nodes]
@@ -387,6 +400,8 @@ class AgentBackend:
             self._admit -= 1  # a grow job's agent, ahead of its grant (`admit`)
             self._admitted.add(node)
             self._nodes[node] = state = _Node(NodeInfo(node, ""))
+            if self.on_admitted is not None:
+                self.on_admitted()
         if state is None:
             return f"{node} is not a node of this job"
         if self._closing:
@@ -565,7 +580,7 @@ class AgentBackend:
         state = self._nodes[node]
         if state.lost is not None:
             return True  # nothing to do: lost for good already
-        if not self._starter.respawns or state.respawns >= MAX_RESPAWNS:
+        if not self._starter.respawns or node in self._grown or state.respawns >= MAX_RESPAWNS:
             return False
         state.respawns += 1
         state.failed = None
