@@ -47,6 +47,7 @@ SCENARIOS = (
     "slurm_scale",
     "slurm_status",
     "slurm_partition",
+    "slurm_grow",
 )
 
 

@@ -71,6 +71,11 @@ def grow_jobs(name: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def cancel_all(name: str) -> None:
+    """After a failure: no job of the run may stay to hold the cluster's nodes."""
+    subprocess.run(["scancel", "-n", f"{name},{name}-grow"], check=False)
+
+
 def no_job_of(name: str, timeout: float = 60) -> None:
     """Neither the main job nor a grow job of the run is in squeue."""
     wait_for(
@@ -139,11 +144,12 @@ def test_a_pool_waits_for_a_full_cluster_then_grows_and_shrinks_back(tmp_path: P
         wait_for(lambda: not grow_jobs(name), 30, "the grow job gone from squeue")
         run.signal(signal.SIGTERM)
         assert run.finish(120) == 143
+        no_job_of(name)  # before the cleanup below, which would hide a leftover
     finally:
         if filler:
             subprocess.run(["scancel", filler], check=False)
         run.close()
-    no_job_of(name)
+        cancel_all(name)
 
 
 def test_a_kill_9_of_the_controller_on_the_first_node_leaves_no_job(tmp_path: Path) -> None:
@@ -161,6 +167,7 @@ def test_a_kill_9_of_the_controller_on_the_first_node_leaves_no_job(tmp_path: Pa
         run.wait(60)
     finally:
         run.close()
+        cancel_all(name)
     wait_for(lambda: not run.leftovers(), 60, "every process of the run to be gone")
 
 
@@ -198,12 +205,13 @@ def test_adoption_keeps_the_grown_pool_and_gives_its_nodes_back(tmp_path: Path) 
         wait_for(lambda: not grow_jobs(name), 30, "the grow job gone from squeue")
         adopter.send_signal(signal.SIGINT)
         assert adopter.wait(120) == 130
+        no_job_of(name)
     finally:
         run.close()
         if adopter is not None and adopter.poll() is None:
             adopter.kill()
             adopter.wait()
-    no_job_of(name)
+        cancel_all(name)
 
 
 AUTOSCALED = """
@@ -249,6 +257,7 @@ def test_an_autoscaled_pool_follows_its_published_count_on_slurm(tmp_path: Path)
         wait_for(lambda: not grow_jobs(name), 30, "the grow job gone from squeue")
         run.signal(signal.SIGTERM)
         assert run.finish(120) == 143
+        no_job_of(name)  # before the cleanup below, which would hide a leftover
     finally:
         run.close()
-    no_job_of(name)
+        cancel_all(name)

@@ -200,7 +200,9 @@ export SRTR_AGENT_FINGERPRINT={fingerprint}
     --adopt-window {window} --rendezvous "$run/{rendezvous}" \\
     --node-env SLURMD_NODENAME --inherit all --log-dir "$run/logs" &
 agent=$!
-trap 'kill -TERM $agent 2>/dev/null' TERM
+# scancel (a release, the end of the run): the agent ends; the script must not start
+# another `sleep` that SLURM then waits out until KillWait.
+trap 'kill -TERM $agent 2>/dev/null; exit 143' TERM
 while kill -0 $agent 2>/dev/null; do
     out=$(squeue -h -j "$main" -o %T 2>&1)
     rc=$?

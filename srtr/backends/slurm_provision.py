@@ -33,7 +33,7 @@ from srtr.backends.slurm_cmd import parse_scontrol_nodes, scontrol_show_node_arg
 log = logging.getLogger("srtr")
 
 POLL_PERIOD = 3.0
-POKE_GAP = 0.5  # the least time between two squeue runs, poked or not
+POKE_GAP = 0.2  # the least time between two squeue runs, poked or not
 SCRIPT = "grow-agent.sh"  # in the run dir
 
 

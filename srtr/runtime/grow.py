@@ -30,9 +30,10 @@ from srtr.resources.errors import GrowRequired
 
 log = logging.getLogger("srtr")
 
-# How often a pending request is looked at, and idle provisioned nodes looked for. The
-# provider polls its own queue at its own pace (SLURM: one squeue per few seconds).
-PERIOD = 0.5
+# How often a pending request is looked at, and idle provisioned nodes looked for: cheap,
+# for the provider polls its own queue at its own pace (SLURM: one squeue per few seconds,
+# sooner once an agent of the request dialled in).
+PERIOD = 0.2
 
 
 class Growable(Protocol):
