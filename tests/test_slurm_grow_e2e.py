@@ -73,7 +73,8 @@ def grow_jobs(name: str) -> list[str]:
 
 def cancel_all(name: str) -> None:
     """After a failure: no job of the run may stay to hold the cluster's nodes."""
-    subprocess.run(["scancel", "-n", f"{name},{name}-grow"], check=False)
+    for job in (name, f"{name}-grow"):  # scancel takes one name at a time
+        subprocess.run(["scancel", "-n", job], check=False)
 
 
 def no_job_of(name: str, timeout: float = 60) -> None:
