@@ -43,6 +43,9 @@ services:
 """
 
 
+FILLER = ("sbatch", "--parsable", "-N2", "-o", "/dev/null")  # no slurm-JOB.out in the cwd
+
+
 def recipe(name: str, nodes: int | str) -> str:
     return RECIPE.format(name=name, nodes=nodes)
 
@@ -109,7 +112,7 @@ def test_a_pool_waits_for_a_full_cluster_then_grows_and_shrinks_back(tmp_path: P
         run.wait_state(lambda s: all_up(s, 2), 90, "the pool of 2 up")
         # The rest of the cluster is busy: the grow job must wait, and say why.
         filler = subprocess.run(
-            ["sbatch", "--parsable", "-N2", "-J", f"{name}-filler", "--wrap", "sleep 600"],
+            [*FILLER, "-J", f"{name}-filler", "--wrap", "sleep 600"],
             capture_output=True,
             text=True,
             check=True,
