@@ -233,3 +233,149 @@ def test_an_adopted_hollow_job_keeps_its_instances_and_loses_one_node_at_a_time(
     finally:
         run.close()
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
+
+
+GROW = """
+name: hgrow
+services:
+  - name: owner
+    command: ["sleep", "infinity"]
+    nodes: {nodes}
+  - name: rider
+    command: ["sleep", "infinity"]
+    placement: {{pool: owner}}
+"""
+
+
+def grow_env() -> dict[str, str]:
+    # Granted inside the request itself: such a grant must join too (fixed in 84446cc).
+    return {**os.environ, "SRTR_LOCAL_PROVISION_DELAY": "0"}
+
+
+def node_names(state: dict[str, Any]) -> list[str]:
+    return [n["name"] for n in state["nodes"]]
+
+
+def test_a_hollow_pool_grows_past_the_allocation_and_gives_the_nodes_back(
+    tmp_path: Path,
+) -> None:
+    """8 hollow nodes, a live edit to 10: the simulated provider grants 2 nodes, the hollow
+    process starts their agents (`add NODE` on its FIFO), the new owners and riders run
+    there; saving 8 again gives them back and ends those agents, and no node is lost."""
+    run = Run(tmp_path, GROW.format(nodes=8), "--hollow", env=grow_env())
+    try:
+        run.wait_state(lambda s: up(s, 16), what="16 instances up")
+        hollow = hollow_pids(run)
+        run.recipe.write_text(GROW.format(nodes=10))
+        new = [f"service_{svc}_node{k}" for svc in ("owner", "rider") for k in (9, 10)]
+        grown = run.wait_state(
+            lambda s: up(s, 20) and all(instance(s, n)["phase"] == "Running" for n in new),
+            what="the instances on node9 and node10 running",
+        )
+        assert set(grown["grow"]["provisioned"]) == {"node9", "node10"}
+        assert node_names(grown)[-2:] == ["node9", "node10"]
+        assert all(instance(grown, n)["pid"] >= SIMULATED_PIDS for n in new)
+        assert hollow_pids(run) == hollow  # the same process runs the new nodes' agents
+        log = (run.run_dir / "logs" / "service_rider_node10.out").read_text()
+        assert "service_rider_node10 attempt 0 simulated on node10" in log
+        joined = [e["message"] for e in events(run.run_dir) if e["reason"] == "NodesJoined"]
+        assert len(joined) == 1 and joined[0].endswith("joined: node9, node10"), joined
+
+        run.recipe.write_text(GROW.format(nodes=8))
+        shrunk = run.wait_state(
+            lambda s: node_names(s) == [f"node{k}" for k in range(1, 9)] and up(s, 16),
+            what="node9 and node10 given back",
+        )
+        assert shrunk["grow"]["provisioned"] == []
+        assert [r["phase"] for r in shrunk["grow"]["requests"]] == ["Released"]
+        released = [e["message"] for e in events(run.run_dir) if e["reason"] == "NodesReleased"]
+        assert released == ["gave node9, node10 back to local (request hgrow-grow-1)"]
+        agents = run.run_dir / "logs" / "hollow.log"
+        wait_for(
+            lambda: agents.read_text().count("every instance is gone") >= 2,
+            20,
+            "the agents of node9 and node10 to end",
+        )
+        assert "added node9" in agents.read_text() and "removed node10" in agents.read_text()
+        assert hollow_pids(run) == hollow  # the other nodes' agents live on
+        assert not [e for e in events(run.run_dir) if e["reason"] == "NodeLost"]
+        assert all(instance(shrunk, f"service_owner_node{k}")["restarts"] == 0 for k in (1, 8))
+        run.signal(signal.SIGTERM)
+        assert finish(run) == 143
+    finally:
+        run.close()
+    assert not hollow_pids(run)
+    assert not [e for e in events(run.run_dir) if e["reason"] == "NodeLost"]
+
+
+def test_a_hollow_process_serves_its_added_nodes_after_its_first_ones_ended(
+    tmp_path: Path,
+) -> None:
+    """The hollow process lives as long as any of its agents does: node1 (its only first
+    node) is killed once node2 joined, and node2's instances still run."""
+    run = Run(tmp_path, GROW.format(nodes=1), "--hollow", env=grow_env())
+    try:
+        run.wait_state(lambda s: up(s, 2), what="2 instances up")
+        hollow = hollow_pids(run)
+        run.recipe.write_text(GROW.format(nodes=2))
+        run.wait_state(lambda s: up(s, 4), what="the instances of node2 running")
+        control(run, "kill node1")
+        state = run.wait_state(
+            lambda s: instance(s, "service_owner_node1")["phase"] == "Lost", what="node1 lost"
+        )
+        assert hollow_pids(run) == hollow
+        assert instance(state, "service_rider_node2")["phase"] == "Running"
+        run.signal(signal.SIGTERM)
+        finish(run)
+    finally:
+        run.close()
+    assert not hollow_pids(run)
+    exits = {e["object"] for e in events(run.run_dir) if e["reason"] == "Exited"}
+    assert {"instance/service_owner_node2", "instance/service_rider_node2"} <= exits
+
+
+def test_control_lines_wait_out_a_full_fifo_without_blocking_the_loop(tmp_path: Path) -> None:
+    """More lines than a FIFO holds: the sender waits for room while the loop runs on, and
+    the reader gets every line whole and in order; each write is whole lines of at most
+    PIPE_BUF bytes (what the kernel never cuts nor interleaves)."""
+    import asyncio
+    import select
+
+    from srtr.backends.agent.starters import ControlFifo, _chunks
+
+    path = tmp_path / "hollow.ctl"
+    os.mkfifo(path, 0o600)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    lines = [f"add node{k}" for k in range(20_000)]  # ~240 KB: the FIFO fills several times
+
+    async def main() -> tuple[bytes, bool]:
+        got = bytearray()
+        sending = asyncio.create_task(ControlFifo(path).send(lines))
+        waited: bool | None = None
+        ticks = 0
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)  # the loop runs while the sender waits for room
+            if ticks % 50:
+                continue  # a slow reader: the FIFO fills between reads
+            if waited is None:
+                waited = not sending.done()
+            try:
+                chunk = os.read(reader, 65536)
+            except BlockingIOError:  # empty, the sender still there
+                chunk = b""
+            got += chunk
+            if not chunk and sending.done():
+                break
+        await sending
+        return bytes(got), bool(waited)
+
+    try:
+        got, waited = asyncio.run(main())
+    finally:
+        os.close(reader)
+    assert waited  # the FIFO was full before the first read: the sender had to wait
+    assert got.decode().splitlines() == lines
+    chunks = _chunks(lines)
+    assert all(len(c) <= select.PIPE_BUF and c.endswith(b"\n") for c in chunks)
+    assert b"".join(chunks) == got

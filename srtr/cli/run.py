@@ -502,8 +502,9 @@ def _provisioner(
     kind: str, args: argparse.Namespace, recipe: Recipe, allocation: Sequence[tuple[str, str]]
 ) -> Provisioner | None:
     """Where live edits get nodes past the allocation (`resources.grow: live-edit`): the
-    local backend's simulated provider; none for hollow nodes or `grow: never`."""
-    if recipe.resources.grow == "never" or args.hollow or kind != "local":
+    local backend's simulated provider (hollow nodes too: the hollow process starts the new
+    nodes' agents); none for `grow: never`."""
+    if recipe.resources.grow == "never" or kind != "local":
         return None
     from srtr.backends.provision import LocalProvisioner
 

@@ -26,9 +26,13 @@ The control FIFO (`--control`, in the 0700 run dir) takes one command a line:
 - `kill NODE`: the node dies: its connection is dropped without a goodbye and its
   instances vanish unreported, as when a machine loses power;
 - `freeze NODE`: the node goes silent (no heartbeats, no answers) with its connection open;
-- `exit INSTANCE CODE`: that instance's live attempt exits with CODE.
+- `exit INSTANCE CODE`: that instance's live attempt exits with CODE;
+- `add NODE`: a node a grow request brought: a new agent for it dials the controller;
+- `remove NODE`: a node that went back to its provider: its agent ends (if the controller's
+  Shutdown has not ended it already).
 
-On SIGTERM every agent stops its instances and reports their exits, and the process exits.
+The process serves until its last agent ended, added ones included. On SIGTERM every agent
+stops its instances and reports their exits, and the process exits.
 """
 
 from __future__ import annotations
@@ -281,36 +285,66 @@ class HollowAgent(Agent):
 
 
 class Hollow:
-    """The simulated nodes of one hollow process and their control FIFO."""
+    """The simulated nodes of one hollow process and their control FIFO. It serves until its
+    last agent ended: the first ones, and those a grow request added later (`add NODE`)."""
 
     def __init__(
         self, nodes: list[str], token: str, args: argparse.Namespace, fingerprint: str = ""
     ) -> None:
-        gate = asyncio.Semaphore(JOIN_GATE)
-        rendezvous = Path(args.rendezvous) if args.rendezvous else None
-        self.agents = {
-            node: HollowAgent(
-                node,
-                token,
-                gate,
-                adopt_window=args.adopt_window,
-                rendezvous=rendezvous,
-                fingerprint=fingerprint or None,
-            )
-            for node in nodes
-        }
+        self._token = token
+        self._gate = asyncio.Semaphore(JOIN_GATE)
+        self._rendezvous = Path(args.rendezvous) if args.rendezvous else None
+        self._window = args.adopt_window
+        self._fingerprint = fingerprint or None
+        self.agents = {node: self._agent(node) for node in nodes}
         self.tasks: dict[str, asyncio.Task[int]] = {}
+        self._dial: tuple[str, int] | None = None
+        self._running: set[asyncio.Task[int]] = set()
+        self._removed: set[asyncio.Task[int]] = set()  # their end is old news, code and all
+        self._idle = asyncio.Event()
+        self._stopping = False
+        self._codes: list[int] = []
+
+    def _agent(self, node: str) -> HollowAgent:
+        return HollowAgent(
+            node,
+            self._token,
+            self._gate,
+            adopt_window=self._window,
+            rendezvous=self._rendezvous,
+            fingerprint=self._fingerprint,
+        )
 
     async def run(self, host: str, port: int) -> int:
-        self.tasks = {
-            node: asyncio.create_task(agent.run(host, port)) for node, agent in self.agents.items()
-        }
-        done = await asyncio.gather(*self.tasks.values(), return_exceptions=True)
-        codes = [c for c in done if isinstance(c, int) and c != 0]
-        return codes[0] if codes else 0
+        self._dial = (host, port)
+        for node in list(self.agents):
+            self._start(node)
+        if self._running:
+            await self._idle.wait()
+        return next((c for c in self._codes if c != 0), 0)
+
+    def _start(self, node: str) -> None:
+        assert self._dial is not None
+        task = asyncio.create_task(self.agents[node].run(*self._dial))
+        self.tasks[node] = task
+        self._running.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[int]) -> None:
+        self._running.discard(task)
+        if task.cancelled():
+            pass
+        elif (exc := task.exception()) is not None:
+            log.error("hollow: an agent failed", exc_info=exc)
+        elif task not in self._removed:
+            self._codes.append(task.result())
+        self._removed.discard(task)
+        if not self._running:
+            self._idle.set()
 
     def stop(self) -> None:
-        for task in self.tasks.values():
+        self._stopping = True
+        for task in self._running:
             task.cancel()
 
     def command(self, line: str) -> str:
@@ -324,12 +358,38 @@ class Hollow:
             agent.sever()
             self.tasks[words[1]].cancel()
             return f"killed {words[1]}"
+        if len(words) == 2 and words[0] == "add":
+            return self._add(words[1])
+        if len(words) == 2 and words[0] == "remove":
+            return self._remove(words[1])
         if len(words) == 3 and words[0] == "exit" and words[2].lstrip("-").isdigit():
             for agent in self.agents.values():
                 if agent.processes is not None and agent.processes.exit(words[1], int(words[2])):
                     return f"{words[1]} exited with code {words[2]}"
             return f"no live instance {words[1]!r}"
         return f"not a command: {line!r}"
+
+    def _add(self, node: str) -> str:
+        """A node a grow request brought: its agent dials the controller as the others did."""
+        if self._stopping or self._dial is None or self._idle.is_set():
+            return f"not adding {node}: the hollow agents are stopping"
+        if node in self.agents:
+            return f"not adding {node}: it has an agent already"
+        self.agents[node] = self._agent(node)
+        self._start(node)
+        return f"added {node}"
+
+    def _remove(self, node: str) -> str:
+        """A node that went back to its provider: the controller told its agent Shutdown
+        already; ending the agent here covers one that never joined or has not read it."""
+        agent = self.agents.pop(node, None)
+        if agent is None:
+            return f"not removing {node}: no such node"
+        task = self.tasks.pop(node)
+        if not task.done():
+            self._removed.add(task)
+            task.cancel()
+        return f"removed {node}"
 
 
 def _open_control(path: Path, hollow: Hollow) -> int:
