@@ -41,6 +41,7 @@ SCENARIOS = (
     "scale",
     "teardown",
     "hollow",
+    "grow",
     "control",
     "handshakes",
     "slurm",
