@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import re
 from typing import Any
@@ -19,6 +20,7 @@ from srtr.resources.expand import local_allocation
 from srtr.resources.planning import plan_text_source
 
 LINE = re.compile(r"^recipe\.yaml(:\d+)?: \S.*$")
+WHERE = re.compile(r"^recipe\.yaml(:\d+)?: ")
 
 BASE: dict[str, Any] = {
     "name": "fuzz",
@@ -131,18 +133,36 @@ def mutated(draw: st.DrawFn) -> str:
     return text
 
 
-def _check(text: str, previous: Any = None) -> Any:
+def _check(text: str, previous: Any = None, seen: collections.Counter[str] | None = None) -> Any:
+    """The plan of `text`, or None when it is a clean error; `seen` counts the outcomes:
+    `planned`, or the top-level key an error's first line names."""
     try:
-        return plan_text_source(text, "recipe.yaml", ALLOCATION, previous)[1]
+        planned = plan_text_source(text, "recipe.yaml", ALLOCATION, previous)[1]
     except RecipeError as exc:
         lines = exc.lines()
         assert lines, "a RecipeError without a message"
         for line in lines:
             assert LINE.match(line), line
+        if seen is not None:
+            seen[WHERE.sub("", lines[0]).split(": ")[0].split("[")[0].split(".")[0]] += 1
         return None
+    if seen is not None:
+        seen["planned"] += 1
+    return planned
+
+
+def _reached(seen: collections.Counter[str], cases: int) -> None:
+    """The mutations reach the planner's depths: some recipes plan, and the errors come from
+    many parts of the schema, not only from YAML that no longer parses (a regression that
+    rejects everything, or a mutator that only breaks syntax, fails here)."""
+    assert sum(seen.values()) >= cases // 2, seen
+    assert seen["planned"] >= cases // 100, seen
+    assert len([k for k in seen if k in BASE]) >= 4, seen
 
 
 def fuzz_recipes(cases: int, derandomize: bool = False) -> None:
+    seen: collections.Counter[str] = collections.Counter()
+
     @settings(
         max_examples=cases,
         deadline=None,
@@ -152,14 +172,16 @@ def fuzz_recipes(cases: int, derandomize: bool = False) -> None:
     )
     @given(mutated())
     def run(text: str) -> None:
-        _check(text)
+        _check(text, seen=seen)
 
     run()
+    _reached(seen, cases)
 
 
 def fuzz_edits(cases: int, derandomize: bool = False) -> None:
     base = _check(yaml.safe_dump(BASE, sort_keys=False))
     assert base is not None
+    seen: collections.Counter[str] = collections.Counter()
 
     @settings(
         max_examples=cases,
@@ -170,12 +192,13 @@ def fuzz_edits(cases: int, derandomize: bool = False) -> None:
     )
     @given(mutated())
     def run(text: str) -> None:
-        new = _check(text, base.nodes)
+        new = _check(text, base.nodes, seen)
         if new is not None:
             plan = diff(base, new, launched=frozenset(s.name for s in base.instances))
             assert plan.summary()
 
     run()
+    _reached(seen, cases)
 
 
 # The normal run uses a fixed seed so that CI is repeatable; tests/chaos explores at random.
