@@ -24,6 +24,33 @@ sys.path.insert(0, str(Path(__file__).parent / "chaos"))
 STRICT = os.environ.get("SRTR_TEST_STRICT") == "1"
 
 
+# Unmarked files whose tests run `srtr up` on the local backend too (e2e_util.Run).
+_LOCAL_RUNS = frozenset(
+    {
+        "test_grow_e2e.py",
+        "test_autoscale.py",
+        "test_control_channel.py",
+        "test_logs_cli.py",
+        "test_agent_backend.py",
+        "test_srtctl_ray.py",
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`scripts/test` runs `-n 3 --dist loadgroup`), tests that share a
+    machine-wide resource run one at a time on one worker: the SLURM tests share the test
+    cluster's nodes, and the local end-to-end tests share the simulated nodes' loopback
+    IPs and the fixed ports their recipes (the examples, as written) listen on. The other
+    tests spread over the workers."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif item.get_closest_marker("e2e") is not None or item.path.name in _LOCAL_RUNS:
+            item.add_marker(pytest.mark.xdist_group("local"))
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[dict[str, str]]:
     """The local SLURM test cluster: reused when up (scripts/test starts it), else started

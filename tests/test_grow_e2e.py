@@ -128,8 +128,8 @@ def test_a_pool_grows_past_the_allocation_and_gives_the_nodes_back(
         stopped = {e["object"] for e in events(run.run_dir) if e["reason"] == "Stopped"}
         assert {"instance/service_fleet_node3", "instance/service_agent_node4"} <= stopped
         if launcher == "agent":  # the released nodes' agents ended, the others did not
-            wait_for(lambda: _agent_gone("node3"), 20, "the agent of node3 to end")
-            assert not _agent_gone("node1")
+            wait_for(lambda: _agent_gone(run, "node3"), 20, "the agent of node3 to end")
+            assert not _agent_gone(run, "node1")
         # Growing again is a new request, for new nodes: the released ones stay gone (a
         # stale grant once joined them back at once, with nothing asked).
         save(run, 3)
@@ -160,8 +160,11 @@ def test_a_request_granted_at_once_joins(tmp_path: Path) -> None:
         run.close()
 
 
-def _agent_gone(node: str) -> bool:
-    return not [c for _, c in cmdlines_with("srtr.backends.agent.node") if f"--node {node} " in c]
+def _agent_gone(run: Run, node: str) -> bool:
+    """No agent of this run serves `node` (other runs' agents have nodes of that name)."""
+    mine = str(run.run_dir.resolve())
+    agents = [c for _, c in cmdlines_with("srtr.backends.agent.node") if mine in c]
+    return not [c for c in agents if f"--node {node} " in c]
 
 
 def test_saving_the_size_back_cancels_a_pending_request(tmp_path: Path) -> None:
