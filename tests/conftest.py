@@ -24,19 +24,6 @@ sys.path.insert(0, str(Path(__file__).parent / "chaos"))
 STRICT = os.environ.get("SRTR_TEST_STRICT") == "1"
 
 
-# Unmarked files whose tests run `srtr up` on the local backend too (e2e_util.Run).
-_LOCAL_RUNS = frozenset(
-    {
-        "test_grow_e2e.py",
-        "test_autoscale.py",
-        "test_control_channel.py",
-        "test_logs_cli.py",
-        "test_agent_backend.py",
-        "test_srtctl_ray.py",
-    }
-)
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`scripts/test` runs `-n 3 --dist loadgroup`), tests that share a
@@ -47,7 +34,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slurm") is not None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif item.get_closest_marker("e2e") is not None or item.path.name in _LOCAL_RUNS:
+        elif item.get_closest_marker("e2e") is not None:
             item.add_marker(pytest.mark.xdist_group("local"))
 
 

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from e2e_util import cmdlines_with, processes_with
 from e2e_util import wait_for_async as wait_for
 
@@ -26,6 +27,8 @@ from srtr.backends.agent.backend import MAX_RESPAWNS, AgentBackend, AgentProber
 from srtr.backends.agent.starters import LocalAgents
 from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo, Observation, ObservationKind
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
+
+pytestmark = pytest.mark.e2e  # real agents and processes on the simulated nodes
 
 
 class Link:

@@ -214,6 +214,7 @@ services:
 """
 
 
+@pytest.mark.e2e
 def test_an_autoscaled_pool_follows_the_published_count_up_and_down(tmp_path: Path) -> None:
     want = tmp_path / "want"
     want.write_text("1\n")
@@ -270,6 +271,7 @@ def test_an_autoscaled_pool_follows_the_published_count_up_and_down(tmp_path: Pa
         run.close()
 
 
+@pytest.mark.e2e
 def test_a_saved_edit_keeps_the_autoscaled_size(tmp_path: Path) -> None:
     """A save of something else plans with the size the autoscaler chose, not `min`."""
     want = tmp_path / "want"

@@ -66,6 +66,7 @@ def elsewhere(run_dir: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not ROOT, reason="needs root and unshare for another namespace")
 def test_status_and_down_work_from_another_host_with_a_long_run_dir(tmp_path: Path) -> None:
     run_dir = long_run_dir(tmp_path)
@@ -168,6 +169,7 @@ def test_down_offers_scancel_of_srtrs_own_slurm_job(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.e2e
 def test_a_killed_controller_is_unreachable_and_its_job_can_be_adopted_at_once(
     tmp_path: Path,
 ) -> None:

@@ -19,8 +19,7 @@ from srtr.resources.errors import RecipeError
 from srtr.resources.expand import local_allocation
 from srtr.resources.planning import plan_text_source
 
-LINE = re.compile(r"^recipe\.yaml(:\d+)?: \S.*$")
-WHERE = re.compile(r"^recipe\.yaml(:\d+)?: ")
+LINE = re.compile(r"^recipe\.yaml(?::\d+)?: (\S.*)$")  # group 1: the path and the message
 
 BASE: dict[str, Any] = {
     "name": "fuzz",
@@ -144,7 +143,9 @@ def _check(text: str, previous: Any = None, seen: collections.Counter[str] | Non
         for line in lines:
             assert LINE.match(line), line
         if seen is not None:
-            seen[WHERE.sub("", lines[0]).split(": ")[0].split("[")[0].split(".")[0]] += 1
+            first = LINE.match(lines[0])
+            assert first is not None
+            seen[first.group(1).split(": ")[0].split("[")[0].split(".")[0]] += 1
         return None
     if seen is not None:
         seen["planned"] += 1

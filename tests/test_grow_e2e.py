@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from e2e_util import Run, cmdlines_with, events, wait_for
 
+pytestmark = pytest.mark.e2e
+
 RECIPE = """\
     name: grow
     services:

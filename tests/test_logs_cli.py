@@ -104,6 +104,7 @@ def _gave_up(run: Run) -> bool:
     return sum(e["reason"] == "GaveUp" for e in events(run.run_dir)) == 2
 
 
+@pytest.mark.e2e
 def test_logs_of_a_service_an_attempt_a_tail_and_a_follow(tmp_path: Path) -> None:
     run = Run(tmp_path, RECIPE)
     follower = None
