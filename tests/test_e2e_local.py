@@ -72,6 +72,48 @@ def test_terminal_pool_ends_the_job_with_the_worst_code(tmp_path: Path, launcher
     assert "worst exit code 3" in state["job"]["reason"]
 
 
+FDS = """
+name: fds
+services:
+  - name: side
+    command: ["sleep", "1000"]
+    nodes: 2
+  - name: look
+    # grep shows the dispositions srtr's child got (bash keeps ignored signals ignored).
+    preamble: grep SigIgn /proc/self/status
+    command:
+      - python3
+      - -c
+      - |
+        import os
+        # What is still open once listdir's own fd is closed came from the parent.
+        fds = [f for f in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{f}")]
+        print("fds", *sorted(fds, key=int))
+        print("session", os.getsid(0) == os.getpid())
+    nodes: 1
+    terminal: true
+"""
+
+
+@LAUNCHERS
+def test_an_instance_inherits_no_fd_of_the_controller_and_default_signals(
+    tmp_path: Path, launcher: str
+) -> None:
+    """The controller holds pidfds, sockets, logs, node views and what its own parent left
+    open: none may reach an instance (an inherited socket keeps a port or a connection
+    alive after srtr), and SIGPIPE and SIGXFSZ are the default again, as Popen leaves them
+    (Python ignores SIGPIPE; a pipeline in an instance must die of it, as in a shell)."""
+    # srtr up starts with fd 7 open and inheritable, as a shell or a batch system may leave one.
+    leaky = ("sh", "-c", 'exec 7</dev/null; exec "$@"', "sh")
+    run = Run(tmp_path, FDS, "--launcher", launcher, prefix=leaky)
+    assert finish(run) == 0, run.err
+    ignored, fds, session = (run.run_dir / "logs" / "service_look.out").read_text().splitlines()
+    mask = int(ignored.split()[1], 16)
+    assert not mask & (1 << (signal.SIGPIPE - 1)) and not mask & (1 << (signal.SIGXFSZ - 1))
+    assert fds == "fds 0 1 2"
+    assert session == "session True"
+
+
 RIDER = """
 name: riders
 services:

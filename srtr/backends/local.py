@@ -129,15 +129,14 @@ class LocalBackend:
 
     def _command(self, spec: LaunchSpec) -> list[str]:
         argv = instance_command(spec)
-        if (
-            self._node_tmp is None
-            or spec.node in self._added
-            or shutil.which(argv[0], path=spec.env.get("PATH")) is None
-        ):
+        if self._node_tmp is None or spec.node in self._added:
+            return argv
+        wrapped = self._node_tmp.enter(spec.node, argv, here=True)
+        if wrapped is not argv and shutil.which(argv[0], path=spec.env.get("PATH")) is None:
             # A program that cannot be found fails the launch as it always did (LaunchError),
             # not as an exit of the wrapper's shell.
             return argv
-        return self._node_tmp.enter(spec.node, argv, here=True)
+        return wrapped
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
         inherited = inherited_environment()

@@ -92,6 +92,7 @@ class NodeTmp:
         self._here: bool | None = None
         self._home: int | None = None  # our own mount namespace, to come back to
         self._own: set[int] = set()  # threads with a cwd and root of their own
+        self._made: set[str] = set()  # nodes whose node dir exists
         self._cwd = os.getcwd()
         why = self._start(list(nodes))
         mode = VIEW if not why else f"{TMPDIR_ONLY}; {why}"
@@ -102,7 +103,9 @@ class NodeTmp:
     def node_dir(self, node: str) -> Path:
         """What `node` wrote under /tmp (in its view; or its TMPDIR)."""
         path = self.root / node / UPPER
-        path.mkdir(parents=True, exist_ok=True)
+        if node not in self._made:  # once: this is on the launch path of every instance
+            path.mkdir(parents=True, exist_ok=True)
+            self._made.add(node)
         return path
 
     def tmpdir(self, node: str) -> str:
@@ -308,6 +311,8 @@ class NodeTmp:
         while self._sock is not None:
             try:
                 data, fds, _, _ = socket.recv_fds(self._sock, 4096, 2, socket.MSG_CMSG_CLOEXEC)
+                for fd in fds:  # Python 3.11's recv_fds drops the flag: a launch must not leak
+                    os.set_inheritable(fd, False)
             except BlockingIOError:
                 break
             except OSError as exc:

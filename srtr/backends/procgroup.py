@@ -26,6 +26,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Mapping
@@ -57,10 +58,15 @@ _PRUNE_MIN = 64
 def process_start_time(pid: int) -> int | None:
     """The kernel's start time of `pid` (clock ticks since boot), or None if it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)  # one read: the file is one short line
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name may hold spaces and parentheses: fields start after the last ')'.
     fields = data[data.rfind(b")") + 2 :].split()
     return int(fields[19]) if len(fields) > 19 else None
@@ -77,10 +83,13 @@ class Attempt:
     # Equal to pid (the child calls setsid), kept apart to make the killpg calls read right.
     pgid: int
     pidfd: int
-    # Kept so that we can set its returncode after reaping: an unreaped-looking Popen that is
-    # garbage collected goes to subprocess._active, whose waitpid(pid) could later reap an
-    # unrelated child that reused the pid.
-    popen: subprocess.Popen[bytes] | None  # None: adopted from an earlier controller
+    # Our child (we reap it and know its status), or adopted from an earlier controller.
+    child: bool
+    # The Popen of a child started through subprocess, kept so that we can set its
+    # returncode after reaping: an unreaped-looking Popen that is garbage collected goes to
+    # subprocess._active, whose waitpid(pid) could later reap an unrelated child that reused
+    # the pid. None for a posix_spawn'd child and an adopted attempt.
+    popen: subprocess.Popen[bytes] | None
     loop: asyncio.AbstractEventLoop
 
 
@@ -148,6 +157,8 @@ class ProcessGroups:
         self._environment = environment
         self._owner = owner
         self._preexec = _parent_death_hook() if die_with_parent else None
+        if self._preexec is None:
+            close_inherited_on_exec()  # `_spawn` has no close_fds
         self._live: dict[str, Attempt] = {}
         # Groups whose leader was reaped while other members (grandchildren) remained. Only
         # close() kills them; signal() targets the live attempt alone.
@@ -201,8 +212,11 @@ class ProcessGroups:
                 _append(fd, marker)
             try:
                 argv, env = self._command(spec), self._environment(spec)
-                popen = _start(spec, fd, argv, env, self._preexec)
-                attempt = _watch(spec, popen, loop)
+                if self._preexec is None and spec.cwd is None:
+                    attempt = _watch(spec, _spawn(spec, fd, argv, env), None, loop)
+                else:
+                    popen = _start(spec, fd, argv, env, self._preexec)
+                    attempt = _watch(spec, popen.pid, popen, loop)
             except LaunchError as exc:
                 _append(fd, f"==== srtr: {exc} ====\n")
                 raise
@@ -249,6 +263,7 @@ class ProcessGroups:
                 pid=pid,
                 pgid=os.getpgid(pid),
                 pidfd=pidfd,
+                child=False,
                 popen=None,
                 loop=asyncio.get_running_loop(),
             )
@@ -293,7 +308,7 @@ class ProcessGroups:
         """Reader callback: the pidfd became readable, so the leader is a zombie; reap it."""
         attempt.loop.remove_reader(attempt.pidfd)
         os.close(attempt.pidfd)
-        if attempt.popen is None:
+        if not attempt.child:
             # Not our child: init reaps it and keeps the status; the group may be gone.
             kill_group(attempt.pgid)
             self._forget(attempt)
@@ -304,7 +319,8 @@ class ProcessGroups:
         # unreaped leader keeps the group id from being reused, so this cannot hit a stranger.
         kill_group(attempt.pgid)
         status = _reap(attempt.pid)
-        attempt.popen.returncode = -status.signal if status.signal is not None else status.code
+        if attempt.popen is not None:
+            attempt.popen.returncode = -status.signal if status.signal is not None else status.code
         if self._live.get(attempt.name) is attempt:
             del self._live[attempt.name]
         self._note_lingering(attempt.pgid)
@@ -342,7 +358,8 @@ class ProcessGroups:
         for attempt in stuck:
             attempt.loop.remove_reader(attempt.pidfd)
             os.close(attempt.pidfd)
-        # Their Popen objects keep returncode None on purpose: subprocess then reaps them later.
+        # Their Popen objects keep returncode None on purpose: subprocess then reaps them later
+        # (a posix_spawn'd one stays a zombie until we exit: it did not die of SIGKILL anyway).
         self._live.clear()
         self._idle.set()
 
@@ -397,6 +414,18 @@ def _parent_death_hook() -> Callable[[], None]:
     return hook
 
 
+def close_inherited_on_exec() -> None:
+    """Mark close-on-exec every fd above 2 this process holds (what its parent left open,
+    and any a library opened without the flag): `_spawn`'s children then inherit none,
+    as Popen's close_fds ensures for its own. The fds we open later carry the flag already
+    (Python's default, PEP 446; see node_tmp's received fds for the one exception)."""
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > 2:
+            # EBADF: listdir's own fd, closed by now.
+            with contextlib.suppress(OSError):
+                os.set_inheritable(int(name), False)
+
+
 def kill_group(pgid: int) -> None:
     """SIGKILL process group `pgid`; a group that is gone or out of reach is no error."""
     # EPERM means no member could be signalled (all became set-uid); nothing more we can do,
@@ -419,6 +448,43 @@ def _append(fd: int, text: str) -> None:
     # Best effort: a full disk must not turn into a second, more confusing error.
     with contextlib.suppress(OSError):
         os.write(fd, text.encode())
+
+
+# Popen restores these to SIG_DFL in its children (Python ignores SIGPIPE): so do we.
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def _spawn(spec: LaunchSpec, log_fd: int, argv: list[str], env: dict[str, str]) -> int:
+    """Start `argv` in a new session with posix_spawn(3), its output on `log_fd`; the pid.
+
+    The same child as `_start` makes without preexec hook and cwd, at half the cost from a
+    large controller (glibc's clone(CLONE_VM|CLONE_VFORK) and no error pipe; measured from a
+    90 MB process: 0.6-0.7 ms per launch against Popen's 1.4 ms), which is most of the time a
+    job of thousands of instances takes to start. Every fd of ours is close-on-exec (PEP 446)
+    and so does not reach the child, as Popen's close_fds ensures.
+    """
+    path = env.get("PATH", os.defpath)
+    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
+    if program is None:  # as Popen says it
+        raise LaunchError(f"cannot start {argv[0]!r}: [Errno 2] No such file or directory")
+    try:
+        return os.posix_spawn(
+            program,
+            argv,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                (os.POSIX_SPAWN_DUP2, log_fd, 2),
+            ],
+            setsid=True,
+            setsigmask=(),
+            setsigdef=_DEFAULT_SIGNALS,
+        )
+    except OSError as exc:
+        raise LaunchError(f"cannot start {argv[0]!r}: [Errno {exc.errno}] {exc.strerror}") from exc
+    except ValueError as exc:  # a NUL byte in argv or env
+        raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
 
 
 def _start(
@@ -455,22 +521,29 @@ def _start(
 
 
 def _watch(
-    spec: LaunchSpec, popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop
+    spec: LaunchSpec,
+    pid: int,
+    popen: subprocess.Popen[bytes] | None,
+    loop: asyncio.AbstractEventLoop,
 ) -> Attempt:
     try:
-        pidfd = os.pidfd_open(popen.pid)
+        pidfd = os.pidfd_open(pid)
     except OSError as exc:
         # An attempt whose exit we could never observe must not be left running.
-        kill_group(popen.pid)
-        popen.wait()
-        raise LaunchError(f"cannot watch {spec.name!r} (pid {popen.pid}): {exc}") from exc
+        kill_group(pid)
+        if popen is not None:
+            popen.wait()
+        else:
+            _reap(pid)
+        raise LaunchError(f"cannot watch {spec.name!r} (pid {pid}): {exc}") from exc
     return Attempt(
         name=spec.name,
         attempt=spec.attempt,
         node=spec.node,
-        pid=popen.pid,
-        pgid=popen.pid,
+        pid=pid,
+        pgid=pid,
         pidfd=pidfd,
+        child=True,
         popen=popen,
         loop=loop,
     )
