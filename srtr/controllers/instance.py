@@ -63,6 +63,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         ctx.queue.add("removal")  # the removal controller owns dropped instances
         return None
     if status.alive:
+        if status.identity is None and status.pid is not None:
+            store.identified(name, ctx.backend.identity(name))
         if status.user_action and not store.job.teardown_requested:
             return await _stop_for_user(ctx, spec)
         return None
@@ -165,11 +167,14 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         ctx.queue.add(instance_key(spec.name))
         ctx.queue.add(JOB)
         return
-    store.launched(spec.name, pid=pid, identity=ctx.backend.identity(spec.name))
+    # The identity is read at the instance's next reconcile, after the launches queued
+    # before it: reading /proc/<pid>/stat at once waits for the child's exec to finish
+    # (the kernel's exec lock), which it otherwise does on another core meanwhile. Its
+    # state.json entry has no identity until then, as any launch since the last write.
+    store.launched(spec.name, pid=pid, identity=None)
     if spec.probe is None:
         ctx.queue.add("exporters")  # ready at launch: its metrics become a scrape target
-    if not store.status[spec.name].alive:
-        ctx.queue.add(instance_key(spec.name))
+    ctx.queue.add(instance_key(spec.name))  # dead already: decide; alive: identify
     if spec.probe is not None:
         ctx.queue.add(probe_key(spec.name))
     _wake_deferred_probes(ctx, spec)

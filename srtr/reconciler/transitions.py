@@ -175,6 +175,11 @@ class InstanceTransitions(StoreBase):
         )
         self.record(f"instance/{name}", "Launched", f"on {spec.node} (pid {pid}); {readiness}")
 
+    def identified(self, name: str, identity: dict[str, int] | None) -> None:
+        """What adoption will check of the live attempt (pid and kernel start time), read by
+        the backend after the launch rather than in it."""
+        self.status[name].identity = identity
+
     def launch_failed(self, name: str, error: str) -> None:
         """The backend could not start the attempt: it ended at once with code 127.
 
