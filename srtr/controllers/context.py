@@ -7,6 +7,7 @@ chosen by the CLI, and tests pass fakes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -62,6 +63,11 @@ class Ctx:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     # The job's source pins: every re-planning of its recipe applies them (resources/pins.py).
     source_pins: Pins = field(default_factory=dict)
+
+    @functools.cached_property
+    def run_dir_path(self) -> str:
+        """The run dir's absolute path (SRTR_RUN_DIR): worked out once, not per launch."""
+        return str(self.run_dir.resolve())
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a side task (a probe attempt) without awaiting it in the reconcile."""

@@ -148,7 +148,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         node_ip=spec.node_ip,
         argv=spec.argv,
         # srun_export_env travels like env: in the srun client's environment (never argv)
-        env={**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": str(ctx.run_dir.resolve())},
+        env={**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": ctx.run_dir_path},
         log_path=log_or_null(store.write_faults, log_path),  # a log never stops a launch
         attempt=attempt,
         preamble=spec.preamble,
