@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import re
 import sys
 import time
@@ -25,10 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srtr.cli import bad
-from srtr.reconciler.rundir import RESTART_MARKER, InstanceDoc, RunState
+
+if TYPE_CHECKING:
+    from srtr.reconciler.rundir import InstanceDoc, RunState
 
 FOLLOW_PERIOD = 0.25  # a CLI tail, not the controller: polling a file here is fine
 
@@ -122,7 +125,7 @@ def attempts(data: bytes) -> list[Attempt]:
     """
     out: list[Attempt] = []
     start, number, started = 0, 0, None
-    for match in _MARKER_BYTES.finditer(data):
+    for match in _marker_bytes().finditer(data):
         out.append(Attempt(number, start, match.start(), started))
         stamp = match.group(4).decode("ascii", "replace")
         try:
@@ -135,8 +138,15 @@ def attempts(data: bytes) -> list[Attempt]:
     return out
 
 
-# The marker, searched for in bytes: offsets are byte offsets, and a log need not be UTF-8.
-_MARKER_BYTES = re.compile(RESTART_MARKER.pattern.encode(), re.M)
+@functools.cache
+def _marker_bytes() -> re.Pattern[bytes]:
+    """The marker, searched for in bytes: offsets are byte offsets, and a log need not be
+    UTF-8. Compiled on first use: every verb imports this module to build its parser."""
+    from srtr.reconciler.rundir import RESTART_MARKER
+
+    return re.compile(RESTART_MARKER.pattern.encode(), re.M)
+
+
 _STAMP = re.compile(
     r"^\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
 )

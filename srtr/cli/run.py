@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from srtr.cli import StoppedBySignal, control_verbs, status
 from srtr.cli import bad as _bad
-from srtr.cli.crash import killed_by_guard
 from srtr.cli.status import read_run
-from srtr.reconciler.rundir import STATE_FILE, RunState
 
 # The planning verbs' imports (pydantic, the recipe model: 0.1-0.3 s) stay in their functions:
-# `srtr status` from a login node must not pay for them (benchmarks/control.py).
+# `srtr status` from a login node must not pay for them (benchmarks/control.py). The run
+# dir's (srtr.reconciler) do too: every verb builds this module's parsers, `srtr plan` included.
 
 if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from srtr.backends.provision import Provisioner, RequestState
     from srtr.backends.slurm import SlurmBackend
     from srtr.backends.slurm_provision import SlurmProvisioner
+    from srtr.reconciler.rundir import RunState
     from srtr.resources.pins import Pin
     from srtr.resources.recipe import Recipe
     from srtr.runtime.guard import Started
@@ -188,6 +188,8 @@ def _make_run_dir(args: argparse.Namespace, name: str) -> Path:
 
 def _run_dir_path(args: argparse.Namespace, name: str) -> Path:
     """The run dir `up` will use, refused when a running job has it; not created yet."""
+    from srtr.reconciler.rundir import STATE_FILE
+
     if args.run_dir:
         run_dir = Path(args.run_dir)
     else:
@@ -225,6 +227,8 @@ PREVIOUS_RUNS = "previous"
 
 
 def _run_summary(run_dir: Path, state: RunState) -> str:
+    from srtr.cli.crash import killed_by_guard
+
     job = state.job
     killed = killed_by_guard(run_dir, state)
     if killed is not None:
@@ -237,6 +241,8 @@ def _run_summary(run_dir: Path, state: RunState) -> str:
 def _set_aside(run_dir: Path) -> Path | None:
     """Move the files of the ended run in `run_dir` into `previous/N`: the new run starts
     clean, and nothing of the old one (its logs above all) is truncated or lost."""
+    from srtr.reconciler.rundir import STATE_FILE
+
     if not (run_dir / STATE_FILE).exists():
         return None
     previous = run_dir / PREVIOUS_RUNS
@@ -549,6 +555,7 @@ def _submitted_pins(run_dir: Path) -> dict[str, Pin]:
     """The pins `srtr submit` left in the run dir it made for this job (none once a job
     ran there: a new job in an old run dir pins afresh)."""
     from srtr.cli.pins import read_pins
+    from srtr.reconciler.rundir import STATE_FILE
 
     return {} if (run_dir / STATE_FILE).exists() else read_pins(run_dir)
 
@@ -641,6 +648,9 @@ def _crashed_job(args: argparse.Namespace) -> RunState | None:
 
     `--adopt RUN_DIR` asks explicitly; `--run-dir DIR` of such a job implies it.
     """
+    from srtr.cli.crash import killed_by_guard
+    from srtr.reconciler.rundir import STATE_FILE
+
     where = args.adopt or args.run_dir
     if not where or not (Path(where) / STATE_FILE).exists():
         if args.adopt:

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srtr.cli import bad
-from srtr.reconciler.rundir import RunState, StateFileError, read_state
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from srtr.reconciler.rundir import RunState
     from srtr.runtime.liveness import Liveness
 
 
@@ -64,6 +64,8 @@ def add_verbs(verbs: Any) -> None:
 
 def read_run(run_dir: Path) -> RunState:
     """`run_dir`'s state.json. Raises RecipeError (exit 2) when it cannot be read."""
+    from srtr.reconciler.rundir import StateFileError, read_state
+
     try:
         return read_state(run_dir)
     except StateFileError as exc:

@@ -7,7 +7,6 @@ lives in the reconciler's store, never here.
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +122,8 @@ class InstanceSpec:
         Probe timings, restart policy, tier and grace are not in it: they change live
         ("hot") without touching the process.
         """
+        import hashlib  # here: loading OpenSSL costs `srtr plan`, which hashes nothing (text)
+
         probe = self.probe
         target: tuple[object, ...] | None = None
         if probe is not None:
