@@ -380,13 +380,24 @@ class _Expander:
         metrics_ports = {
             s.name: [m.port for m in effective_metrics(s)] for s in self.by_name.values()
         }
+        # Per service and probe port, not per instance: a pool's instances share both.
+        listens: dict[tuple[str, int | None, tuple[int, ...]], list[int]] = {}
         for spec in instances:
             if spec.kind is InstanceKind.SETUP:
                 continue  # a clone or build listens on nothing
-            ports = set(metrics_ports.get(spec.service, []))
-            if spec.probe is not None and spec.probe.port is not None:
-                ports.update((spec.probe.port, *spec.probe.more_ports))
-            for port in sorted(ports):
+            probe = spec.probe
+            key = (
+                (spec.service, probe.port, probe.more_ports)
+                if probe is not None and probe.port is not None
+                else (spec.service, None, ())
+            )
+            ports_of = listens.get(key)
+            if ports_of is None:
+                ports = set(metrics_ports.get(spec.service, []))
+                if key[1] is not None:
+                    ports.update((key[1], *key[2]))
+                ports_of = listens[key] = sorted(ports)
+            for port in ports_of:
                 first = taken.setdefault((spec.node, port), spec)
                 if first is spec or (first.service, spec.service, port) in reported:
                     continue

@@ -6,11 +6,42 @@ lives in the reconciler's store, never here.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+
+def _fills_slots(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass an `__init__` that fills its slots directly.
+
+    The dataclass's own goes through `object.__setattr__` once per field (the way past
+    `frozen`), which made a third of `expand`'s time for a 5,000-instance plan; a slot's
+    descriptor sets it for less than half of that. Same signature, defaults and result.
+    """
+    params, lines, names = [], [], {}
+    for number, f in enumerate(dataclasses.fields(cls)):  # type: ignore[arg-type]
+        # Only what the plain form covers: no factories, no init=False, no __post_init__.
+        assert f.init and f.default_factory is dataclasses.MISSING, f.name
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            names[f"_default{number}"] = f.default
+            params.append(f"{f.name}=_default{number}")
+        names[f"_set{number}"] = cls.__dict__[f.name].__set__
+        lines.append(f"    _set{number}(self, {f.name})")
+    assert not hasattr(cls, "__post_init__"), cls
+    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(lines) + "\n"
+    exec(source, names)  # as dataclasses itself builds __init__
+    init = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
 
 
 class InstanceKind(enum.StrEnum):
@@ -76,6 +107,7 @@ class RestartSpec:
     window_seconds: float
 
 
+@_fills_slots  # built by the thousand: 5,000 for a 1,000-node `srtr plan`
 @dataclass(frozen=True, slots=True)
 class InstanceSpec:
     """One process of a service on one node: one srun step on SLURM, one process group here.
