@@ -46,3 +46,34 @@ def test_pure_rooms_do_not_load_textual_or_watchfiles(package: str) -> None:
     loaded = json.loads(done.stdout)
     assert "textual" not in loaded and "watchfiles" not in loaded
     assert loaded == [], f"importing {package} loaded {loaded}"
+
+
+# `srtr plan` of a recipe, in-process; lists what it loaded of the machinery and the TUI.
+PLAN_PROBE = """
+import contextlib, io, json, sys
+from srtr.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(["plan", sys.argv[1]])
+machinery = ("srtr.reconciler", "srtr.controllers", "srtr.backends", "srtr.runtime", "srtr.tui")
+heavy = ("rich", "textual")
+loaded = [m for m in sys.modules if m.startswith(machinery) or m.split(".")[0] in heavy]
+print(json.dumps({"code": code, "loaded": sorted(loaded)}))
+"""
+
+
+def test_plan_loads_no_run_machinery() -> None:
+    """Every verb builds every verb's parser; those of `up`, `status` and `logs` must not
+    drag the run dir's modules (srtr.reconciler) or rich into `srtr plan`'s start-up."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN_PROBE, str(ROOT / "examples" / "pools.yaml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"code": 0, "loaded": []}

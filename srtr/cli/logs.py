@@ -17,7 +17,6 @@ start for the first attempt). The slicing is pure (`Attempt`, `attempts`, `line_
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import re
 import sys
@@ -220,6 +219,8 @@ def resolve(state: RunState, name: str, run_dir: Path) -> list[InstanceDoc]:
     if service:
         return service
     known = sorted({i["name"] for i in instances} | {i["service"] for i in instances})
+    import difflib  # only for a name that matches nothing
+
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     services = sorted({i["service"] for i in instances})

