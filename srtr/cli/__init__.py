@@ -79,20 +79,34 @@ def _allocation(args: argparse.Namespace) -> list[tuple[str, str]] | None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    with _no_gc():
+    with _one_shot():
         return _plan(args)
 
 
+PYDANTIC_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
+
+
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic collector off for a one-shot verb: everything it builds lives until it
-    prints (5,000 instance specs for a 1,000-node plan), so the collector's passes over it
-    free nothing and cost ~10 % of `srtr plan`. Back on after: tests call `main` in-process."""
+def _one_shot() -> Iterator[None]:
+    """What a verb that plans and exits does without, each ~5-10 % of `srtr plan`:
+
+    - the cyclic collector: everything it builds lives until it prints (5,000 instance specs
+      for a 1,000-node plan), so its passes free nothing;
+    - pydantic's plugins (observability hooks for an application's models; none has a use
+      for srtr's recipe models): finding them reads the metadata of every installed
+      distribution when the first model is built. Unless the user set the variable.
+
+    Both come back after: tests call `main` in-process."""
     enabled = gc.isenabled()
     gc.disable()
+    ours = PYDANTIC_PLUGINS not in os.environ
+    if ours:
+        os.environ[PYDANTIC_PLUGINS] = "__all__"
     try:
         yield
     finally:
+        if ours:
+            os.environ.pop(PYDANTIC_PLUGINS, None)
         if enabled:
             gc.enable()
 
