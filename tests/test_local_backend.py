@@ -339,6 +339,34 @@ def test_missing_binary_raises_launch_error_and_logs_it(tmp_path: Path) -> None:
     run(tmp_path, body)
 
 
+def test_a_program_found_once_is_looked_for_again_when_it_moves_or_goes(tmp_path: Path) -> None:
+    """Where a name was found on PATH is remembered (as a shell's `hash`), never trusted:
+    a program moved to another PATH dir still starts, and a removed one is a LaunchError."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    tool = first / "srtr-moving-tool"
+    tool.write_text("#!/bin/sh\necho ran from $0\n")
+    tool.chmod(0o755)
+    env = {"PATH": f"{first}:{second}:{os.environ['PATH']}"}
+
+    async def body(h: Harness) -> None:
+        await h.launch("tool", ["srtr-moving-tool"], env=env)
+        assert (await h.wait_exit("tool")).exit_code == 0
+        tool.rename(second / tool.name)
+        await h.launch("tool", ["srtr-moving-tool"], env=env, attempt=1)
+        assert (await h.wait_exit("tool", attempt=1)).exit_code == 0
+        assert f"ran from {second / tool.name}" in h.log_text("tool")
+        (second / tool.name).unlink()
+        with pytest.raises(LaunchError) as info:
+            await h.launch("tool", ["srtr-moving-tool"], env=env, attempt=2)
+        assert str(info.value) == (
+            "cannot start 'srtr-moving-tool': [Errno 2] No such file or directory"
+        )
+
+    run(tmp_path, body)
+
+
 def test_bad_cwd_and_non_executable_raise_launch_error(tmp_path: Path) -> None:
     script = tmp_path / "not-executable.sh"
     script.write_text("#!/bin/sh\necho hi\n")

@@ -464,27 +464,58 @@ def _spawn(spec: LaunchSpec, log_fd: int, argv: list[str], env: dict[str, str]) 
     and so does not reach the child, as Popen's close_fds ensures.
     """
     path = env.get("PATH", os.defpath)
-    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
-    if program is None:  # as Popen says it
-        raise LaunchError(f"cannot start {argv[0]!r}: [Errno 2] No such file or directory")
     try:
-        return os.posix_spawn(
-            program,
-            argv,
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                (os.POSIX_SPAWN_DUP2, log_fd, 2),
-            ],
-            setsid=True,
-            setsigmask=(),
-            setsigdef=_DEFAULT_SIGNALS,
-        )
+        return _posix_spawn(_program(argv[0], path), argv, env, log_fd)
+    except FileNotFoundError as exc:
+        if "/" in argv[0] or (argv[0], path) not in _FOUND:
+            raise LaunchError(f"cannot start {argv[0]!r}: [Errno 2] {exc.strerror}") from exc
+        del _FOUND[argv[0], path]  # moved or removed since: look again, once
+        try:
+            return _posix_spawn(_program(argv[0], path), argv, env, log_fd)
+        except FileNotFoundError as exc:
+            raise LaunchError(f"cannot start {argv[0]!r}: [Errno 2] {exc.strerror}") from exc
     except OSError as exc:
         raise LaunchError(f"cannot start {argv[0]!r}: [Errno {exc.errno}] {exc.strerror}") from exc
     except ValueError as exc:  # a NUL byte in argv or env
         raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
+
+
+# Where a program name was found on a PATH, as a shell's `hash` remembers it: the PATH walk
+# (an access(2) per directory) is left out of all but the first of a job's launches.
+_FOUND: dict[tuple[str, str], str] = {}
+
+
+def _program(name: str, path: str) -> str:
+    """`name` as posix_spawn needs it: a path (Popen searches `env`'s PATH, so do we).
+
+    Raises:
+        FileNotFoundError: no executable of that name on `path`.
+    """
+    if "/" in name:
+        return name
+    found = _FOUND.get((name, path))
+    if found is None:
+        found = shutil.which(name, path=path)
+        if found is None:
+            raise FileNotFoundError(2, "No such file or directory", name)
+        _FOUND[name, path] = found
+    return found
+
+
+def _posix_spawn(program: str, argv: list[str], env: dict[str, str], log_fd: int) -> int:
+    return os.posix_spawn(
+        program,
+        argv,
+        env,
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, log_fd, 1),
+            (os.POSIX_SPAWN_DUP2, log_fd, 2),
+        ],
+        setsid=True,
+        setsigmask=(),
+        setsigdef=_DEFAULT_SIGNALS,
+    )
 
 
 def _start(
