@@ -151,7 +151,11 @@ class StateFile:
             self._pending = asyncio.get_running_loop().call_later(delay, self.write)
 
     def write(self) -> None:
-        self._pending = None
+        if self._pending is not None:
+            # A direct write (the first, the last) is the one that was due: left pending, its
+            # timer started a second chain of writes that never ended (twice the writes).
+            self._pending.cancel()
+            self._pending = None
         store, faults, run_dir = self.ctx.store, self.ctx.store.write_faults, self.ctx.run_dir
         generation = store.job.generation
         if generation != self._saved_generation and store.recipe_text:
