@@ -241,6 +241,37 @@ def idle_sample(pid: int, seconds: float) -> dict[str, float]:
 # --- srtr jobs -----------------------------------------------------------------------------------
 
 
+def another_host(run_dir: Path, view: Path, argv: str) -> list[str]:
+    """`python -m srtr ARGV` as from another host: a new mount and pid namespace with a
+    private /tmp, the run dir seen at `view`, and no pid of this host there.
+
+    The private /tmp would also hide a venv or a checkout that lives under /tmp (a clone
+    there: "No module named srtr"): those are held aside and bound back, as a cluster's
+    shared filesystem shows them. Sockets sit at /tmp's top level, so they stay out of
+    reach. (tests/test_control_channel.py runs `srtr` there too.)"""
+    import srtr
+
+    tmp = Path("/tmp").resolve()
+    used = [Path(sys.executable), Path(sys.prefix), Path(sys.base_prefix), Path(srtr.__file__)]
+    kept = sorted(
+        {
+            tmp / p.resolve().relative_to(tmp).parts[0]
+            for p in used
+            if p.resolve().is_relative_to(tmp) and p.resolve() != tmp
+        }
+    )
+    asides = [Path("/mnt") / f"{view.name}-keep{i}" for i in range(len(kept))]
+    steps = [f"mount --bind {run_dir.resolve()} {view}"]
+    for path, aside in zip(kept, asides, strict=True):
+        aside.mkdir(exist_ok=True)
+        steps.append(f"mount --bind {path} {aside}")
+    steps.append("mount -t tmpfs none /tmp")
+    for path, aside in zip(kept, asides, strict=True):
+        steps += [f"mkdir -p {path}", f"mount --bind {aside} {path}"]
+    script = " && ".join([*steps, f"exec {sys.executable} -m srtr {argv}"])
+    return ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "sh", "-c", script]
+
+
 def srtr_argv() -> list[str]:
     return [sys.executable, "-m", "srtr"]
 

@@ -21,11 +21,10 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import Context, Figure, Job, Skip, write_yaml
+from benchmarks.common import Context, Figure, Job, Skip, another_host, write_yaml
 
 STATUS_RUNS = 7
 SEND_RUNS = 20
@@ -36,16 +35,9 @@ def elsewhere(
 ) -> tuple[float, subprocess.CompletedProcess[str]]:
     """(seconds, result) of `python -m srtr ARGV` in another mount and pid namespace."""
     command = " ".join(a.replace("{}", str(view)) for a in argv)
-    script = (
-        f"mount --bind {run_dir} {view} && mount -t tmpfs none /tmp && "
-        f"exec {sys.executable} -m srtr {command}"
-    )
     started = time.perf_counter()
     done = subprocess.run(
-        ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        another_host(run_dir, view, command), capture_output=True, text=True, timeout=60
     )
     return time.perf_counter() - started, done
 

@@ -55,6 +55,9 @@ def run(ctx: Context) -> list[Figure]:
     run_dir = where / "run"
     with Job(recipe, run_dir, extra=["--backend", "slurm"], env=env, inherit_env=False) as job:
         job.wait(lambda ev: job.first("Converged"), timeout=120)
+        # status reads state.json, which is written after the event (paced; at load 9 in
+        # a full run it still said Launching when the first status ran).
+        job.wait(lambda ev: job.state()["job"]["phase"] == "Running", timeout=60)
         status = [sys.executable, "-m", "srtr", "status", str(run_dir)]
         there, here = [], []
         first = ""

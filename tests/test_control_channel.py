@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from e2e_util import Run, wait_for
 
+from benchmarks.common import another_host
 from srtr.backends import certs
 from srtr.reconciler import rundir
 from srtr.runtime import control
@@ -47,21 +48,6 @@ def long_run_dir(tmp_path: Path) -> Path:
     return run_dir
 
 
-def python_under_tmp() -> list[Path]:
-    """The top-level /tmp entries that this Python and srtr are run from (a venv, a checkout)."""
-    import srtr
-
-    tmp = Path("/tmp").resolve()
-    used = [Path(sys.executable).resolve(), Path(sys.prefix), Path(sys.base_prefix)]
-    used += [Path(srtr.__file__).resolve().parent]
-    tops = {
-        tmp / p.resolve().relative_to(tmp).parts[0]
-        for p in used
-        if p.resolve().is_relative_to(tmp) and p.resolve() != tmp
-    }
-    return sorted(tops)
-
-
 def elsewhere(run_dir: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run `python -m srtr ARGV...` as from another host: a new mount and pid namespace, a
     private /tmp, the run dir seen at another path (`{}` in argv). No pid of this host exists
@@ -69,23 +55,8 @@ def elsewhere(run_dir: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     view = Path("/mnt") / f"srtr-elsewhere-{os.getpid()}"
     view.mkdir(exist_ok=True)
     command = " ".join(a.replace("{}", str(view)) for a in argv)
-    # The private /tmp would also hide a venv or a checkout that lives under /tmp (a CI
-    # clone there gave "No module named srtr"): those are held aside and bound back, as a
-    # cluster's shared filesystem would show them. Sockets sit at /tmp's top level, so they
-    # stay out of reach.
-    steps = [f"mount --bind {run_dir.resolve()} {view}"]
-    kept = python_under_tmp()
-    for index, path in enumerate(kept):
-        aside = Path("/mnt") / f"srtr-elsewhere-{os.getpid()}-keep{index}"
-        aside.mkdir(exist_ok=True)
-        steps.append(f"mount --bind {path} {aside}")
-    steps.append("mount -t tmpfs none /tmp")
-    for index, path in enumerate(kept):
-        aside = Path("/mnt") / f"srtr-elsewhere-{os.getpid()}-keep{index}"
-        steps += [f"mkdir -p {path}", f"mount --bind {aside} {path}"]
-    script = " && ".join([*steps, f"exec {sys.executable} -m srtr {command}"])
     return subprocess.run(
-        ["unshare", "--mount", "--pid", "--fork", "--mount-proc", "sh", "-c", script],
+        another_host(run_dir, view, command),
         capture_output=True,
         text=True,
         timeout=60,
