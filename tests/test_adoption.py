@@ -82,9 +82,11 @@ def test_without_adoption_the_guard_kills_the_orphans(tmp_path: Path) -> None:
         before = pids(crash(run))
         assert any(pid_alive(p) for p in before.values())
         wait_for(lambda: not run.leftovers(), 20, "the guard to kill the orphans")
+        # The guard says so once it has killed them: a moment after they are gone.
+        log = run.run_dir / "logs" / "srtr.log"
+        wait_for(lambda: "nobody adopted the job" in log.read_text(), 10, "the guard's line")
     finally:
         run.close()
-    assert "nobody adopted the job" in (run.run_dir / "logs" / "srtr.log").read_text()
 
 
 def test_the_guard_reaps_the_orphans_of_a_run_dir_that_vanished(tmp_path: Path) -> None:
