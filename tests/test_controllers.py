@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 from pathlib import Path
 
 from controller_harness import Harness
+
+from srtr.backends.base import LaunchSpec
 
 RIDER = """
 name: t
@@ -638,5 +641,48 @@ def test_a_lost_critical_owner_without_a_spare_fails_the_job(tmp_path: Path) -> 
         await h.settle()
         assert h.store.job.exit_code == 1
         assert "was lost with its node node1" in h.store.job.reason
+
+    run(body())
+
+
+POOL4 = """
+name: ids
+services:
+  - name: owner
+    command: ["sleep", "1000"]
+    nodes: 4
+"""
+
+
+def test_a_launched_attempt_is_identified_by_the_next_launch_at_the_latest(
+    tmp_path: Path,
+) -> None:
+    """The guard kills only what state.json identifies: the identity is read after the
+    spawn (not waiting for the exec), but before the next launch, never a stage later."""
+
+    async def body() -> None:
+        h = Harness(POOL4, tmp_path)
+        order: list[str] = []
+        launch, pids = h.backend.launch, {}
+
+        async def recording_launch(spec: LaunchSpec) -> int:
+            order.append(f"launch {spec.name}")
+            pids[spec.name] = await launch(spec)
+            return pids[spec.name]
+
+        def identity(name: str) -> dict[str, int]:
+            order.append(f"identify {name}")
+            return {"pid": pids[name], "start": 1}
+
+        h.backend.launch = recording_launch  # type: ignore[method-assign]
+        h.backend.identity = identity  # type: ignore[method-assign,assignment]
+        await h.settle()
+        names = [f"service_owner_node{k}" for k in range(1, 5)]
+        launches = [order.index(f"launch {n}") for n in names]
+        for earlier, later in itertools.pairwise(names):
+            assert order.index(f"identify {earlier}") < order.index(f"launch {later}")
+        assert launches == sorted(launches)
+        assert not h.store.unidentified
+        assert all(h.store.status[n].identity == {"pid": pids[n], "start": 1} for n in names)
 
     run(body())

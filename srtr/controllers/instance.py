@@ -140,6 +140,9 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         log_offset = log_path.stat().st_size  # log probes read this attempt's output only
     except OSError:
         log_offset = 0
+    for launched in list(store.unidentified):  # the launch before this one, by now exec'd
+        alive = store.status[launched].alive
+        store.identified(launched, ctx.backend.identity(launched) if alive else None)
     attempt = store.launching(spec.name, log_offset=log_offset)
     ctx.prober.forget(spec.name)
     launch = LaunchSpec(
@@ -167,10 +170,10 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         ctx.queue.add(instance_key(spec.name))
         ctx.queue.add(JOB)
         return
-    # The identity is read at the instance's next reconcile, after the launches queued
-    # before it: reading /proc/<pid>/stat at once waits for the child's exec to finish
-    # (the kernel's exec lock), which it otherwise does on another core meanwhile. Its
-    # state.json entry has no identity until then, as any launch since the last write.
+    # The identity is read at the next launch (or the instance's next reconcile): reading
+    # /proc/<pid>/stat at once waits for the child's exec to finish (the kernel's exec
+    # lock), which it does on another core meanwhile. Not later than that: the guard kills
+    # only what state.json identifies, so an attempt must not stay unidentified for long.
     store.launched(spec.name, pid=pid, identity=None)
     if spec.probe is None:
         ctx.queue.add("exporters")  # ready at launch: its metrics become a scrape target

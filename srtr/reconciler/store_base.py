@@ -49,6 +49,8 @@ class StoreBase:
         self.pool_pending: dict[str, str] = {}
         # Instances a live edit dropped: still in specs/status until their process is gone.
         self.removing: set[str] = set()
+        # Launched attempts whose identity (what adoption and the guard check) is not read yet.
+        self.unidentified: set[str] = set()
         self.desired_names: set[str] = set(self.specs)
         # Live edits: the text of the applied recipe, a plan waiting for the user's yes
         # (confirm mode), and the last rejection; persisted under "recipe" in state.json.

@@ -161,6 +161,8 @@ class InstanceTransitions(StoreBase):
         status, spec = self.status[name], self.specs[name]
         status.pid = pid
         status.identity = identity
+        if identity is None:
+            self.unidentified.add(name)
         if spec.probe is None:
             status.ready_attempt = status.attempt
         status.phase = Phase.STARTING if spec.probe else Phase.RUNNING
@@ -179,6 +181,7 @@ class InstanceTransitions(StoreBase):
         """What adoption will check of the live attempt (pid and kernel start time), read by
         the backend after the launch rather than in it."""
         self.status[name].identity = identity
+        self.unidentified.discard(name)
 
     def launch_failed(self, name: str, error: str) -> None:
         """The backend could not start the attempt: it ended at once with code 127.
