@@ -277,8 +277,17 @@ def _watch(run_dir: Path, output: str) -> int:
     import watchfiles
 
     console = _console()
+    shown: list[tuple[int, int, int] | None] = [None]
+
+    def version() -> tuple[int, int, int] | None:
+        try:
+            st = (run_dir / "state.json").stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size  # replaced by rename: a new inode
 
     def show() -> None:
+        shown[0] = version()
         state = read_run(run_dir)
         if output == "json":
             print(json.dumps(state.doc, indent=2), flush=True)
@@ -291,13 +300,17 @@ def _watch(run_dir: Path, output: str) -> int:
     show()
     try:
         # state.json is replaced by rename: watch the directory, filter on the name.
+        # A write between the first screen and the watch's start raises no event: each
+        # second without one, state.json is compared with what was shown (one stat).
         for changes in watchfiles.watch(
             run_dir,
             watch_filter=lambda _, path: Path(path).name == "state.json",
             recursive=False,
             debounce=100,
+            rust_timeout=1000,
+            yield_on_timeout=True,
         ):
-            if changes:
+            if changes or version() != shown[0]:
                 show()
     except KeyboardInterrupt:
         return 0
