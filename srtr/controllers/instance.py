@@ -63,7 +63,7 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         ctx.queue.add("removal")  # the removal controller owns dropped instances
         return None
     if status.alive:
-        if status.identity is None and status.pid is not None:
+        if name in store.unidentified:
             store.identified(name, ctx.backend.identity(name))
         if status.user_action and not store.job.teardown_requested:
             return await _stop_for_user(ctx, spec)
