@@ -151,16 +151,20 @@ def _at(source: Source) -> str:
     return f"{source.rev} (pinned to {source.pin})" if pinned else source.rev
 
 
-def launcher_of(spec: InstanceSpec, launcher: Launcher) -> Launcher:
-    """The launcher of `spec` in a job whose launcher is `launcher` (`srtr plan --launcher`)."""
-    reasons = own_step_reasons(
+def _step_reasons(spec: InstanceSpec) -> list[str]:
+    """Why `spec` needs an srun step of its own (see `own_step_reasons`)."""
+    return own_step_reasons(
         container=spec.container,
         cpus_per_task=spec.cpus_per_task,
         cpu_bind=spec.cpu_bind,
         srun_options=dict(spec.srun_options),
         export_env=dict(spec.export_env),
     )
-    return instance_launcher(launcher, reasons)
+
+
+def launcher_of(spec: InstanceSpec, launcher: Launcher) -> Launcher:
+    """The launcher of `spec` in a job whose launcher is `launcher` (`srtr plan --launcher`)."""
+    return instance_launcher(launcher, _step_reasons(spec))
 
 
 def launcher_line(state: DesiredState, launcher: Launcher | None) -> str:
@@ -178,13 +182,7 @@ def launcher_line(state: DesiredState, launcher: Launcher | None) -> str:
             spec.export_env,
         )
         if key not in first:
-            reasons = own_step_reasons(
-                container=spec.container,
-                cpus_per_task=spec.cpus_per_task,
-                cpu_bind=spec.cpu_bind,
-                srun_options=dict(spec.srun_options),
-                export_env=dict(spec.export_env),
-            )
+            reasons = _step_reasons(spec)
             first[key] = reasons[0] if reasons else None
         reason = first[key]
         if reason is not None:
