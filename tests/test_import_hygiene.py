@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,13 +29,13 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
 """
 
 
-@pytest.mark.parametrize("package", ["srtr.resources", "srtr.reconciler"])
-def test_pure_rooms_do_not_load_textual_or_watchfiles(package: str) -> None:
+def probe(code: str, *args: str) -> Any:
+    """What `python -c CODE ARGS...` printed as JSON, run in a fresh interpreter."""
     env = dict(os.environ)
     # This checkout's srtr, whatever an editable install elsewhere points to.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, package],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -43,7 +44,12 @@ def test_pure_rooms_do_not_load_textual_or_watchfiles(package: str) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    loaded = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("package", ["srtr.resources", "srtr.reconciler"])
+def test_pure_rooms_do_not_load_textual_or_watchfiles(package: str) -> None:
+    loaded = probe(PROBE, package)
     assert "textual" not in loaded and "watchfiles" not in loaded
     assert loaded == [], f"importing {package} loaded {loaded}"
 
@@ -64,16 +70,4 @@ print(json.dumps({"code": code, "loaded": sorted(loaded)}))
 def test_plan_loads_no_run_machinery() -> None:
     """Every verb builds every verb's parser; those of `up`, `status` and `logs` must not
     drag the run dir's modules (srtr.reconciler) or rich into `srtr plan`'s start-up."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, "-c", PLAN_PROBE, str(ROOT / "examples" / "pools.yaml")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"code": 0, "loaded": []}
+    assert probe(PLAN_PROBE, str(ROOT / "examples" / "pools.yaml")) == {"code": 0, "loaded": []}
