@@ -8,6 +8,7 @@ grandchild shows up by its session id even when the test never learned its pid).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -463,3 +464,27 @@ asyncio.run(main())
             os.kill(child, signal.SIGKILL)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def test_live_instances_leave_no_pidfd_in_the_fd_table_a_launch_copies(tmp_path: Path) -> None:
+    """Their pidfds sit in the exit watcher's own table: every launch copies ours, and its
+    exec closes each close-on-exec fd there one at a time (the cost grew with the job)."""
+
+    def pidfds() -> int:
+        count = 0
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                count += os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[pidfd]"
+        return count
+
+    async def body(h: Harness) -> None:
+        before = pidfds()
+        for i in range(12):
+            await h.launch(f"sleeper{i}", ["sleep", "1000"], node=1 + i % 3)
+        assert h.backend.running() == {f"sleeper{i}" for i in range(12)}
+        assert pidfds() == before
+        await h.backend.signal("sleeper3", signal.SIGKILL)
+        seen = await h.wait_exit("sleeper3")  # exits are still seen, through the watcher
+        assert seen.signal == signal.SIGKILL
+
+    run(tmp_path, body)

@@ -6,11 +6,12 @@ and environment start an attempt, and what a reaped attempt means (EXITED, LOST)
 goes to the `on_exit` handler it was given, after the attempt has left the live set.
 
 `start` runs one attempt in a new session, so the attempt's process group id is its pid and a
-signal reaches the whole group. Exits are seen through one pidfd per live leader registered
-with the event loop, so there is no thread per child: asyncio's default child watcher on
-Python 3.11 starts one per child, which does not scale to thousands of instances (see "Facts
-measured on this machine" in the design notes). Costs worth knowing: one pidfd per live
-attempt (the controller's open-file limit bounds the job).
+signal reaches the whole group. Exits are seen through one pidfd per live leader, all held
+by one thread (`exit_watch`: in its own fd table, so that the table every launch copies
+stays small), not a thread per child: asyncio's default child watcher on Python 3.11 starts
+one per child, which does not scale to thousands of instances (see "Facts measured on this
+machine" in the design notes). Costs worth knowing: one pidfd per live attempt (the
+controller's open-file limit bounds the job).
 
 An attempt an earlier controller started can be taken over (`adopt`) by pid and kernel start
 time; it is not our child, so its exit status is unknown (`on_exit` gets None).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -35,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from srtr.backends.base import Identity, LaunchError, LaunchSpec, Observation, ObservationKind
+from srtr.backends.exit_watch import exit_watcher
 from srtr.reconciler.rundir import restart_marker
 
 log = logging.getLogger(__name__)
@@ -82,7 +85,6 @@ class Attempt:
     pid: int
     # Equal to pid (the child calls setsid), kept apart to make the killpg calls read right.
     pgid: int
-    pidfd: int
     # Our child (we reap it and know its status), or adopted from an earlier controller.
     child: bool
     # The Popen of a child started through subprocess, kept so that we can set its
@@ -91,6 +93,7 @@ class Attempt:
     # the pid. None for a posix_spawn'd child and an adopted attempt.
     popen: subprocess.Popen[bytes] | None
     loop: asyncio.AbstractEventLoop
+    watch: int = 0  # its key in the exit watcher, once watched
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ class ProcessGroups:
         self._preexec = _parent_death_hook() if die_with_parent else None
         if self._preexec is None:
             close_inherited_on_exec()  # `_spawn` has no close_fds
+        self._watcher = exit_watcher()  # started here, not in a launch inside a node's view
         self._live: dict[str, Attempt] = {}
         # Groups whose leader was reaped while other members (grandchildren) remained. Only
         # close() kills them; signal() targets the live attempt alone.
@@ -213,16 +217,25 @@ class ProcessGroups:
             try:
                 argv, env = self._command(spec), self._environment(spec)
                 if self._preexec is None and spec.cwd is None:
-                    attempt = _watch(spec, _spawn(spec, fd, argv, env), None, loop)
+                    attempt = _attempt(spec, _spawn(spec, fd, argv, env), None, loop)
                 else:
                     popen = _start(spec, fd, argv, env, self._preexec)
-                    attempt = _watch(spec, popen.pid, popen, loop)
+                    attempt = _attempt(spec, popen.pid, popen, loop)
             except LaunchError as exc:
                 _append(fd, f"==== srtr: {exc} ====\n")
                 raise
         finally:
             os.close(fd)
-        self._register(attempt)
+        try:
+            self._register(attempt)
+        except OSError as exc:
+            # An attempt whose exit we could never observe must not be left running.
+            kill_group(attempt.pid)
+            if attempt.popen is not None:
+                attempt.popen.wait()
+            else:
+                _reap(attempt.pid)
+            raise LaunchError(f"cannot watch {spec.name!r} (pid {attempt.pid}): {exc}") from exc
         return attempt
 
     def signal(self, name: str, signum: int) -> None:
@@ -252,22 +265,19 @@ class ProcessGroups:
         if not pid or start is None or process_start_time(pid) != start:
             return False
         try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            return False
-        self._register(
-            Attempt(
+            adopted = Attempt(
                 name=name,
                 attempt=attempt,
                 node=_environ(pid).get("SRTR_NODE", ""),
                 pid=pid,
                 pgid=os.getpgid(pid),
-                pidfd=pidfd,
                 child=False,
                 popen=None,
                 loop=asyncio.get_running_loop(),
             )
-        )
+            self._register(adopted)
+        except OSError:  # gone meanwhile
+            return False
         return True
 
     async def wait_idle(self, within: float) -> bool:
@@ -300,14 +310,15 @@ class ProcessGroups:
             self._abandon()
 
     def _register(self, attempt: Attempt) -> None:
+        """Watch the attempt's exit; OSError if its pidfd cannot be opened."""
+        attempt.watch = self._watcher.watch(
+            attempt.pid, attempt.loop, functools.partial(self._on_exited, attempt)
+        )
         self._live[attempt.name] = attempt
         self._idle.clear()
-        attempt.loop.add_reader(attempt.pidfd, self._on_readable, attempt)
 
-    def _on_readable(self, attempt: Attempt) -> None:
-        """Reader callback: the pidfd became readable, so the leader is a zombie; reap it."""
-        attempt.loop.remove_reader(attempt.pidfd)
-        os.close(attempt.pidfd)
+    def _on_exited(self, attempt: Attempt) -> None:
+        """The watcher saw the leader exit: it is a zombie (or gone, if not ours); reap it."""
         if not attempt.child:
             # Not our child: init reaps it and keeps the status; the group may be gone.
             kill_group(attempt.pgid)
@@ -356,8 +367,7 @@ class ProcessGroups:
             ", ".join(f"{a.name} (pid {a.pid})" for a in stuck),
         )
         for attempt in stuck:
-            attempt.loop.remove_reader(attempt.pidfd)
-            os.close(attempt.pidfd)
+            self._watcher.unwatch(attempt.watch)
         # Their Popen objects keep returncode None on purpose: subprocess then reaps them later
         # (a posix_spawn'd one stays a zombie until we exit: it did not die of SIGKILL anyway).
         self._live.clear()
@@ -551,29 +561,18 @@ def _start(
         raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
 
 
-def _watch(
+def _attempt(
     spec: LaunchSpec,
     pid: int,
     popen: subprocess.Popen[bytes] | None,
     loop: asyncio.AbstractEventLoop,
 ) -> Attempt:
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError as exc:
-        # An attempt whose exit we could never observe must not be left running.
-        kill_group(pid)
-        if popen is not None:
-            popen.wait()
-        else:
-            _reap(pid)
-        raise LaunchError(f"cannot watch {spec.name!r} (pid {pid}): {exc}") from exc
     return Attempt(
         name=spec.name,
         attempt=spec.attempt,
         node=spec.node,
         pid=pid,
         pgid=pid,
-        pidfd=pidfd,
         child=True,
         popen=popen,
         loop=loop,

@@ -1,0 +1,97 @@
+"""The exit watcher on real processes: exits reach the loop, and no pidfd is in our fd table."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+from srtr.backends.exit_watch import exit_watcher
+
+
+def pidfds_here() -> list[int]:
+    """The pidfds in this thread group's (the main thread's) fd table."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[pidfd]":
+                found.append(int(name))
+        except OSError:
+            continue  # listdir's own fd
+    return found
+
+
+def test_exits_reach_the_loop_and_no_pidfd_stays_in_the_launchers_fd_table() -> None:
+    watcher = exit_watcher()
+    assert watcher.private  # unshare(CLONE_FILES) works here: CI must cover that path
+    before = pidfds_here()
+    sleepers = [subprocess.Popen(["sleep", "1000"]) for _ in range(20)]
+
+    def fds_of_a_new_process() -> int:
+        child = subprocess.run(
+            [sys.executable, "-c", "import os; print(len(os.listdir('/proc/self/fd')))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(child.stdout)
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Queue[int] = asyncio.Queue()
+        for proc in sleepers:
+            watcher.watch(proc.pid, loop, lambda pid=proc.pid: exited.put_nowait(pid))
+        # 20 live watched processes and not one pidfd of ours: a process started now gets
+        # no copy of them to close at exec.
+        assert pidfds_here() == before
+        assert fds_of_a_new_process() < 10
+        for proc in sleepers[:5]:
+            proc.kill()
+        seen = {await asyncio.wait_for(exited.get(), 10) for _ in range(5)}
+        assert seen == {p.pid for p in sleepers[:5]}
+        for proc in sleepers[:5]:
+            proc.wait()  # the watcher never reaps: the zombie was ours to wait for
+        for proc in sleepers[5:]:
+            proc.kill()
+            proc.wait()
+        rest = {await asyncio.wait_for(exited.get(), 10) for _ in range(15)}
+        assert rest == {p.pid for p in sleepers[5:]}
+
+    asyncio.run(body())
+
+
+def test_an_unwatched_exit_is_not_reported_and_a_watched_one_after_it_is() -> None:
+    watcher = exit_watcher()
+    first = subprocess.Popen(["sleep", "1000"])
+    second = subprocess.Popen(["sleep", "1000"])
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+        calls: list[str] = []
+        done = asyncio.Event()
+        key = watcher.watch(first.pid, loop, lambda: calls.append("first"))
+        watcher.watch(second.pid, loop, lambda: (calls.append("second"), done.set()))
+        watcher.unwatch(key)
+        first.kill()
+        first.wait()
+        second.kill()  # after the first: its report comes after the first's would have
+        await asyncio.wait_for(done.wait(), 10)
+        second.wait()
+        assert calls == ["second"]
+
+    asyncio.run(body())
+
+
+def test_a_process_that_is_gone_cannot_be_watched() -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()  # reaped: the pid names nothing now
+
+    async def body() -> None:
+        try:
+            exit_watcher().watch(proc.pid, asyncio.get_running_loop(), lambda: None)
+        except ProcessLookupError:
+            return
+        raise AssertionError("watching a reaped pid succeeded")
+
+    asyncio.run(body())
