@@ -8,10 +8,13 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
-from e2e_util import Run, events, wait_for
+from e2e_util import Run, events, wait_for, wait_for_async
 
 from srtr.backends.base import LaunchSpec, NodeInfo, Observation
 from srtr.backends.local import LocalBackend
@@ -24,11 +27,13 @@ from srtr.backends.provision import (
     delay_from_env,
     pending_reason,
 )
+from srtr.controllers.context import Ctx
 from srtr.resources.carving import CarveError, GrowNeeded, releasable
-from srtr.resources.errors import RecipeError
+from srtr.resources.errors import GrowRequired, RecipeError
 from srtr.resources.expand import ExpandError, expand, local_allocation
 from srtr.resources.loading import load_text
 from srtr.resources.objects import DesiredState
+from srtr.runtime import grow as grower_loop
 
 GROW = """
 name: g
@@ -340,3 +345,73 @@ def test_live_edit_past_max_nodes_is_rejected_and_touches_nothing(tmp_path: Path
     finally:
         run.signal(signal.SIGINT)
         run.finish(gone_within=10)
+
+
+# --- the grower's loop ------------------------------------------------------------------------
+
+
+class _PokedProvisioner:
+    """A provider whose request stays pending; counts how often the grower looks at it."""
+
+    provider = "fake"
+
+    def __init__(self) -> None:
+        self.looks = 0
+        self.on_poke: Callable[[], None] = lambda: None
+
+    async def request(self, run: str, count: int) -> str:
+        return "r1"
+
+    async def state(self, request_id: str) -> RequestState:
+        self.looks += 1
+        return RequestState(request_id, 2, RequestPhase.PENDING, "Resources")
+
+    async def release(self, request_id: str, nodes: Sequence[str]) -> RequestState:
+        raise AssertionError("nothing to release")
+
+    async def cancel(self, request_id: str) -> RequestState:
+        return RequestState(request_id, 2, RequestPhase.CANCELLED)
+
+    def requests(self) -> list[RequestState]:
+        return []
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_providers_poke_wakes_the_grower_before_its_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A period no test outlives: only the poke can bring the second look.
+    monkeypatch.setattr(grower_loop, "PERIOD", 3600.0)
+    store = SimpleNamespace(
+        status_views={},
+        job=SimpleNamespace(teardown_requested=True),
+        desired=SimpleNamespace(job_name="g"),
+        pools_waiting=lambda *args: None,
+    )
+    provisioner = _PokedProvisioner()
+
+    async def replan() -> None:
+        raise AssertionError("nothing was granted")
+
+    async def main() -> None:
+        grower = grower_loop.Grower(
+            cast(Ctx, SimpleNamespace(store=store)),
+            provisioner,
+            cast(grower_loop.Growable, None),
+            grower_loop.Allocation([]),
+            replan,
+        )
+        await grower.want(GrowRequired("g.yaml", [], {"train": 2}))
+        stop = asyncio.Event()
+        task = asyncio.create_task(grower.run(stop))
+        try:
+            await wait_for_async(lambda: provisioner.looks >= 2, what="the loop's first look")
+            provisioner.on_poke()  # an agent of the request dialled in
+            await wait_for_async(lambda: provisioner.looks >= 3, what="a look after the poke")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())

@@ -38,7 +38,6 @@ from pathlib import Path
 
 from srtr.backends.base import Identity, LaunchError, LaunchSpec, Observation, ObservationKind
 from srtr.backends.exit_watch import exit_watcher
-from srtr.reconciler.rundir import restart_marker
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +209,10 @@ class ProcessGroups:
         fd = _open_log(spec.log_path)
         try:
             if spec.attempt > 0:
+                # Here, not at the top: rundir (and the status model) weighs on every node
+                # agent's start, and only a restart writes a marker.
+                from srtr.reconciler.rundir import restart_marker
+
                 marker = restart_marker(
                     instance=spec.name, attempt=spec.attempt, node=spec.node, at=datetime.now(UTC)
                 )

@@ -9,7 +9,8 @@ command run here.
 
 squeue runs at most once per `POLL_PERIOD` for all requests together, and sooner only when
 an agent of a grow job has just dialled in (`poke`): the job then runs, and the pool should
-not wait a whole period more to hear it.
+not wait a whole period more to hear it. The poke is passed on (`on_poke`: the grower's
+loop wakes), so the squeue that sees the job running goes at once.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class SlurmProvisioner:
         self._polled = -float("inf")
         self._poked = False
         self._lock = asyncio.Lock()
+        # Who follows the requests (`runtime.grow.Grower` sets it): woken by `poke`.
+        self.on_poke: Callable[[], None] = lambda: None
 
     # -- the protocol --------------------------------------------------------------------
 
@@ -168,6 +171,7 @@ class SlurmProvisioner:
     def poke(self) -> None:
         """An agent of a grow job dialled in: its job runs; look again soon."""
         self._poked = True
+        self.on_poke()
 
     # -- inside --------------------------------------------------------------------------
 

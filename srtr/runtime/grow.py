@@ -32,7 +32,8 @@ log = logging.getLogger("srtr")
 
 # How often a pending request is looked at, and idle provisioned nodes looked for: cheap,
 # for the provider polls its own queue at its own pace (SLURM: one squeue per few seconds,
-# sooner once an agent of the request dialled in).
+# sooner once an agent of the request dialled in). A provider that is told its request
+# moved (`on_poke`: SLURM, an agent of the request dialled in) wakes the loop at once.
 PERIOD = 0.2
 
 
@@ -81,6 +82,9 @@ class Grower:
         self._wanted: GrowRequired | None = None
         self._request: RequestState | None = None  # the one request in flight
         self._joined: set[str] = set()  # requests whose nodes joined (once each)
+        self._nudged = asyncio.Event()
+        if hasattr(provisioner, "on_poke"):  # not in the protocol: local one never pokes
+            setattr(provisioner, "on_poke", self.poke)  # noqa: B010
         noun = getattr(provisioner, "noun", "request")
         self._noun = str(noun)
         ctx.store.status_views["grow"] = self.view
@@ -122,18 +126,28 @@ class Grower:
 
     # -- the loop --------------------------------------------------------------------------
 
+    def poke(self) -> None:
+        """The provider has news of the request in flight: look now, not a PERIOD later."""
+        self._nudged.set()
+
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the request in flight and give idle provisioned nodes back, until `stop`."""
         while not stop.is_set():
+            self._nudged.clear()
             try:
                 await self._step()
             except Exception:  # a provider's hiccup must not take the job down
                 log.exception("following the grow request failed; trying again")
-            try:
-                async with asyncio.timeout(PERIOD):
-                    await stop.wait()
-            except TimeoutError:
-                pass
+            await self._pause(stop)
+
+    async def _pause(self, stop: asyncio.Event) -> None:
+        """PERIOD, or less once `stop` is set or the provider poked."""
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._nudged.wait())]
+        try:
+            await asyncio.wait(waits, timeout=PERIOD, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
 
     async def _step(self) -> None:
         request = self._request
