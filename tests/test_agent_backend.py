@@ -522,3 +522,72 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state not in ("Z", "X")
+
+
+RACE = """
+name: race
+services:
+  - name: svc
+    command: [sleep, "1000"]
+    nodes: 2
+"""
+
+
+def test_a_teardown_during_a_launch_in_flight_stops_that_instance_too(tmp_path: Path) -> None:
+    """The controllers await launches together (`launches_in_flight`): a Ctrl+C while the
+    agent of node2 has not answered its launch yet (it is stopped) must neither end the job
+    without that instance nor leave its process running once the agent answers."""
+    from srtr.controllers import manager
+    from srtr.controllers.context import Ctx
+    from srtr.reconciler.clock import MonotonicClock
+    from srtr.reconciler.store import Store
+    from srtr.reconciler.workqueue import WorkQueue
+    from srtr.resources.expand import local_allocation
+    from srtr.resources.planning import plan_text_source
+
+    async def body(h: Harness) -> None:
+        _, desired = plan_text_source(RACE, "recipe.yaml", local_allocation(2))
+        late = next(s.name for s in desired.instances if s.node == "node2")
+        clock = MonotonicClock()
+        ctx = Ctx(
+            store=Store(desired, clock),
+            backend=h.backend,
+            clock=clock,
+            queue=WorkQueue(clock),
+            prober=AgentProber(h.backend),
+            run_dir=h.run_dir,
+        )
+        events: list[Any] = []
+        ctx.store.subscribe_events(events.append)
+        reconciled: list[str] = []
+        ctx.on_reconciled = lambda key, _seconds, _depth: reconciled.append(key)
+        stopped: list[int] = []
+        launch = h.backend.launch
+
+        async def held_launch(spec: LaunchSpec) -> int:
+            if spec.name == late:  # its agent hears the Launch, and answers only once resumed
+                await wait_for(lambda: h.backend.agent_pid(spec.node), 30, "node2's agent")
+                stopped.append(h.backend.agent_pid(spec.node) or 0)
+                os.kill(stopped[0], signal.SIGSTOP)
+            return await launch(spec)
+
+        h.backend.launch = held_launch  # type: ignore[method-assign]
+        job = asyncio.create_task(manager.run(ctx))
+        try:
+            await wait_for(lambda: stopped and late in ctx.launches, 30, "the launch in flight")
+            manager.request_stop(ctx, signal.SIGTERM)
+            await wait_for(lambda: "teardown" in reconciled, 10, "the teardown's first look")
+            assert not ctx.done.is_set()
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        async with asyncio.timeout(30):
+            await job
+        status = ctx.store.status[late]
+        assert status.phase == "Stopped"
+        assert [e["signal"] for e in status.history] == [signal.SIGTERM]  # the teardown's
+        reasons = [e.reason for e in events if e.object in ("job", f"instance/{late}")]
+        assert reasons.index("Launched") < reasons.index("Exited") < reasons.index("JobFailed")
+        await wait_for(lambda: not processes_with(h.marker), 10, "every process to be gone")
+
+    run(tmp_path, body)

@@ -99,11 +99,16 @@ class Capabilities:
             are ignored and the instance runs on the host.
         simulated_nodes: nodes are simulated, so `lose_node` can fail one on request.
         walltime: the allocation has a time limit that `end_time` may report.
+        launches_in_flight: how many launches the controllers may await at once. A launch
+            that waits for a remote answer (an agent's `Launched`) costs a round trip, and a
+            thousand of them one after another cost a thousand round trips. 0: each launch
+            is awaited in its reconcile, one at a time (a backend whose launch never waits).
     """
 
     containers: bool = False
     simulated_nodes: bool = False
     walltime: bool = False
+    launches_in_flight: int = 0
 
 
 class LaunchError(Exception):

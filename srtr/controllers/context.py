@@ -42,6 +42,40 @@ class Prober(Protocol):
         ...
 
 
+class Launches:
+    """The launches awaiting their backend's answer, each in a task of its own, up to the
+    backend's `Capabilities.launches_in_flight` at once (`instance._launch`).
+
+    While its launch is in flight an instance is still Pending (or BackOff) with its new
+    attempt, and nothing may act on it as on one that never started: its own reconcile
+    waits for the answer, the teardown does not end the job and a live edit does not forget
+    it. The answer is applied, and their keys queued, as one step (`instance._await_launch`).
+    """
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self._freed = asyncio.Event()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def begin(self, name: str) -> None:
+        self.names.add(name)
+
+    def end(self, name: str) -> None:
+        self.names.discard(name)
+        self._freed.set()
+
+    async def slot(self, limit: int) -> None:
+        """Return once fewer than `limit` launches are in flight."""
+        while len(self.names) >= limit:
+            self._freed.clear()
+            await self._freed.wait()
+
+
 def default_jitter() -> float:
     # ±20 %: restarts of many riders that died together spread out (peers.md §10.2).
     return random.uniform(0.8, 1.2)
@@ -60,6 +94,7 @@ class Ctx:
     # so controllers carry no metrics code and never import the runtime.
     on_reconciled: Callable[[str, float, int], None] | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    launches: Launches = field(default_factory=Launches)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     # The job's source pins: every re-planning of its recipe applies them (resources/pins.py).
     source_pins: Pins = field(default_factory=dict)

@@ -49,7 +49,7 @@ def discard_pending(ctx: Ctx) -> str:
 def apply(ctx: Ctx, new: DesiredState, plan: Plan, text: str = "") -> str:
     """Make `new` the desired state; returns the event message. The plan must be applicable."""
     store = ctx.store
-    store.apply_edit(new, plan, text)
+    store.apply_edit(new, plan, text, launching=ctx.launches.names)
     for change in (*plan.add, *plan.restart):
         ctx.queue.add(instance_key(change.name))
     exporter.desired_changed(ctx)  # skip instances whose binary is missing; re-list targets
@@ -72,7 +72,8 @@ async def reconcile_removal(ctx: Ctx) -> Result | None:
     store = ctx.store
     if not store.removing:
         return None
-    for name in [n for n in store.removing if not store.status[n].alive]:
+    # One whose launch is in flight is not forgotten yet: its answer queues it again.
+    for name in [n for n in store.removing if not store.status[n].alive and n not in ctx.launches]:
         _forget(ctx, name)
     alive = [n for n in store.removing if store.status[n].alive]
     if not alive or store.job.teardown_requested:

@@ -7,7 +7,9 @@ belongs to `teardown.py`.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
 from srtr.controllers import decisions, replacement, teardown
@@ -19,6 +21,8 @@ from srtr.resources.objects import InstanceSpec
 
 # Ended for good, and a user's restart may start them again (a Lost one's node is gone).
 RESTARTABLE = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})
+
+log = logging.getLogger("srtr")
 
 
 def observe(ctx: Ctx, obs: Observation) -> None:
@@ -58,6 +62,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
     spec = store.specs.get(name)
     if spec is None:
         return None
+    if name in ctx.launches:
+        return None  # its launch's answer queues this key again (`_await_launch`)
     status = store.status[name]
     if name in store.removing:
         ctx.queue.add("removal")  # the removal controller owns dropped instances
@@ -86,12 +92,12 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         return None
     now = ctx.clock.now()
     if status.phase is Phase.PENDING:
-        await _launch(ctx, spec)
-    elif status.phase is Phase.BACKOFF:
+        return await _launch(ctx, spec)
+    if status.phase is Phase.BACKOFF:
         assert status.next_start_at is not None
         if now < status.next_start_at:
             return Result(requeue_after=status.next_start_at - now)
-        await _launch(ctx, spec)
+        return await _launch(ctx, spec)
     return None
 
 
@@ -133,8 +139,18 @@ def _after_exit(ctx: Ctx, spec: InstanceSpec) -> Result | None:
     return None
 
 
-async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
+async def _launch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
+    """Start the instance's next attempt: awaited here, or, where the backend answers over a
+    network (`Capabilities.launches_in_flight`), in a task of its own, so that the launches
+    of a stage overlap their round trips instead of paying them one after another. They are
+    still begun one at a time, in the order their keys come."""
     store = ctx.store
+    limit = ctx.backend.capabilities.launches_in_flight
+    if limit > 0 and len(ctx.launches) >= limit:
+        await ctx.launches.slot(limit)
+        # A teardown, a user's stop or an edit may have come meanwhile: decide again, with
+        # this key still held, so that no other launch takes the slot first.
+        return await reconcile(ctx, spec.name)
     log_path = ctx.run_dir / spec.log
     try:
         log_offset = log_path.stat().st_size  # log probes read this attempt's output only
@@ -163,13 +179,47 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> None:
         export_env=dict(spec.export_env),
         stop_grace_seconds=spec.stop_grace_seconds,
     )
+    if limit > 0:
+        ctx.launches.begin(spec.name)
+        ctx.spawn(_await_launch(ctx, spec, launch))
+        return None
     try:
         pid = await ctx.backend.launch(launch)
     except LaunchError as exc:
-        store.launch_failed(spec.name, str(exc))
-        ctx.queue.add(instance_key(spec.name))
-        ctx.queue.add(JOB)
-        return
+        _launch_failed(ctx, spec, exc)
+        return None
+    _launched(ctx, spec, pid)
+    return None
+
+
+async def _await_launch(ctx: Ctx, spec: InstanceSpec, launch: LaunchSpec) -> None:
+    """A launch in flight (`_launch`). Its answer is applied in the same step as its end: no
+    reconcile ever sees the instance out of flight and not yet launched (or failed)."""
+    try:
+        pid = await ctx.backend.launch(launch)
+    except LaunchError as exc:
+        _launch_failed(ctx, spec, exc)
+    except asyncio.CancelledError:
+        raise  # the job is over (`manager.run`): the backend's close stops what it started
+    except Exception:  # a backend bug, as `manager.process_one` treats a reconcile's
+        log.exception("launch of %s failed", spec.name)
+        ctx.queue.add_rate_limited(instance_key(spec.name))  # still Pending: tried again
+    else:
+        _launched(ctx, spec, pid)
+    finally:
+        ctx.launches.end(spec.name)
+        if ctx.store.job.teardown_requested:
+            ctx.queue.add(TEARDOWN)  # it waits for every launch in flight
+
+
+def _launch_failed(ctx: Ctx, spec: InstanceSpec, exc: LaunchError) -> None:
+    ctx.store.launch_failed(spec.name, str(exc))
+    ctx.queue.add(instance_key(spec.name))
+    ctx.queue.add(JOB)
+
+
+def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
+    store = ctx.store
     # The identity is read at the next launch (or the instance's next reconcile): reading
     # /proc/<pid>/stat at once waits for the child's exec to finish (the kernel's exec
     # lock), which it does on another core meanwhile. Not later than that: the guard kills

@@ -1,6 +1,8 @@
 """Teardown controller: stop the job tier by tier, SIGTERM first, SIGKILL after the grace.
 
 Tiers go in ascending `shutdown_tier`; a tier is drained before the next one is signalled.
+The teardown begins once no launch is in flight (`context.Launches`), so that every
+instance it stops has started.
 Within a tier every member gets SIGTERM at once. A second Ctrl+C (`kill_now`) sends SIGKILL
 to everything still running. The steps are decided by `decisions.teardown_step` and
 `decisions.stop_step`; this module sends the signals and applies them through the store.
@@ -20,6 +22,11 @@ async def reconcile(ctx: Ctx) -> Result | None:
     store = ctx.store
     job = store.job
     if not job.teardown_requested or job.phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+        return None
+    if ctx.launches:
+        # An instance whose launch is in flight may start any moment: signalling the others
+        # first would stop its tier before it, and ending the job would leave it running.
+        # Each answer queues the teardown again (`instance._await_launch`).
         return None
     now = ctx.clock.now()
     step = decisions.teardown_step(store.specs, store.status, kill_now=job.kill_now)

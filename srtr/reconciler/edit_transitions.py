@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from srtr.reconciler.status import InstanceStatus, UserAction
 from srtr.reconciler.store_base import StoreBase
@@ -74,12 +75,20 @@ class EditTransitions(StoreBase):
         }
         self.record("job", "PlanDiscarded", "the pending recipe change was discarded")
 
-    def apply_edit(self, new: DesiredState, plan: Plan, text: str = "") -> None:
+    def apply_edit(
+        self,
+        new: DesiredState,
+        plan: Plan,
+        text: str = "",
+        *,
+        launching: AbstractSet[str] = frozenset(),
+    ) -> None:
         """Make `new` the desired state (generation+1); `plan` must be `diff(current, new)`.
 
-        Added instances get a fresh status; restarted ones a restart request when alive (no
-        event: the edit's RecipeApplied says it); hot changes only replace the spec; removed
-        ones wait in `removing`. The caller records RecipeApplied once it enqueued them.
+        Added instances get a fresh status; restarted ones a restart request when alive or
+        `launching` (their launch is in flight, with the old spec: no event, the edit's
+        RecipeApplied says it); hot changes only replace the spec; removed ones wait in
+        `removing`. The caller records RecipeApplied once it enqueued them.
         """
         self.job.generation += 1
         self.recipe_text = text or self.recipe_text
@@ -91,7 +100,7 @@ class EditTransitions(StoreBase):
         for change in plan.restart:
             self.specs[change.name] = after[change.name]
             status = self.status[change.name]
-            if status.alive:
+            if status.alive or change.name in launching:
                 status.user_action = UserAction.RESTART
                 status.restart_reason = f"generation {self.job.generation} ({_changed(change)})"
         for change in plan.hot:
