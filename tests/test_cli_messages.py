@@ -67,6 +67,32 @@ def test_a_closed_stdout_pipe_exits_quietly_with_141(argv: tuple[str, ...]) -> N
     assert err == ""
 
 
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_plan_process_prints_all_of_the_plan(
+    output: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`srtr plan` ends its process without the interpreter's teardown (cli._exit_now):
+    what it printed to stdout and stderr, and its exit code, are still main()'s, for a
+    plan of 5,000 lines as for a recipe with a mistake."""
+    from srtr.cli import main
+
+    big = tmp_path / "big.yaml"
+    big.write_text(
+        "name: big\nservices:\n  - name: pool\n    command: [sleep, '{index}']\n"
+        "    nodes: 1000\n  - name: rider\n    command: [echo, '{node_ip}']\n"
+        "    placement: {pool: pool}\n"
+    )
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("name: wrong\nservices:\n  - name: a\n    comand: [sleep, 1]\n")
+    for recipe, code in ((ROOT / "examples" / "pools.yaml", 0), (big, 0), (wrong, 2)):
+        argv = ("plan", str(recipe), "-o", output)
+        done = srtr(*argv)
+        assert main(list(argv)) == code == done.returncode
+        captured = capsys.readouterr()
+        assert (done.stdout, done.stderr) == (captured.out, captured.err)
+        assert done.stdout if code == 0 else done.stderr
+
+
 def test_status_into_a_closed_pipe_exits_quietly_with_141(tmp_path: Path) -> None:
     run = Run(tmp_path, (ROOT / "examples" / "pools.yaml").read_text())
     assert run.finish() == 0

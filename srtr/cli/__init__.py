@@ -241,6 +241,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         verb = verbs.choices.get(args.verb)
         (verb if isinstance(verb, Parser) else parser).unknown(extras)  # type: ignore[attr-defined]
+    code = _run(args)
+    if argv is None and args.func is cmd_plan:
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process without tearing the interpreter down: ~50 M instructions (~18 ms) of
+    freeing every module and, for a 1,000-node plan, 5,000 instance specs one by one, none of
+    which a verb that only prints needs. Only from the console script (`argv` None): tests
+    call `main` in-process. Nothing of `plan` registers atexit work; both streams are
+    flushed here, where a closed reader is still quiet (`main`'s EPIPE handling)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # here, not at exit: a reader that left is EPIPE, caught below
