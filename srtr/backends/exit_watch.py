@@ -122,10 +122,6 @@ class ExitWatcher:
             with contextlib.suppress(OSError):
                 self._ours.send(_MESSAGE.pack(_UNWATCH, key, 0))
 
-    @property
-    def watching(self) -> int:
-        return len(self._pending)
-
     def _send(self, op: int, key: int, channel: int, fd: int) -> None:
         socket.send_fds(self._ours, [_MESSAGE.pack(op, key, channel)], [fd])
 

@@ -224,21 +224,12 @@ class ProcessGroups:
                 else:
                     popen = _start(spec, fd, argv, env, self._preexec)
                     attempt = _attempt(spec, popen.pid, popen, loop)
+                self._register_child(attempt)
             except LaunchError as exc:
                 _append(fd, f"==== srtr: {exc} ====\n")
                 raise
         finally:
             os.close(fd)
-        try:
-            self._register(attempt)
-        except OSError as exc:
-            # An attempt whose exit we could never observe must not be left running.
-            kill_group(attempt.pid)
-            if attempt.popen is not None:
-                attempt.popen.wait()
-            else:
-                _reap(attempt.pid)
-            raise LaunchError(f"cannot watch {spec.name!r} (pid {attempt.pid}): {exc}") from exc
         return attempt
 
     def signal(self, name: str, signum: int) -> None:
@@ -311,6 +302,19 @@ class ProcessGroups:
                 await self._idle.wait()
         except TimeoutError:
             self._abandon()
+
+    def _register_child(self, attempt: Attempt) -> None:
+        """`_register` a child just started; one whose exit cannot be watched is killed."""
+        try:
+            self._register(attempt)
+        except OSError as exc:
+            # An attempt whose exit we could never observe must not be left running.
+            kill_group(attempt.pid)
+            if attempt.popen is not None:
+                attempt.popen.wait()
+            else:
+                _reap(attempt.pid)
+            raise LaunchError(f"cannot watch {attempt.name!r} (pid {attempt.pid}): {exc}") from exc
 
     def _register(self, attempt: Attempt) -> None:
         """Watch the attempt's exit; OSError if its pidfd cannot be opened."""
