@@ -188,13 +188,19 @@ def edit(h: Harness, text: str) -> list[list[str]]:
     return [[c.name for c in plan.restart], [c.name for c in plan.remove]]
 
 
+async def b_in_flight(tmp_path: Path) -> tuple[Harness, list[str], asyncio.Task[None]]:
+    """TWO with a launched and both of b's launches in flight; the worker's task."""
+    h = held(TWO, tmp_path, limit=4)
+    b = ["service_b_node1", "service_b_node2"]
+    h.backend.answer("service_a")
+    task = asyncio.create_task(worker(h))
+    await until(lambda: len(h.backend.asked) == 3, "b's launches in flight")
+    return h, b, task
+
+
 def test_a_live_edit_restarts_a_launch_in_flight_with_its_new_spec(tmp_path: Path) -> None:
     async def body() -> None:
-        h = held(TWO, tmp_path, limit=4)
-        b = ["service_b_node1", "service_b_node2"]
-        h.backend.answer("service_a")
-        task = asyncio.create_task(worker(h))
-        await until(lambda: len(h.backend.asked) == 3, "b's launches in flight")
+        h, b, task = await b_in_flight(tmp_path)
         assert edit(h, TWO.replace("[sleep, inf]\n    nodes", "[sleep, '100']\n    nodes")) == [
             b,
             [],
@@ -214,11 +220,7 @@ def test_a_live_edit_restarts_a_launch_in_flight_with_its_new_spec(tmp_path: Pat
 
 def test_a_live_edit_forgets_a_launch_in_flight_only_once_it_is_stopped(tmp_path: Path) -> None:
     async def body() -> None:
-        h = held(TWO, tmp_path, limit=4)
-        b = ["service_b_node1", "service_b_node2"]
-        h.backend.answer("service_a")
-        task = asyncio.create_task(worker(h))
-        await until(lambda: len(h.backend.asked) == 3, "b's launches in flight")
+        h, b, task = await b_in_flight(tmp_path)
         assert edit(h, TWO.split("  - name: b")[0]) == [[], b]
         await idle()
         assert all(n in h.store.specs for n in b)  # in flight: not forgotten yet
