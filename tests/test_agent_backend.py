@@ -5,7 +5,6 @@ silent one) and a close that leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import signal
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 from e2e_util import cmdlines_with, processes_with
+from e2e_util import wait_for as sync_wait_for
 from e2e_util import wait_for_async as wait_for
 
 from srtr.backends import certs
@@ -32,62 +32,61 @@ pytestmark = pytest.mark.e2e  # real agents and processes on the simulated nodes
 
 
 class Link:
-    """A TCP relay between the agents and the controller that can go down as a cable does:
-    `cut()` stops every byte both ways, with no FIN and no RST; `mend()` delivers what
-    waited and forwards again."""
+    """The agents' own network, joined to the controller's by a veth pair that can go down
+    as a cable does: `cut()` sets the controller's end down (no FIN, no RST, and no TCP
+    acknowledgement either way: what the agents' lease watches), `mend()` brings it back.
+    Needs root and `ip` (iproute2), as the SLURM test cluster does."""
+
+    _made = 0
 
     def __init__(self) -> None:
-        self.up = asyncio.Event()
-        self.up.set()
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        Link._made += 1
+        tag = f"{os.getpid()}{Link._made}"[-9:]
+        self.netns = f"srtr-link-{tag}"
+        self._host_end = f"sl{tag}h"
+        self._agent_end = f"sl{tag}a"
+        # A /30 of 10.251.0.0/16 of its own: the controller's end .1, the agents' .2.
+        slot = (os.getpid() * 8 + Link._made) % 16384
+        net = f"10.251.{slot // 64}.{(slot % 64) * 4}"
+        self.host = _plus(net, 1)  # where the controller listens
+        self._agent_ip = _plus(net, 2)
+        self.up = False
 
-    async def start(self, upstream: tuple[str, int]) -> tuple[str, int]:
-        async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            up_reader, up_writer = await asyncio.open_connection(*upstream)
-            for src, dst in ((reader, up_writer), (up_reader, writer)):
-                task = asyncio.create_task(self._pump(src, dst))
-                self._tasks.add(task)
+    @property
+    def under(self) -> list[str]:
+        return ["ip", "netns", "exec", self.netns]
 
-        self._server = await asyncio.start_server(relay, "127.0.0.1", 0)
-        return ("127.0.0.1", int(self._server.sockets[0].getsockname()[1]))
-
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while data := await src.read(65536):
-                await self.up.wait()
-                dst.write(data)
-                await dst.drain()
-            await self.up.wait()
-        except OSError:
-            pass
-        dst.close()
+    def start(self) -> None:
+        _ip("netns", "add", self.netns)
+        _ip("link", "add", self._host_end, "type", "veth", "peer", "name", self._agent_end)
+        _ip("link", "set", self._agent_end, "netns", self.netns)
+        _ip("addr", "add", f"{self.host}/30", "dev", self._host_end)
+        _ip("-n", self.netns, "addr", "add", f"{self._agent_ip}/30", "dev", self._agent_end)
+        _ip("-n", self.netns, "link", "set", "lo", "up")
+        _ip("-n", self.netns, "link", "set", self._agent_end, "up")
+        self.mend()
 
     def cut(self) -> None:
-        self.up.clear()
+        _ip("link", "set", self._host_end, "down")
+        self.up = False
 
     def mend(self) -> None:
-        self.up.set()
+        _ip("link", "set", self._host_end, "up")
+        self.up = True
 
-    async def close(self) -> None:
-        self.up.set()
-        for task in self._tasks:
-            task.cancel()
-        if self._server is not None:
-            self._server.close()
+    def close(self) -> None:
+        subprocess.run(["ip", "link", "del", self._host_end], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
 
 
-class LinkedAgents(LocalAgents):
-    """Local agents that reach their controller through a `Link`."""
+def _plus(address: str, n: int) -> str:
+    head, last = address.rsplit(".", 1)
+    return f"{head}.{int(last) + n}"
 
-    def __init__(self, nodes: list[NodeInfo], run_dir: Path, link: Link) -> None:
-        super().__init__(nodes, run_dir)
-        self.link = link
 
-    async def start(
-        self, address: tuple[str, int], token: str, events: Any, *, spawn: bool = True
-    ) -> None:
-        await super().start(await self.link.start(address), token, events, spawn=spawn)
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    assert done.returncode == 0, f"ip {' '.join(args)}: {done.stderr}"
 
 
 class Harness:
@@ -107,13 +106,13 @@ class Harness:
         self.marker = f"SRTR_RUN_DIR={self.run_dir.resolve()}\0"
         self.token = uuid.uuid4().hex
         self.nodes = [NodeInfo(f"node{k}", f"127.0.0.{k + 1}") for k in range(1, node_count + 1)]
-        starter = (
-            LocalAgents(self.nodes, self.run_dir, respawn=respawn)
-            if link is None
-            else LinkedAgents(self.nodes, self.run_dir, link)
-        )
+        under = [] if link is None else link.under
+        starter = LocalAgents(self.nodes, self.run_dir, respawn=respawn, under=under)
         self.cert = certs.for_job(self.run_dir) if tls else None
         more: dict[str, Any] = {} if lease is None else {"lease": lease}
+        if link is not None:
+            link.start()
+            more["host"] = link.host
         self.backend = AgentBackend(
             self.nodes,
             starter,
@@ -179,7 +178,7 @@ def run(
                 await harness.close_and_check()
             finally:
                 if link is not None:
-                    await link.close()
+                    link.close()
 
     asyncio.run(main())
 
@@ -383,9 +382,9 @@ def test_a_cut_off_agent_fences_its_instances_before_the_controller_counts_them_
     tmp_path: Path,
 ) -> None:
     """The link goes down (no FIN, no RST): the controller loses the node after its silence,
-    and says by when the node's agent will have stopped its instances; the agent, no longer
-    renewed, SIGTERMs them at the end of its lease and SIGKILLs the one that ignores it after
-    its grace. By the controller's deadline both are gone."""
+    and says by when the node's agent will have stopped its instances; the agent, its
+    heartbeats no longer acknowledged, SIGTERMs them at the end of its lease and SIGKILLs the
+    one that ignores it after its grace. By the controller's deadline both are gone."""
     link = Link()
 
     async def body(h: Harness) -> None:
@@ -393,8 +392,8 @@ def test_a_cut_off_agent_fences_its_instances_before_the_controller_counts_them_
         stubborn = await h.launch(
             "stubborn", ["bash", "-c", "trap '' TERM; exec sleep 1000"], stop_grace_seconds=1.0
         )
-        # A renewal went through: the lease now runs from a heartbeat the controller read.
-        await wait_for(lambda: _renewed(h), 5, "a renewal")
+        # Heartbeats got through: the lease now runs from one the controller's host took.
+        await wait_for(lambda: _beats(h) >= 2, 5, "heartbeats")
         link.cut()
         lost = await h.wait_seen("stubborn", ObservationKind.LOST, within=10)
         deadline = time.monotonic() + float(lost.extra["fenced_in"])
@@ -402,48 +401,76 @@ def test_a_cut_off_agent_fences_its_instances_before_the_controller_counts_them_
         assert _alive(polite) and _alive(stubborn)  # it cannot know yet: not before its lease
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))  # the controller's rule
         assert not _alive(polite) and not _alive(stubborn)
-        log = (h.run_dir / "logs" / "agent-node1.log").read_text()
+        log = _agent_log(h)
         assert "no word from the controller" in log and "fencing" in log, log
         assert "fenced stubborn still running 1s after SIGTERM: SIGKILL" in log, log
 
     run(tmp_path, body, node_count=1, link=link, lease=4.0)
 
 
-def test_a_stalled_controller_hears_the_fenced_exits_when_it_wakes(tmp_path: Path) -> None:
-    """Renewals stop but the link stays (a controller that stalls past the lease, seen from
-    the agent): the agent fences, and its exit reports, queued on the connection, reach the
-    controller once it reads again; a later renewal ends the fence and launches work."""
+def test_a_stalled_controller_keeps_its_agents_and_their_work(tmp_path: Path) -> None:
+    """The controller's event loop is blocked for longer than the lease and the silence (a
+    huge state.json write, a debugger): its host still acknowledges the heartbeats, so no
+    agent fences, and the controller, once it runs again, counts its own stall as no one's
+    silence: nothing is lost, nothing restarts."""
+
+    async def body(h: Harness) -> None:
+        pid = await h.launch("worker", ["sleep", "1000"], stop_grace_seconds=1.0)
+        await wait_for(lambda: _beats(h) >= 2, 5, "heartbeats")
+        _stall(2.5 + 2.0)  # past the lease and the silence (both 2.5 s)
+        before = _beats(h)
+        await wait_for(lambda: _beats(h) > before, 5, "a heartbeat after the stall")
+        assert _alive(pid)
+        assert not h.seen("worker", ObservationKind.LOST)
+        assert not h.seen("worker", ObservationKind.EXITED)
+        assert "fencing" not in _agent_log(h)
+
+    run(tmp_path, body, node_count=1, lease=2.5)
+
+
+def test_a_fence_ends_when_the_link_comes_back_and_the_controller_hears_its_exits(
+    tmp_path: Path,
+) -> None:
+    """The link goes down while the controller is stalled, so it cannot count the silence:
+    the agent fences (its instance gets SIGTERM); the link comes back before the controller
+    runs again, the agent's heartbeats are acknowledged again and the fence is over. The
+    controller, awake, hears the fenced exit queued on the connection, has lost no node, and
+    can launch there again."""
     link = Link()
 
     async def body(h: Harness) -> None:
         pid = await h.launch("victim", ["sleep", "1000"], stop_grace_seconds=1.0)
-        await wait_for(lambda: _renewed(h), 5, "a renewal")
-        server = h.backend._server
-        assert server is not None
-        renewer = server._renewer
-        assert renewer is not None
-        renewer.cancel()  # the controller goes quiet: heartbeats still arrive, no renewal
-        exited = await h.wait_seen("victim", ObservationKind.EXITED, within=15)
+        await wait_for(lambda: _beats(h) >= 2, 5, "heartbeats")
+        # The controller's loop stays blocked from here to the mend: these waits are sync.
+        link.cut()
+        sync_wait_for(lambda: "fencing" in _agent_log(h), 15, "the agent to fence")
+        sync_wait_for(lambda: not _alive(pid), 5, "the fenced victim to exit")
+        link.mend()
+        sync_wait_for(lambda: "the fence is over" in _agent_log(h), 20, "the fence to end")
+        exited = await h.wait_seen("victim", ObservationKind.EXITED, within=10)
         assert (exited.signal, exited.pid) == (signal.SIGTERM, pid)
         assert "fenced: no word from the controller" in exited.message
-        assert not h.seen("victim", ObservationKind.LOST)  # the controller still hears it
-        with contextlib.suppress(LaunchError):  # refused while fenced
-            await h.launch("early", ["sleep", "1000"], attempt=0)
-        server._renewer = asyncio.create_task(server._renew())
-        await wait_for(
-            lambda: "the fence is over" in (h.run_dir / "logs" / "agent-node1.log").read_text(),
-            5,
-            "the agent to be renewed again",
-        )
+        assert not h.seen("victim", ObservationKind.LOST)
         again = await h.launch("victim", ["sleep", "1000"], attempt=1)
         assert _alive(again)
 
     run(tmp_path, body, node_count=1, link=link, lease=2.5)
 
 
-def _renewed(h: Harness) -> bool:
+def _stall(seconds: float) -> None:
+    """Block the event loop, the controller's with it, as a stalled controller is."""
+    time.sleep(seconds)
+
+
+def _beats(h: Harness) -> int:
+    """The fewest heartbeats the controller has seen from any of its agents."""
     server = h.backend._server
-    return server is not None and all(c.renewed > 0 for c in server.connections())
+    conns = [] if server is None else list(server.connections())
+    return min((c.beats for c in conns), default=0)
+
+
+def _agent_log(h: Harness, node: int = 1) -> str:
+    return (h.run_dir / "logs" / f"agent-node{node}.log").read_text()
 
 
 def test_lose_node_kills_the_agent_and_reports_its_instances(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -136,13 +137,20 @@ class _Transport:
 
 
 def test_the_watcher_finds_every_silent_connection_and_no_live_one() -> None:
+    asyncio.run(_finds_every_silent_connection())
+
+
+async def _finds_every_silent_connection() -> None:
     server = AgentServer("token", _NoHandler(), silence=2.5)
     conns = [
-        Connection(node=f"node{k}", pid=k, transport=_Transport())  # type: ignore[arg-type]
+        Connection(node=f"node{k}", pid=k, transport=_Transport(), beat_token=f"t{k}")  # type: ignore[arg-type]
         for k in range(1, 6)
     ]
     for conn in conns:
         server._connected(conn)
+        # Its silence counts once its beat connection is open.
+        assert conn not in server.silent(time.monotonic() + 100)
+        assert server._claim(conn.beat_token, None) is conn  # type: ignore[arg-type]
         conn.last_seen = 0.0  # heard long ago
     # node2 and node4 are heard from again (now, by the monotonic clock); the others stay silent.
     server.heard(conns[1])

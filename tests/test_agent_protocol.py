@@ -29,7 +29,7 @@ SPEC = LaunchSpec(
 MESSAGES: list[p.Message] = [
     p.Challenge("n1"),
     p.Hello(node="node2", pid=42, nonce="n2", proof="ab"),
-    p.Welcome(proof="cd", heartbeat=0.5),
+    p.Welcome(proof="cd", heartbeat=0.5, beat_port=4242, beat_token="ef", lease=5.0),
     p.Launch(7, SPEC),
     p.Launched(7, "x", 3, 1234, 99),
     p.Launched(7, "x", 3, 1234, None),
@@ -48,7 +48,6 @@ MESSAGES: list[p.Message] = [
         files_dir="/run/logs",
     ),
     p.ProbeResult(8, False, "connection refused"),
-    p.Heartbeat(running=3),
     p.Shutdown("the job ended"),
     p.Bye(),
 ]

@@ -157,23 +157,22 @@ def test_the_fingerprint_travels_in_the_environment_and_stops_at_the_agent(
     run(tmp_path, body, tls=True)
 
 
-def test_over_tls_the_controller_renews_the_lease_and_the_agent_keeps_its_work(
-    tmp_path: Path,
-) -> None:
-    """The controller counts the heartbeats it decrypted and renews them (`Renew(n)`): an
-    agent heard for longer than its lease never fences. (A merge once dropped the count on
-    the TLS path: every agent on SLURM fenced 5 s after it joined.)"""
+def test_over_tls_the_agent_keeps_its_lease_and_its_work(tmp_path: Path) -> None:
+    """With the channel in TLS, the heartbeats still go on their own plain connection and
+    their acknowledgement keeps the lease: an agent heard for longer than its lease never
+    fences. (A merge once dropped the heartbeat count on the TLS path: every agent on SLURM
+    fenced 5 s after it joined.)"""
 
     async def body(h: Harness) -> None:
         pid = await h.launch("worker", ["sleep", "1000"], stop_grace_seconds=1.0)
         server = h.backend._server
         assert server is not None
 
-        def renewed_past_the_lease() -> bool:
-            # Heartbeats come once a second: 4 renewed ones span more than the 2.5 s lease.
-            return all(c.renewed >= 4 for c in server.connections())
+        def heard_past_the_lease() -> bool:
+            # Heartbeats come once a second: 4 of them span more than the 2.5 s lease.
+            return all(c.beats >= 4 for c in server.connections())
 
-        await wait_for(renewed_past_the_lease, 15, "renewals past the lease")
+        await wait_for(heard_past_the_lease, 15, "heartbeats past the lease")
         assert _alive(pid)
         log = (h.run_dir / "logs" / "agent-node1.log").read_text()
         assert "no word from the controller" not in log, log

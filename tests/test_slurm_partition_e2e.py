@@ -2,10 +2,11 @@
 
 On the separate-hosts cluster (scripts/slurm-cluster), with the controller on the host:
 
-- the default launcher (the node agent): the cut-off node's agent, no longer renewed, fences
-  itself (SIGTERM, SIGKILL after the grace to the rider that ignores SIGTERM), and only then
-  does the spare start the lost owner's replacement (`replace_lost`): one instance never
-  runs twice. SIGTERM to srtr during the partition then tears the job down;
+- the default launcher (the node agent): the cut-off node's agent, its heartbeats no longer
+  acknowledged, fences itself (SIGTERM, SIGKILL after the grace to the rider that ignores
+  SIGTERM), and only then does the spare start the lost owner's replacement
+  (`replace_lost`): one instance never runs twice. SIGTERM to srtr during the partition
+  then tears the job down;
 - the step launcher: SIGTERM to srtr during a partition cancels the cut-off node's steps
   rather than wait on them.
 

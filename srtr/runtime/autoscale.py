@@ -28,6 +28,9 @@ from srtr.runtime.recipe_watch import RecipeWatcher
 log = logging.getLogger("srtr")
 
 TICK = 0.25  # how finely the per-pool intervals are kept
+# With no pool autoscaled, only a save that adds one can change that: looked for once a
+# second, not four times (each look a wake-up of an idle controller).
+IDLE_TICK = 1.0
 READ_TIMEOUT = 5.0  # at most, for one read (less when the interval is shorter)
 
 
@@ -47,12 +50,13 @@ class Autoscaler:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            following = True
             try:
-                await self._tick()
+                following = await self._tick()
             except Exception:  # a publisher's nonsense must not take the job down
                 log.exception("autoscaling failed; trying again")
             try:
-                async with asyncio.timeout(TICK):
+                async with asyncio.timeout(TICK if following else IDLE_TICK):
                     await stop.wait()
             except TimeoutError:
                 pass
@@ -68,20 +72,26 @@ class Autoscaler:
             self._recipe = (text, recipe)
         return self._recipe[1]
 
-    async def _tick(self) -> None:
+    async def _tick(self) -> bool:
+        """Follow every pool that is due; whether any pool is autoscaled."""
         store = self.ctx.store
         if store.job.teardown_requested:
-            return
+            return False
         recipe = self._applied()
         if recipe is None:
-            return
+            return False
         now = self.ctx.clock.now()
+        following = False
         for service in recipe.services:
             scale = service.autoscale
-            if scale is None or now < self._due.get(service.name, 0.0):
+            if scale is None:
+                continue
+            following = True
+            if now < self._due.get(service.name, 0.0):
                 continue
             self._due[service.name] = now + scale.interval_seconds
             await self._follow(service.name, scale)
+        return following
 
     def _publisher_ip(self, pool: str) -> str | None:
         """The node IP of the pool's instance 0 once it is ready: only then is the count

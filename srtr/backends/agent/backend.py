@@ -130,7 +130,8 @@ class AgentBackend:
                 `starters.TOKEN_FILE`), so a controller can adopt the job; None: nowhere.
             adopt: take over the agents of a crashed controller (`srtr up --adopt`): start
                 none, wait for them to rejoin; `token` must be the job's.
-            lease: seconds an agent not renewed fences itself (`channel.LEASE`; 0: never).
+            lease: seconds an agent with no heartbeat acknowledged fences itself
+                (`channel.LEASE`; 0: never).
             tls, fingerprint: the server context of the job's certificate (`certs`), and
                 its fingerprint, which the agents get next to the token and pin; None and
                 "": the channel is in the clear (tests of the protocol alone).
@@ -441,7 +442,7 @@ class AgentBackend:
             self._answer(message.seq, message)
         elif isinstance(message, p.Exited):
             self._exited(conn, message)
-        elif not isinstance(message, p.Heartbeat | p.Bye):
+        elif not isinstance(message, p.Bye):
             log.warning("agents: %s sent an unexpected %s", conn.node, type(message).__name__)
 
     def gone(self, conn: Connection, why: str, *, silent: bool = False) -> None:

@@ -16,22 +16,32 @@ certificate's fingerprint (`srtr.tls`); the token's proofs still authenticate bo
 A stalled event loop (a long state.json write under load) must not read as silent agents:
 the watcher only counts silence while it runs on time itself.
 
-Cost at scale (1,024 agents, `benchmarks/hollow.py`): heartbeats are sent once a second
-(not twice), on whole seconds of the wall clock (`node.Agent._beat`). They still arrive
-spread over tens of milliseconds, and reading each as it came cost ~500 wake-ups a second:
-once admitted, a connection is read in batches (`coalesced`: ~11 wake-ups a second, idle CPU
-1.4 % → 0.75 % of a core). A heartbeat line is recognised by its prefix and never decoded.
-The connections are kept oldest-heard first, so the watcher, which looks every 0.25 s, reads
-only the silent ones and the first live one; a silent agent is lost at most SILENCE + 0.25 s
-after its last line.
+Heartbeats: each agent opens a second connection, plain TCP, to the beat port (`beat_port`,
+same host), names itself with the `beat_token` its Welcome carried (a secret of this session,
+sent only inside the TLS channel), and then writes one byte a second (`protocol.BEAT`), on
+whole seconds of the wall clock (`node.Agent._beat`). The controller never reads those bytes
+one by one, and they never wake its loop: the beat sockets sit in an epoll of their own
+(`beats`) that the watcher polls when it looks, every 0.25 s, so a heartbeat costs its share
+of one epoll_wait and a dictionary lookup, no read, no decrypt; the bytes are drained every
+`DRAIN_EVERY` heartbeats. At 1,024 hollow agents the idle controller went from 3.7 % of a
+core (TLS heartbeat records decrypted, and renewals encrypted to every agent every 2 s) to
+about the floor of an idle job (benchmarks/README). What a heartbeat carries is only that it
+came: no secret crosses in the clear.
 
-The lease: every RENEW_EVERY periods (2 s), a little after the agents' whole-second
-heartbeats, one timer writes `Renew(n)` to every connection that sent a heartbeat since the
-last renewal (n: how many it has read). An agent that gets none for LEASE seconds fences
-itself (node.py), so the controller knows, by its own clock, that an agent it last heard at
-`last_seen` stopped its instances by `last_seen + LEASE + their grace`. One timer for all
-connections, no task or timer per agent (512 writes a second at 1,024 agents: measured with
-the hollow agents, docs/agents.md).
+The connections are kept oldest-heard first, so the watcher reads only the silent ones and
+the first live one. A heartbeat counts as heard when the watcher sees it (at most 0.25 s
+after it came: never earlier than it was sent, which the lease below needs), so a silent
+agent is lost at most SILENCE + 0.5 s after its last heartbeat.
+
+The lease, kept by TCP: an agent whose heartbeats the controller's kernel has stopped
+acknowledging for LEASE seconds fences itself (`node`, "The lease"), so the controller knows,
+by its own clock, that an agent it last heard at `last_seen` stopped its instances by
+`last_seen + LEASE + their grace`. That holds because a lost connection's beat socket is
+reset (SO_LINGER 0) the moment it is judged lost: no heartbeat is acknowledged after the
+controller stopped counting them. One timer and no write per agent: the renewals it replaced
+were 512 TLS writes a second at 1,024 agents. A controller that is only stalled still has its
+kernel acknowledging, so its agents keep their work, and its watcher does not count its own
+stall as their silence.
 """
 
 from __future__ import annotations
@@ -40,7 +50,9 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import socket
 import ssl
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -48,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent.beats import HANGUP, BeatSockets
 from srtr.backends.agent.coalesced import CoalescedReader
 from srtr.backends.agent.tls_bytes import TlsBytes
 
@@ -55,17 +68,14 @@ log = logging.getLogger("srtr")
 
 HEARTBEAT = 1.0  # how often agents send one
 SILENCE = 2.5  # an agent not heard from for this long is gone
-LEASE = 5.0  # an agent not renewed for this long fences itself (stops its instances)
-RENEW_AFTER = 0.25  # the renewals go this long after each whole period (the heartbeats')
-# Renewals go every RENEW_EVERY heartbeat periods: each is a write to every agent, and at
-# 1,024 agents one a second cost the idle controller 1.1 % of a core (hollow, loopback).
-# Every 2 s the lease (5 s) still outlasts a controller stall of 2.75 s.
-RENEW_EVERY = 2
+LEASE = 5.0  # an agent with no heartbeat acknowledged for this long fences itself
 WATCH = 0.25  # how often the watcher looks (at most)
-HANDSHAKE_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 10.0  # for the TLS handshake and hello, and for the beat connection after
 BACKLOG = 4096  # a thousand agents dial at once: no SYN may wait for TCP's 1 s retry
-_HEARTBEAT = b'{"type":"heartbeat"'  # how every heartbeat line starts (`protocol.encode`)
-_RENEW = b'{"type":"renew","heartbeats":%d}\n'  # `protocol.encode(Renew(n))`, formatted fast
+# Heartbeat bytes are read (and dropped) once this many arrived: a byte a second, and the
+# socket's receive buffer holds ~100 KiB.
+DRAIN_EVERY = 4096
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
 class Transport(Protocol):
@@ -88,8 +98,9 @@ class Connection:
     gone: bool = False
     # [name, attempt, pid, start] of the attempts the agent kept through a controller crash.
     live: list[list[Any]] = field(default_factory=list)
-    heartbeats: int = 0  # read so far on this connection
-    renewed: int = 0  # the count the last `Renew` carried
+    beat_token: str = ""  # how its beat connection names it (`Welcome.beat_token`)
+    beat: _Beat | None = None  # its beat connection, once it opened it
+    beats: int = 0  # heartbeats seen so far
 
     def send(self, message: p.Message) -> None:
         """Queue `message`; a connection that is closing drops it (its end is reported)."""
@@ -98,7 +109,11 @@ class Connection:
         with contextlib.suppress(OSError):
             self.transport.write(p.encode(message))
 
-    def close(self) -> None:
+    def close(self, *, reset: bool = False) -> None:
+        """Close it; `reset`: no heartbeat in flight gets acknowledged after this (a lost
+        node's lease must stop at our last look, "The lease" above)."""
+        if self.beat is not None:
+            self.beat.close(reset=reset)
         self.transport.close()
 
 
@@ -141,12 +156,17 @@ class AgentServer:
         self.silence = silence
         self.lease = lease
         self._server: asyncio.Server | None = None
+        self._beat_server: asyncio.Server | None = None
+        self.beat_port = 0
+        # Admitted, their beat connection not yet open: by beat token; each ends if it does
+        # not open one in time (`_unbeaten`).
+        self._unclaimed: dict[str, Connection] = {}
         # Oldest-heard first (`heard` moves a connection to the end), so the watcher finds
         # the silent ones without a loop in Python over a thousand connections.
         self._conns: OrderedDict[Connection, None] = OrderedDict()
         self._watcher: asyncio.Task[None] | None = None
-        self._renewer: asyncio.Task[None] | None = None
         self.reader = CoalescedReader(_RECEIVED, handler.awaiting)
+        self.beats: BeatSockets[_Beat] = BeatSockets()
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str) -> tuple[str, int]:
@@ -155,61 +175,88 @@ class AgentServer:
         self._server = await loop.create_server(
             lambda: _AgentProtocol(self), host, 0, backlog=BACKLOG
         )
+        self._beat_server = await loop.create_server(lambda: _Beat(self), host, 0, backlog=BACKLOG)
         sock = self._server.sockets[0]
         self.address = (host, int(sock.getsockname()[1]))
+        self.beat_port = int(self._beat_server.sockets[0].getsockname()[1])
         self._watcher = asyncio.create_task(self._watch())
-        if self.lease > 0:
-            self._renewer = asyncio.create_task(self._renew())
         return self.address
 
     def connections(self) -> Iterable[Connection]:
-        return list(self._conns)
+        return [*self._unclaimed.values(), *self._conns]
 
     async def close(self) -> None:
         """Stop listening and watching, and close every connection."""
-        for task in (self._watcher, self._renewer):
-            if task is not None:
-                task.cancel()
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self._conns):
+        if self._watcher is not None:
+            self._watcher.cancel()
+        servers = [s for s in (self._server, self._beat_server) if s is not None]
+        for server in servers:
+            server.close()
+        for conn in [*self._unclaimed.values(), *self._conns]:
             conn.close()
-        if self._server is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2.0):
-                    await self._server.wait_closed()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                for server in servers:
+                    await server.wait_closed()
         self.reader.close()
+        self.beats.close()
 
-    def _admit(self, hello: p.Message, transport: Transport, nonce: str) -> bool:
-        """Answer an agent's first line: Welcome (True), or a refusal (False: close it)."""
+    def _admit(self, hello: p.Message, transport: Transport, nonce: str) -> str | None:
+        """Answer an agent's first line: Welcome (its beat token), or a refusal (None:
+        close it)."""
         if not isinstance(hello, p.Hello):
             raise p.ProtocolError(f"expected hello, got {type(hello).__name__}")
         peer = _peer(transport)
         if not p.verify(self._token, "agent", nonce, hello.node, hello.proof):
             log.warning("agents: %s claims node %s with a wrong proof", peer, hello.node)
-            return False
+            return None
         refusal = self._handler.refuse(hello.node)
         if refusal is not None:
             log.warning(
                 "agents: refused the agent of %s (pid %d): %s", hello.node, hello.pid, refusal
             )
             transport.write(p.encode(p.Shutdown(refusal)))
-            return False
+            return None
         proof = p.proof(self._token, "controller", hello.nonce, hello.node)
-        welcome = p.Welcome(proof=proof, heartbeat=self.heartbeat, lease=self.lease)
+        token = secrets.token_hex(16)
+        welcome = p.Welcome(
+            proof=proof,
+            heartbeat=self.heartbeat,
+            beat_port=self.beat_port,
+            beat_token=token,
+            lease=self.lease,
+        )
         transport.write(p.encode(welcome))
-        return True
+        return token
 
     def _connected(self, conn: Connection) -> None:
-        self._conns[conn] = None
+        self._unclaimed[conn.beat_token] = conn
+        asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self._unbeaten, conn)
         self._handler.connected(conn)
+
+    def _unbeaten(self, conn: Connection) -> None:
+        if self._unclaimed.get(conn.beat_token) is conn:
+            why = f"its agent opened no heartbeat connection within {HANDSHAKE_TIMEOUT:g}s"
+            self._end(conn, why, silent=True)
+
+    def _claim(self, token: str, beat: _Beat) -> Connection | None:
+        """The admitted connection whose beat connection `beat` is (None: no such token)."""
+        conn = self._unclaimed.pop(token, None)
+        if conn is None or conn.gone:
+            return None
+        conn.beat = beat
+        conn.last_seen = time.monotonic()
+        self._conns[conn] = None  # from now on its silence counts
+        return conn
 
     def _end(self, conn: Connection, why: str, *, silent: bool = False) -> None:
         self._conns.pop(conn, None)
+        if self._unclaimed.get(conn.beat_token) is conn:
+            del self._unclaimed[conn.beat_token]
         if conn.gone:
             return
         conn.gone = True
-        conn.close()
+        conn.close(reset=silent)
         self._handler.gone(conn, why, silent=silent)
 
     async def _watch(self) -> None:
@@ -218,6 +265,7 @@ class AgentServer:
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
+            self._heard_beats(now)
             if now - last > 2 * period + 0.1:
                 # We were not running: the agents' lines may be waiting unread. (The order
                 # by last_seen holds: the oldest all become the same.)
@@ -229,20 +277,6 @@ class AgentServer:
                     self._end(conn, f"its agent was silent for {silence:.1f}s", silent=True)
             last = now
 
-    async def _renew(self) -> None:
-        """Renew the lease of every agent heard since the last renewal; once a period."""
-        period = self.heartbeat * RENEW_EVERY
-        if self.lease < 2.5 * period:  # a short lease (tests): renew every heartbeat period
-            period = self.heartbeat
-        while True:
-            await asyncio.sleep(period - (time.time() - RENEW_AFTER) % period)
-            for conn in self._conns:
-                count = conn.heartbeats
-                if count != conn.renewed and not conn.gone:
-                    conn.renewed = count
-                    with contextlib.suppress(OSError):
-                        conn.transport.write(_RENEW % count)
-
     def silent(self, now: float) -> list[Connection]:
         """The connections not heard from for longer than `silence` at `now`."""
         found = []
@@ -251,6 +285,25 @@ class AgentServer:
                 break
             found.append(conn)
         return found
+
+    def _heard_beats(self, now: float) -> None:
+        """Count every heartbeat that arrived since the last look as heard `now`."""
+        conns = self._conns
+        for beat, events in self.beats.arrived():
+            conn = beat.conn
+            if conn is None or conn.gone:
+                continue
+            if events & HANGUP:
+                # Its agent went, or closes its session: the TLS connection reports that
+                # (after a Bye, if it said one); a beat connection alone that dies leaves
+                # its agent silent.
+                beat.close()
+                continue
+            conn.last_seen = now
+            conns.move_to_end(conn)
+            conn.beats += 1
+            if conn.beats % DRAIN_EVERY == 0:
+                self.beats.drain(beat.fd)
 
     def heard(self, conn: Connection) -> None:
         """`conn` sent something just now."""
@@ -300,16 +353,8 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         if self._tls is not None:
             self._decrypted(nbytes)
             return
-        conn = self.conn
-        if conn is not None:
-            self._server.heard(conn)
-            if (
-                not self._buffer
-                and _RECEIVED.startswith(_HEARTBEAT)
-                and _RECEIVED.find(b"\n", 0, nbytes) == nbytes - 1
-            ):
-                conn.heartbeats += 1
-                return  # the commonest case by far: exactly one heartbeat line
+        if self.conn is not None:
+            self._server.heard(self.conn)
         self.data_received(bytes(_RECEIVED_VIEW[:nbytes]))
 
     def _decrypted(self, nbytes: int) -> None:
@@ -323,16 +368,8 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             else:
                 self._refuse(f"TLS failed: {exc}")
             return
-        conn = self.conn
-        if conn is not None:
-            self._server.heard(conn)
-            if (
-                not self._buffer
-                and data.startswith(_HEARTBEAT)
-                and data.find(b"\n") == len(data) - 1
-            ):
-                conn.heartbeats += 1  # what the next Renew counts
-                return  # one heartbeat line, as in the clear
+        if self.conn is not None:
+            self._server.heard(self.conn)
         if data:
             self.data_received(data)
 
@@ -375,8 +412,6 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         conn = self.conn
         if conn is None:
             self._hello(line)
-        elif line.startswith(_HEARTBEAT):  # a heartbeat's arrival is all that matters
-            conn.heartbeats += 1
         else:
             try:
                 message = p.decode(line)
@@ -391,16 +426,20 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._timer.cancel()
         try:
             hello = p.decode(line)
-            admitted = self._server._admit(hello, self._io, self._nonce)
+            token = self._server._admit(hello, self._io, self._nonce)
         except p.ProtocolError as exc:
             self._refuse(str(exc))
             return
-        if not admitted:
+        if token is None:
             self._transport.close()
             return
         assert isinstance(hello, p.Hello)
         self.conn = Connection(
-            node=hello.node, pid=hello.pid, transport=self._io, live=list(hello.live)
+            node=hello.node,
+            pid=hello.pid,
+            transport=self._io,
+            live=list(hello.live),
+            beat_token=token,
         )
         self._server._connected(self.conn)
         if not self._transport.is_closing():
@@ -419,6 +458,64 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._server._end(self.conn, why)
         elif self._transport is not None:
             self._transport.close()
+
+
+class _Beat(asyncio.Protocol):
+    """One agent's beat connection: its token line, then heartbeats the watcher only sees
+    arrive (`beats`)."""
+
+    def __init__(self, server: AgentServer) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._line = b""
+        self._timer: asyncio.TimerHandle | None = None
+        self.fd = -1  # while the server's `beats` watch it
+        self.conn: Connection | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(HANDSHAKE_TIMEOUT, self.close)
+
+    def data_received(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._line += data
+        end = self._line.find(b"\n")
+        if end < 0:
+            if len(self._line) > 64:
+                self.close()
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self.conn = self._server._claim(self._line[:end].decode(errors="replace"), self)
+        if self.conn is None:
+            log.warning("agents: a beat connection from %s with no session", _peer(self._transport))
+            self.close()
+            return
+        self._transport.pause_reading()  # from now on its bytes are only seen arriving
+        self.fd = self._transport.get_extra_info("socket").fileno()
+        self._server.beats.add(self.fd, self)
+
+    def close(self, *, reset: bool = False) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if reset:
+            with contextlib.suppress(OSError):
+                transport.get_extra_info("socket").setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, _RESET
+                )
+            transport.abort()
+        else:
+            transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.fd >= 0:
+            self._server.beats.remove(self.fd)
+            self.fd = -1
 
 
 def _peer(transport: asyncio.BaseTransport | Transport) -> str:

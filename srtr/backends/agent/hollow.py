@@ -58,6 +58,7 @@ from srtr.backends.agent.node import (
     EnvironmentOf,
     ExitReport,
     Runner,
+    Session,
     Started,
 )
 from srtr.backends.base import LaunchError, LaunchSpec
@@ -69,7 +70,6 @@ log = logging.getLogger("srtr.agent")
 
 ON_TERM_ENV = "SRTR_HOLLOW_ON_TERM"
 # Above Linux's largest pid (2^22): a simulated pid can never name a real process.
-_Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, float]
 _PIDS = itertools.count(1 << 23)
 _IGNORED = frozenset(
     {signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH, signal.SIGSTOP}
@@ -263,11 +263,11 @@ class HollowAgent(Agent):
         self.processes = SimulatedProcesses(node, on_exit, environment)
         return self.processes
 
-    async def _join(self, host: str, port: int, within: float) -> _Session:
+    async def _join(self, host: str, port: int, within: float) -> Session:
         async with self._gate:
             return await super()._join(host, port, within)
 
-    async def _rejoin(self, deadline: float) -> _Session | None:
+    async def _rejoin(self, deadline: float) -> Session | None:
         # A frozen node stays dead: it does not call the next controller either.
         return None if self.frozen else await super()._rejoin(deadline)
 
@@ -275,11 +275,15 @@ class HollowAgent(Agent):
         if not self.frozen:
             super()._write(line)
 
+    def _write_beat(self) -> bool:
+        return not self.frozen and super()._write_beat()
+
     def sever(self) -> None:
         """Drop the connection at once, no goodbye (the caller cancels `run`)."""
         self.frozen = True
-        if self._writer is not None:
-            self._writer.transport.abort()
+        for writer in (self._writer, self._beats):
+            if writer is not None:
+                writer.transport.abort()
         if self.processes is not None:
             self.processes.vanish()
 

@@ -11,15 +11,22 @@ readiness probes here on the node (`prober.ProbeRunner`), and reports every exit
 heartbeat every period the controller chose, so the controller sees a silent node within
 seconds.
 
-It fences itself when cut off. The controller answers heartbeats with `Renew` (how many it
-has read), and the agent's lease runs from when it sent the last heartbeat so answered. With
-no renewal for the lease (`Welcome.lease`, 5 s), the agent SIGTERMs every instance, SIGKILLs
-each one still there after its grace, and logs why: the controller, which saw the same
-silence from its side, may then start their replacements elsewhere, and no instance runs
-twice (docs/agents.md, "The lease"). It keeps the connection, and the instances' exits
-queued on it, for the adopt window: a controller that was only stalled renews the lease
-and hears them; a link that comes back ends the dead connection, and the agent looks for a
-controller through the rendezvous file as after a crash.
+The heartbeats go on a plain TCP connection of their own (the `Welcome` says where; one
+byte each, `protocol`), which the controller only sees arrive (`channel`, "Heartbeats").
+
+The lease: the agent fences itself when cut off. Before each heartbeat it asks its kernel
+whether everything it sent on the beat connection was acknowledged (TIOCOUTQ is 0): then the
+controller's host received the previous heartbeat, and the lease runs from when that one
+was sent. With none acknowledged for the lease (`Welcome.lease`, 5 s), the agent SIGTERMs
+every instance, SIGKILLs each one still there after its grace, and logs why: the controller,
+which saw the same silence from its side, may then start their replacements elsewhere, and
+no instance runs twice (docs/agents.md, "The lease"). The acknowledgement is the kernel's,
+not the controller's: a controller that is only stalled keeps its agents' leases (and does
+not count its own stall as their silence), and one that judged a node lost resets that
+node's beat connection at once, so nothing later is acknowledged. It keeps the connection,
+and the instances' exits queued on it, for the adopt window: a link that comes back ends
+the dead connection, and the agent looks for a controller through the rendezvous file as
+after a crash.
 
 It never outlives its job for long. On SIGTERM or on `Shutdown` it SIGKILLs every instance
 it started, waits for them to be reaped, and exits. When the connection ends otherwise (the
@@ -44,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import contextlib
 import fcntl
 import functools
@@ -79,13 +85,12 @@ log = logging.getLogger("srtr.agent")
 CONNECT_TIMEOUT = 60.0
 HANDSHAKE_TIMEOUT = 30.0
 REJOIN_PERIOD = 0.2  # how often an agent without a controller reads the rendezvous file
-UNRENEWED = 64  # heartbeats remembered until the controller renews them (the oldest go first)
-UNREAD_WAIT = 0.05  # a lease that ran out with lines unread: look again after reading them
 EXIT_AUTH = 3
 EXIT_CONNECT = 4
 
 
-_Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, float]
+# The TLS connection (reader, writer), the beat connection's writer, the heartbeat period.
+Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamWriter, float]
 
 
 class Started(Protocol):
@@ -186,12 +191,11 @@ class Agent:
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._writer: asyncio.StreamWriter | None = None
         self._reader: asyncio.StreamReader | None = None
+        self._beats: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        # The lease (this session's): its length (0: none), the monotonic time it runs
-        # from, the heartbeats sent and not yet renewed (number, monotonic send time).
+        # The lease (this session's): its length (0: none), the monotonic time it runs from.
         self._lease = 0.0
         self._leased_at = 0.0
-        self._unrenewed: collections.deque[tuple[int, float]] = collections.deque(maxlen=UNRENEWED)
         self._fenced: str | None = None  # why the agent fenced itself, while it is
         self._fenced_until = 0.0  # when its last instance's grace ends
         self._gave_up = False  # no word for the lease and the adopt window: stop for good
@@ -200,7 +204,7 @@ class Agent:
     async def run(self, host: str, port: int) -> int:
         """Serve the controller at host:port, and the ones that adopt the job after it, until
         one says Shutdown or none comes back within the adopt window; 0 when done."""
-        session: _Session | None
+        session: Session | None
         try:
             session = await self._join(host, port, CONNECT_TIMEOUT)
         except (HandshakeError, p.ProtocolError, TimeoutError) as exc:  # before OSError
@@ -232,7 +236,7 @@ class Agent:
         log.info("agent %s: %s; every instance is gone", self.node, why)
         return 0
 
-    async def _join(self, host: str, port: int, within: float) -> _Session:
+    async def _join(self, host: str, port: int, within: float) -> Session:
         """Connect to host:port and prove who we are; the session to serve."""
         reader, writer = await _connect(host, port, within, tls=self._fingerprint is not None)
         self._writer, self._reader = writer, reader
@@ -242,15 +246,23 @@ class Agent:
                     tls.check_ssl_object(writer.get_extra_info("ssl_object"), self._fingerprint)
                 except tls.PinError as exc:
                     raise HandshakeError(f"not our controller: {exc}") from None
-            heartbeat = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
+            welcome = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
+            beats = await asyncio.wait_for(
+                _open_beats(host, welcome.beat_port, welcome.beat_token), HANDSHAKE_TIMEOUT
+            )
         except BaseException:
             writer.close()
             raise
+        self._beats = beats
         log.info("agent %s: serving the controller at %s:%d", self.node, host, port)
-        return reader, writer, heartbeat
+        return reader, writer, beats, welcome.heartbeat
 
     async def _session(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, heartbeat: float
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        beats: asyncio.StreamWriter,
+        heartbeat: float,
     ) -> tuple[str, bool]:
         """Serve one controller; (why it ended, whether it told us to stop)."""
         beating = asyncio.create_task(self._beat(heartbeat))
@@ -264,8 +276,9 @@ class Agent:
             beating.cancel()
             serving.cancel()
             writer.close()
+            beats.close()
 
-    async def _rejoin(self, deadline: float) -> _Session | None:
+    async def _rejoin(self, deadline: float) -> Session | None:
         """Join whichever controller the rendezvous file names, until `deadline`."""
         assert self._rendezvous is not None
         while time.monotonic() < deadline:
@@ -278,7 +291,7 @@ class Agent:
             await asyncio.sleep(REJOIN_PERIOD)
         return None
 
-    async def _handshake(self, reader: asyncio.StreamReader) -> float:
+    async def _handshake(self, reader: asyncio.StreamReader) -> p.Welcome:
         challenge = p.decode(await reader.readline())
         if not isinstance(challenge, p.Challenge) or challenge.version != p.VERSION:
             raise HandshakeError(f"expected a challenge of version {p.VERSION}, got {challenge}")
@@ -300,11 +313,10 @@ class Agent:
         if not p.verify(self._token, "controller", nonce, self.node, welcome.proof):
             raise HandshakeError("the controller's proof is wrong: not our controller")
         self._lease, self._leased_at = welcome.lease, hello_sent
-        self._unrenewed.clear()
         if self._fenced is not None:
             log.warning("agent %s: a controller welcomed us back; the fence is over", self.node)
             self._fenced = None
-        return welcome.heartbeat
+        return welcome
 
     async def _serve(self, reader: asyncio.StreamReader) -> tuple[str, bool]:
         """Handle messages until the connection ends or a Shutdown; (why it ended, whether
@@ -331,9 +343,7 @@ class Agent:
                 await self._writer.drain()
 
     def _handle(self, message: p.Message) -> None:
-        if isinstance(message, p.Renew):
-            self._renewed(message.heartbeats)
-        elif isinstance(message, p.Launch):
+        if isinstance(message, p.Launch):
             self._launch(message.seq, message.spec)
         elif isinstance(message, p.Signal):
             live = self._groups.get(message.name)
@@ -398,26 +408,22 @@ class Agent:
         """Send heartbeats and keep the lease: fence when it runs out, and return (ending
         the session) once the fence is done and the adopt window passed with no word."""
         # On whole periods of the wall clock, as every other node does: the controller then
-        # reads the heartbeats of many nodes per wake-up, not one (channel.py, "Cost").
-        sent = 0
+        # sees the heartbeats of many nodes per wake-up, not one (channel.py, "Heartbeats").
+        sent: float | None = None  # when the last heartbeat went
         due = time.monotonic()
         while True:
             now = time.monotonic()
+            if sent is not None and self._acknowledged():
+                self._renewed(sent)
             if now >= due:
-                sent += 1
-                if self._lease > 0:
-                    self._unrenewed.append((sent, now))
-                self._write(_heartbeat(len(self._groups.attempts())))
+                if self._write_beat():
+                    sent = now
                 due = now + period - time.time() % period
             wake = due
             if self._lease > 0:
                 expires = self._leased_at + self._lease
                 if now < expires:
                     wake = min(wake, expires)
-                elif self._fenced is None and self._unread():
-                    # Lines wait unread: we were slow (a starved machine), not cut off. Read
-                    # them first; they may renew the lease.
-                    wake = now + UNREAD_WAIT
                 else:
                     if self._fenced is None:
                         self._fence(now - self._leased_at)
@@ -431,30 +437,20 @@ class Agent:
                     wake = min(wake, ends)
             await asyncio.sleep(max(0.0, wake - time.monotonic()))
 
-    def _unread(self) -> bool:
-        """Whether the controller's lines wait in the socket or our reader's buffer."""
-        writer = self._writer
-        if writer is None or self._reader is None:
+    def _acknowledged(self) -> bool:
+        """Whether the controller's host acknowledged every heartbeat sent so far."""
+        beats = self._beats
+        if beats is None or beats.is_closing() or beats.transport.get_write_buffer_size():
             return False
-        if getattr(self._reader, "_buffer", b""):  # asyncio has no public "bytes buffered"
-            return True
-        sock = writer.get_extra_info("socket")
-        if sock is None:
-            return False
+        sock = beats.get_extra_info("socket")
         try:
-            pending = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+            unacked = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
         except OSError:
             return False
-        return int.from_bytes(pending, sys.byteorder) > 0
+        return int.from_bytes(unacked, sys.byteorder) == 0
 
-    def _renewed(self, heartbeats: int) -> None:
-        """The controller read our first `heartbeats`: the lease runs from when we sent the
-        last of them (an older renewal, delivered late, renews nothing)."""
-        while self._unrenewed and self._unrenewed[0][0] < heartbeats:
-            self._unrenewed.popleft()
-        if not self._unrenewed or self._unrenewed[0][0] != heartbeats:
-            return
-        _, sent = self._unrenewed.popleft()
+    def _renewed(self, sent: float) -> None:
+        """A heartbeat sent at `sent` was acknowledged: the lease runs from then."""
         self._leased_at = max(self._leased_at, sent)
         if self._fenced is not None and time.monotonic() < self._leased_at + self._lease:
             log.warning("agent %s: the controller hears us again; the fence is over", self.node)
@@ -513,11 +509,23 @@ class Agent:
         with contextlib.suppress(OSError):
             writer.write(line)
 
+    def _write_beat(self) -> bool:
+        """One heartbeat; whether it went."""
+        beats = self._beats
+        if beats is None or beats.is_closing():
+            return False
+        try:
+            beats.write(p.BEAT)
+        except OSError:
+            return False
+        return True
 
-@functools.lru_cache(maxsize=256)
-def _heartbeat(running: int) -> bytes:
-    """The heartbeat line, encoded once per count: the same bytes every second."""
-    return p.encode(p.Heartbeat(running=running))
+
+async def _open_beats(host: str, port: int, token: str) -> asyncio.StreamWriter:
+    """The beat connection of a session: plain TCP to the controller, named by `token`."""
+    _, writer = await asyncio.open_connection(host, port)
+    writer.write(token.encode() + b"\n")
+    return writer
 
 
 _SECRETS = (p.TOKEN_ENV, tls.FINGERPRINT_ENV)  # never passed on to an instance

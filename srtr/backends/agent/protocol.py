@@ -14,13 +14,20 @@ agent's environment, never in argv):
 
 So the token itself never crosses the wire, a process that does not hold it cannot pose as
 an agent (and learn instance specs) nor as the controller (and start processes), and a proof
-cannot be replayed on another connection (fresh nonces). Everything after that is in clear
-text: the channel is authenticated, not encrypted (docs/agents.md).
+cannot be replayed on another connection (fresh nonces). `srtr up` runs all of it inside
+TLS with a pinned job certificate (`channel`); only the heartbeats below go in the clear,
+and they carry nothing.
 
-Controller → agent: `Launch`, `Signal`, `Probe`, `Renew`, `Shutdown`. Agent → controller:
+Controller → agent: `Launch`, `Signal`, `Probe`, `Shutdown`. Agent → controller:
 `Launched` / `LaunchFailed` (the answer to a `Launch`, same `seq`), `Exited`, `ProbeResult`
-(same `seq` as its `Probe`), `Heartbeat`, `Bye` (after a `Shutdown`, when every instance of
-the node has been reaped and reported).
+(same `seq` as its `Probe`), `Bye` (after a `Shutdown`, when every instance of the node has
+been reaped and reported).
+
+Heartbeats are not messages. They go on a second, plain TCP connection of their own, to the
+`Welcome`'s `beat_port`: the agent sends the `Welcome`'s `beat_token` and a newline, then
+one byte (`BEAT`) every heartbeat period. The controller never reads them one by one: a
+byte's arrival is all it needs (`channel`, "Heartbeats"), and TCP's acknowledgement of it
+is the agent's lease (`node`, "The lease").
 """
 
 from __future__ import annotations
@@ -36,10 +43,11 @@ from typing import Any, ClassVar
 from srtr.backends.base import LaunchSpec
 from srtr.resources.objects import ProbeKind, ProbeSpec
 
-VERSION = 1
+VERSION = 2  # 2: heartbeats on a connection of their own, no Renew
 # The longest line either side reads: a launch with a large environment fits.
 MAX_LINE = 16 * 1024 * 1024
 TOKEN_ENV = "SRTR_AGENT_TOKEN"
+BEAT = b"."  # one heartbeat, on the beat connection
 DEFAULT_GRACE = 30.0  # a Launch without a grace (an older controller): the recipe's default
 
 
@@ -70,12 +78,16 @@ class Hello:
 
 @dataclass(frozen=True)
 class Welcome:
-    """`lease`: seconds the agent may go without a `Renew` before it fences itself (stops
-    its instances); 0: no lease (a controller of before the lease)."""
+    """`lease`: seconds the agent may go with no heartbeat acknowledged before it fences
+    itself (stops its instances); 0: no lease. `beat_port`, `beat_token`: where the agent
+    sends its heartbeats (the controller's host, that port) and how that connection says
+    whose it is (a secret of this session; it crossed the wire only inside this one)."""
 
     TYPE: ClassVar[str] = "welcome"
     proof: str
     heartbeat: float
+    beat_port: int
+    beat_token: str
     lease: float = 0.0
 
 
@@ -150,25 +162,6 @@ class ProbeResult:
 
 
 @dataclass(frozen=True)
-class Heartbeat:
-    TYPE: ClassVar[str] = "heartbeat"
-    running: int = 0
-
-
-@dataclass(frozen=True)
-class Renew:
-    """The controller has read the first `heartbeats` heartbeats of this connection.
-
-    The agent's lease then runs from the moment it *sent* that heartbeat, by its own clock,
-    not from when this line arrived: a renewal that TCP delivers late (a link that came
-    back) renews only as far as the controller really heard. So the controller knows, from
-    its own clock alone, that an agent it last heard at T has fenced itself by T + lease."""
-
-    TYPE: ClassVar[str] = "renew"
-    heartbeats: int
-
-
-@dataclass(frozen=True)
 class Shutdown:
     """SIGKILL every instance of the node, report their exits, answer `Bye`, exit."""
 
@@ -192,8 +185,6 @@ Message = (
     | Exited
     | Probe
     | ProbeResult
-    | Heartbeat
-    | Renew
     | Shutdown
     | Bye
 )
@@ -210,8 +201,6 @@ _TYPES: dict[str, type[Any]] = {
         Exited,
         Probe,
         ProbeResult,
-        Heartbeat,
-        Renew,
         Shutdown,
         Bye,
     )
@@ -302,13 +291,13 @@ def _plain(value: Any) -> Any:
 
 
 __all__ = [
+    "BEAT",
     "MAX_LINE",
     "TOKEN_ENV",
     "VERSION",
     "Bye",
     "Challenge",
     "Exited",
-    "Heartbeat",
     "Hello",
     "Launch",
     "LaunchFailed",
@@ -317,7 +306,6 @@ __all__ = [
     "Probe",
     "ProbeResult",
     "ProtocolError",
-    "Renew",
     "Shutdown",
     "Signal",
     "Welcome",

@@ -151,12 +151,16 @@ class LocalAgents:
         adopt_window: float = 0.0,
         respawn: bool = False,
         node_tmp: NodeTmp | None = None,
+        under: Sequence[str] = (),
     ) -> None:
         """`respawn`: a node whose agent died gets a new one, as on SLURM. Off by default,
         where a simulated node's agent is the node (its death is the node's loss); on in
         tests of the backend's side of respawning. `node_tmp`: each agent, and so every
-        instance it starts, runs in its node's view of the machine (`node_tmp`)."""
+        instance it starts, runs in its node's view of the machine (`node_tmp`). `under`: a
+        command the agents run under (tests: `ip netns exec NAME`, a network of their own
+        whose link can go down)."""
         self._node_tmp = node_tmp
+        self._under = tuple(under)
         self._nodes = nodes
         self._run_dir = run_dir
         self._window = adopt_window
@@ -198,7 +202,7 @@ class LocalAgents:
         address, token = self._dial
         env = {**_secrets(token, self.fingerprint), "SRTR_RUN_DIR": str(self._run_dir.resolve())}
         where = ("--node", node.name, "--inherit", "minimal")
-        argv = _agent_command(address, self._run_dir, self._window, *where)
+        argv = (*self._under, *_agent_command(address, self._run_dir, self._window, *where))
         if self._node_tmp is not None and node.name in self._added:
             # The node helper made its views at the start: a node that joined later gets a
             # TMPDIR of its own, as where the kernel allows no views.
