@@ -43,9 +43,6 @@ class BeatSockets(Generic[T]):
             with contextlib.suppress(OSError):
                 self._epoll.unregister(fd)
 
-    def __len__(self) -> int:
-        return len(self._owners)
-
     def arrived(self) -> list[tuple[T, int]]:
         """(owner, epoll flags) of every socket that had bytes or a hang-up arrive since the
         last look; `HANGUP` among the flags: its peer closed or reset it."""

@@ -190,7 +190,6 @@ class Agent:
         self._groups = runner(node, self._exited, self._environment)
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._writer: asyncio.StreamWriter | None = None
-        self._reader: asyncio.StreamReader | None = None
         self._beats: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # The lease (this session's): its length (0: none), the monotonic time it runs from.
@@ -239,7 +238,7 @@ class Agent:
     async def _join(self, host: str, port: int, within: float) -> Session:
         """Connect to host:port and prove who we are; the session to serve."""
         reader, writer = await _connect(host, port, within, tls=self._fingerprint is not None)
-        self._writer, self._reader = writer, reader
+        self._writer = writer
         try:
             if self._fingerprint is not None:
                 try:
