@@ -203,7 +203,11 @@ agent=$!
 # scancel (a release, the end of the run): the agent ends; the script must not start
 # another `sleep` that SLURM then waits out until KillWait.
 trap 'kill -TERM $agent 2>/dev/null; exit 143' TERM
+# The first look is one period in: every task of a grow job starts at once, and N squeue
+# calls then would take CPU and slurmctld's time from the agents that are starting.
 while kill -0 $agent 2>/dev/null; do
+    sleep {period} &
+    wait $!
     out=$(squeue -h -j "$main" -o %T 2>&1)
     rc=$?
     case "$rc:$out" in
@@ -213,8 +217,6 @@ while kill -0 $agent 2>/dev/null; do
             kill -TERM $agent 2>/dev/null
             break ;;
     esac
-    sleep {period} &
-    wait $!
 done
 wait $agent
 """
