@@ -204,10 +204,9 @@ agent=$!
 # another `sleep` that SLURM then waits out until KillWait.
 trap 'kill -TERM $agent 2>/dev/null; exit 143' TERM
 # The first look is one period in: every task of a grow job starts at once, and N squeue
-# calls then would take CPU and slurmctld's time from the agents that are starting.
-while kill -0 $agent 2>/dev/null; do
-    sleep {period} &
-    wait $!
+# calls then would take CPU and slurmctld's time from the agents that are starting. The
+# agent's liveness is read after each sleep, so an agent that ended during it costs no squeue.
+while sleep {period} & wait $!; kill -0 $agent 2>/dev/null; do
     out=$(squeue -h -j "$main" -o %T 2>&1)
     rc=$?
     case "$rc:$out" in
