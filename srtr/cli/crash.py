@@ -17,6 +17,7 @@ from srtr.reconciler.rundir import (
     read_guard,
     read_heartbeat,
 )
+from srtr.runtime import run_lock
 
 
 def _clock(wall: float) -> str:
@@ -59,8 +60,8 @@ def killed_by_guard(run_dir: Path, state: RunState) -> str | None:
 
 def crash_line(run_dir: Path, state: RunState, now: float | None = None) -> str | None:
     """One line for `srtr status` about a controller that died without ending the job."""
-    if state.ended or beating_heartbeat(run_dir) is not None:
-        return None
+    if state.ended or beating_heartbeat(run_dir) is not None or run_lock.holder(run_dir):
+        return None  # a controller that holds the lock runs, whatever its heartbeat says
     record = read_guard(run_dir, state.controller_pid)
     now = time.time() if now is None else now
     if record is None:

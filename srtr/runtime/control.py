@@ -42,14 +42,20 @@ from pathlib import Path
 from typing import Any
 
 from srtr import tls
+from srtr.listen_gate import Gate, Limits, Ticket, listen
 
 SOCKET_NAME = "control.sock"
 CONTROL_FILE = "control.json"
 LISTEN_HOST = "0.0.0.0"  # every address: the nodes and a login host must reach it
 CONNECT_TIMEOUT = 2.0  # per address: a dead address must not eat the whole budget
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
-_MAX_REQUEST = 64 * 1024
+# A request is an op, an instance name and a proof: a few hundred bytes. Read no more than
+# this before the proof is checked, and give a connection this long (TLS handshake included)
+# to prove itself; at most so many unproved at once, and from one address (`listen_gate`).
+_MAX_REQUEST = 4 * 1024
 _HANDSHAKE_TIMEOUT = 5.0
+_LIMITS = Limits(max_pending=64, per_source=16, deadline=_HANDSHAKE_TIMEOUT)
+_BACKLOG = 128
 
 
 class ControlError(Exception):
@@ -164,14 +170,14 @@ class ControlServer:
         self._listen = listen
         self._token = secrets.token_urlsafe(32)
         self._unix: asyncio.AbstractServer | None = None
-        self._tcp: asyncio.AbstractServer | None = None
+        self._tcp: Gate | None = None
+        self._serving: set[asyncio.Task[None]] = set()
         self.addresses: list[str] = []
 
     async def start(self) -> None:
-        self._tcp = await asyncio.start_server(
-            self._serve_tcp, self._listen, 0, ssl=self._context, limit=_MAX_REQUEST
-        )
-        port = int(self._tcp.sockets[0].getsockname()[1])
+        sock = listen(self._listen, backlog=_BACKLOG)
+        self._tcp = Gate("control", sock, self._accepted, _LIMITS)
+        port = self._tcp.port
         self.addresses = [_join(host, port) for host in self._hosts]
         await self._start_unix()
         self._write_credentials()
@@ -183,7 +189,9 @@ class ControlServer:
             self.path.unlink()
         old = os.umask(0o177)  # the socket is born 0600: no window where others can connect
         try:
-            self._unix = await asyncio.start_unix_server(self._serve_unix, path=str(self.path))
+            self._unix = await asyncio.start_unix_server(
+                self._serve_unix, path=str(self.path), limit=_MAX_REQUEST
+            )
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
@@ -209,14 +217,15 @@ class ControlServer:
         await self._start_unix()
 
     async def close(self) -> None:
-        for server in (self._tcp, self._unix):
-            if server is not None:
-                server.close()
-        for server in (self._tcp, self._unix):
-            if server is not None:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(2.0):
-                        await server.wait_closed()
+        if self._tcp is not None:
+            self._tcp.close()
+        for task in list(self._serving):
+            task.cancel()
+        if self._unix is not None:
+            self._unix.close()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2.0):
+                    await self._unix.wait_closed()
         # The token dies with this controller: nobody should try it again.
         with contextlib.suppress(OSError):
             (self.run_dir / CONTROL_FILE).unlink()
@@ -234,26 +243,55 @@ class ControlServer:
         finally:
             await _close(writer)
 
-    async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """TLS (asyncio did the handshake): a challenge, then a request with its proof."""
-        nonce = secrets.token_hex(16)
+    def _accepted(self, sock: socket.socket, ticket: Ticket) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve_tcp(sock, ticket))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def _serve_tcp(self, sock: socket.socket, ticket: Ticket) -> None:
+        """TLS (handshake within the deadline), a challenge, then a request with its proof."""
+        writer: asyncio.StreamWriter | None = None
         try:
-            writer.write((json.dumps({"challenge": nonce}) + "\n").encode())
-            line = await asyncio.wait_for(reader.readline(), timeout=_HANDSHAKE_TIMEOUT)
-            try:
-                given = json.loads(line).get("proof")
-            except (ValueError, AttributeError):
-                given = None
-            if not isinstance(given, str) or not hmac.compare_digest(
-                given, proof(self._token, nonce)
-            ):
-                await self._reply(writer, {"ok": False, "message": "wrong credential"})
-                return
+            async with asyncio.timeout(_HANDSHAKE_TIMEOUT):
+                writer, nonce, line = await self._challenge(sock)
+                if not self._proved(line, nonce):
+                    ticket.closed()
+                    if self._tcp is not None:
+                        self._tcp.summary.count("refused (wrong credential)")
+                    await self._reply(writer, {"ok": False, "message": "wrong credential"})
+                    return
+            ticket.proved()
             await self._reply(writer, self._answer(line))
-        except (TimeoutError, ConnectionError, ValueError, ssl.SSLError):
+        except (TimeoutError, OSError, ValueError):  # ssl.SSLError is an OSError
             pass
         finally:
-            await _close(writer)
+            ticket.closed()
+            if writer is not None:
+                await _close(writer)
+            else:
+                sock.close()
+
+    async def _challenge(self, sock: socket.socket) -> tuple[asyncio.StreamWriter, str, bytes]:
+        """The TLS session on `sock`, the challenge it was sent, and the line it answered."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_MAX_REQUEST, loop=loop)
+        transport, protocol = await loop.connect_accepted_socket(
+            lambda: asyncio.StreamReaderProtocol(reader),
+            sock,
+            ssl=self._context,
+            ssl_handshake_timeout=_HANDSHAKE_TIMEOUT,
+        )
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        nonce = secrets.token_hex(16)
+        writer.write((json.dumps({"challenge": nonce}) + "\n").encode())
+        return writer, nonce, await reader.readline()
+
+    def _proved(self, line: bytes, nonce: str) -> bool:
+        try:
+            given = json.loads(line).get("proof")
+        except (ValueError, AttributeError, RecursionError):
+            given = None
+        return isinstance(given, str) and hmac.compare_digest(given, proof(self._token, nonce))
 
     async def _reply(self, writer: asyncio.StreamWriter, reply: dict[str, Any]) -> None:
         writer.write((json.dumps(reply) + "\n").encode())
@@ -262,7 +300,7 @@ class ControlServer:
     def _answer(self, line: bytes) -> dict[str, Any]:
         try:
             request = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {"ok": False, "message": "requests are one JSON object per line"}
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
             return {"ok": False, "message": 'a request needs an "op"'}

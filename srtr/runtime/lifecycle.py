@@ -33,7 +33,7 @@ from srtr.reconciler.store import Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import DesiredState
 from srtr.resources.pins import Pins
-from srtr.runtime import guard
+from srtr.runtime import descriptors, guard, run_lock
 from srtr.runtime.progress import detach_terminal
 from srtr.runtime.run_files import EventFile, LogFile, RunDir, stderr_note
 from srtr.runtime.side_tasks import (
@@ -191,6 +191,8 @@ async def run_job(
     socket, and turns SIGINT/SIGTERM/SIGHUP into a graceful teardown (a second SIGINT or
     SIGTERM kills).
     """
+    descriptors.check_desired(desired)  # the soft limit raised; a job that cannot fit refused
+    run_lock.hold(run_dir)  # never two controllers of one run dir: refused here, at once
     ctx = new_ctx(desired, run_dir, backend, options.recipe_text, prober)
     ctx.source_pins = options.source_pins
     lifecycle = Lifecycle()
@@ -200,6 +202,7 @@ async def run_job(
         return await manager.run(ctx)
     finally:
         await lifecycle.stop()
+        run_lock.release(run_dir)
 
 
 class Announcement:

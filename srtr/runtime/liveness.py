@@ -16,6 +16,7 @@ heartbeat (every frame: it must not run squeue five times a second).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from srtr.backends.slurm_cmd import squeue_state_argv
 from srtr.reconciler.rundir import Heartbeat, RunState, read_heartbeat
+from srtr.runtime import run_lock
 
 SQUEUE_TIMEOUT = 2.0
 # The states of a SLURM job whose processes may still run (squeue's %T).
@@ -43,6 +45,10 @@ class Liveness:
     slurm_state: str | None  # squeue's word; "" when it no longer lists the job; None: unknown
     slurm_error: str | None = None  # why slurm_state is unknown, when SLURM was asked
     fresh: bool = False  # the heartbeat is recent and not the controller's last
+    # "pid N holds controller.lock" while a controller runs there (`run_lock`): alive even
+    # when it cannot write its heartbeat (a full disk, a flood of connections)
+    locked: str | None = None
+    silent_why: str | None = None  # what keeps a locked controller's heartbeat unwritten
 
     @property
     def stopped(self) -> bool:
@@ -56,7 +62,7 @@ class Liveness:
     @property
     def running(self) -> bool:
         """A controller beats for a job that has not ended: it can be driven."""
-        return not self.ended and self.fresh and not self.slurm_ended
+        return not self.ended and (self.fresh or self.locked is not None) and not self.slurm_ended
 
     def word(self) -> str:
         """running | ended | gone | silent (no beat, but SLURM still runs the job)."""
@@ -70,7 +76,12 @@ class Liveness:
 
     def describe(self) -> str:
         """One line: the heartbeat and the SLURM job, as known."""
-        if self.heartbeat is None:
+        if self.locked is not None and not self.fresh:
+            written = "never" if self.age is None else f"not for {_ago(self.age)}"
+            beat = f"{self.locked}; heartbeat written {written}"
+            if self.silent_why:
+                beat += f": {self.silent_why}"
+        elif self.heartbeat is None:
             beat = "no heartbeat"
         elif self.stopped:
             beat = f"stopped {self.age:.0f}s ago on {self.heartbeat.host}"
@@ -98,7 +109,10 @@ def check(run_dir: Path, state: RunState, *, slurm: bool = True) -> Liveness:
     slurm_state = error = None
     if slurm and job_id and not state.ended:
         slurm_state, error = slurm_job_state(job_id)
+    locked = None if state.ended else run_lock.holder(run_dir)
     return Liveness(
+        locked=locked,
+        silent_why=_silent_why(run_dir) if locked is not None and not fresh else None,
         ended=state.ended,
         heartbeat=heartbeat,
         age=age,
@@ -107,6 +121,15 @@ def check(run_dir: Path, state: RunState, *, slurm: bool = True) -> Liveness:
         slurm_error=error,
         fresh=fresh,
     )
+
+
+def _silent_why(run_dir: Path) -> str | None:
+    """Why a live controller may not write its heartbeat, when the host says it."""
+    try:
+        free = os.statvfs(run_dir).f_bavail
+    except OSError as exc:
+        return exc.strerror
+    return "ENOSPC (the run dir's filesystem is full)" if free == 0 else None
 
 
 def slurm_job_state(job_id: str) -> tuple[str | None, str | None]:

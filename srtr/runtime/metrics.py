@@ -45,18 +45,20 @@ REFRESH_PERIOD = 1.0
 PROBE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 RECONCILE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
 WILDCARDS = ("", "0.0.0.0", "::")
+LOOPBACK = "127.0.0.1"
 
 
 def parse_listen(text: str) -> tuple[str, int]:
     """`PORT` or `HOST:PORT` (`[::1]:PORT` for IPv6) → (host, port); argparse's `type=`.
 
-    A bare port listens on every interface, like the exporters srtr runs: Prometheus usually
-    scrapes from another machine than the one the job's controller is on.
+    A bare port listens on loopback only: the endpoint has no authentication, and on a shared
+    login node every user could read it. `HOST:PORT` (or `--metrics-address`) chooses another
+    address, such as 0.0.0.0 for a Prometheus on another machine.
     """
     host, sep, port = text.rpartition(":")
     if not sep:
-        host = "0.0.0.0"
-    host = host.removeprefix("[").removesuffix("]") or "0.0.0.0"
+        host = LOOPBACK
+    host = host.removeprefix("[").removesuffix("]") or LOOPBACK
     if not port.isdigit() or int(port) > 65535:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not [HOST:]PORT with a port between 0 and 65535 (0 picks a free one)"
@@ -218,10 +220,11 @@ class JobMetrics:
 
     # -- serving -----------------------------------------------------------------------------
     def serve(self, host: str, port: int) -> str:
-        """Start the HTTP endpoint (a daemon thread); return its /metrics URL."""
-        from prometheus_client import start_http_server
+        """Start the HTTP endpoint (a daemon thread, bounded: `metrics_http`); return its
+        /metrics URL."""
+        from srtr.runtime import metrics_http
 
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server, self._thread = metrics_http.start(host, port, self.registry)
         bound = self._server.server_port
         shown = socket.gethostname() if host in WILDCARDS else host
         if ":" in shown:

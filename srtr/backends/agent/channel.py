@@ -63,6 +63,7 @@ from srtr.backends.agent import protocol as p
 from srtr.backends.agent.beats import HANGUP, BeatSockets
 from srtr.backends.agent.coalesced import CoalescedReader
 from srtr.backends.agent.tls_bytes import TlsBytes
+from srtr.listen_gate import Gate, Limits, Ticket, listen, shown
 
 log = logging.getLogger("srtr")
 
@@ -70,8 +71,19 @@ HEARTBEAT = 1.0  # how often agents send one
 SILENCE = 2.5  # an agent not heard from for this long is gone
 LEASE = 5.0  # an agent with no heartbeat acknowledged for this long fences itself
 WATCH = 0.25  # how often the watcher looks (at most)
-HANDSHAKE_TIMEOUT = 10.0  # for the TLS handshake and hello, and for the beat connection after
+HANDSHAKE_TIMEOUT = 10.0  # for an admitted agent to open its beat connection
 BACKLOG = 4096  # a thousand agents dial at once: no SYN may wait for TCP's 1 s retry
+# Before a connection proved itself (`listen_gate`): how long it may take, TLS handshake
+# included; how many may be unproved at once (the rest wait in the backlog: more agents than
+# that dialling at once are only delayed; at 512 the pauses cost a thousand joining agents
+# ~10 % more of the controller's CPU); how many of those from one address (a host's hollow
+# or local agents share one, so it is the same bound); and the longest hello read before its
+# proof is checked (an adopted node's hello lists its live attempts: ~50 bytes each). At
+# most ~1,024 x (32 KiB + a TLS session) then: tens of MB, where 40 idle peers took 650 MB.
+PROOF_DEADLINE = 5.0
+MAX_PENDING = 1024
+PER_SOURCE = 1024
+MAX_HELLO = 32 * 1024
 # Heartbeat bytes are read (and dropped) once this many arrived: a byte a second, and the
 # socket's receive buffer holds ~100 KiB.
 DRAIN_EVERY = 4096
@@ -155,8 +167,9 @@ class AgentServer:
         self.heartbeat = heartbeat
         self.silence = silence
         self.lease = lease
-        self._server: asyncio.Server | None = None
-        self._beat_server: asyncio.Server | None = None
+        self._server: Gate | None = None
+        self._beat_server: Gate | None = None
+        self._opening: set[asyncio.Task[Any]] = set()
         self.beat_port = 0
         # Admitted, their beat connection not yet open: by beat token; each ends if it does
         # not open one in time (`_unbeaten`).
@@ -171,16 +184,51 @@ class AgentServer:
 
     async def start(self, host: str) -> tuple[str, int]:
         """Listen on an ephemeral port of `host`; return the (host, port) agents dial."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: _AgentProtocol(self), host, 0, backlog=BACKLOG
-        )
-        self._beat_server = await loop.create_server(lambda: _Beat(self), host, 0, backlog=BACKLOG)
-        sock = self._server.sockets[0]
-        self.address = (host, int(sock.getsockname()[1]))
-        self.beat_port = int(self._beat_server.sockets[0].getsockname()[1])
+        limits = Limits(MAX_PENDING, PER_SOURCE, PROOF_DEADLINE)
+        self._server = Gate("agents", listen(host, backlog=BACKLOG), self._serve_agent, limits)
+        beats = listen(host, backlog=BACKLOG)
+        self._beat_server = Gate("agents' heartbeats", beats, self._serve_beat, limits)
+        self.address = (host, self._server.port)
+        self.beat_port = self._beat_server.port
         self._watcher = asyncio.create_task(self._watch())
         return self.address
+
+    def _serve_agent(self, sock: socket.socket, ticket: Ticket) -> None:
+        self._open(sock, ticket, _AgentProtocol(self, ticket))
+
+    def _serve_beat(self, sock: socket.socket, ticket: Ticket) -> None:
+        self._open(sock, ticket, _Beat(self, ticket))
+
+    def _open(self, sock: socket.socket, ticket: Ticket, protocol: asyncio.BaseProtocol) -> None:
+        """A transport for an accepted socket, made at once as asyncio's own accept loop
+        makes it (a task per connection through `connect_accepted_socket` cost 5-10 % more
+        of the controller's CPU while a thousand agents joined); that where the loop has no
+        such method."""
+        ticket.expire = sock.close  # until the transport exists; then the protocol's
+        loop = asyncio.get_running_loop()
+        make = getattr(loop, "_make_socket_transport", None)
+        if make is not None:
+            make(sock, protocol)
+            return
+        task = loop.create_task(loop.connect_accepted_socket(lambda: protocol, sock))
+        self._opening.add(task)
+
+        def opened(task: asyncio.Task[Any]) -> None:
+            self._opening.discard(task)
+            if task.cancelled() or task.exception() is not None:
+                ticket.closed()
+                sock.close()
+
+        task.add_done_callback(opened)
+
+    def refusals(self) -> dict[str, int]:
+        """What the listeners refused so far, by what (tests, status)."""
+        found: dict[str, int] = {}
+        for gate in (self._server, self._beat_server):
+            if gate is not None:
+                for what, n in gate.summary.total.items():
+                    found[f"{gate.name}: {what}"] = n
+        return found
 
     def connections(self) -> Iterable[Connection]:
         return [*self._unclaimed.values(), *self._conns]
@@ -189,15 +237,14 @@ class AgentServer:
         """Stop listening and watching, and close every connection."""
         if self._watcher is not None:
             self._watcher.cancel()
-        servers = [s for s in (self._server, self._beat_server) if s is not None]
-        for server in servers:
-            server.close()
+        for server in (self._server, self._beat_server):
+            if server is not None:
+                server.close()
         for conn in [*self._unclaimed.values(), *self._conns]:
             conn.close()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(2.0):
-                for server in servers:
-                    await server.wait_closed()
+        for task in list(self._opening):
+            task.cancel()
+        await asyncio.sleep(0)  # the transports' closes run
         self.reader.close()
         self.beats.close()
 
@@ -206,14 +253,19 @@ class AgentServer:
         close it)."""
         if not isinstance(hello, p.Hello):
             raise p.ProtocolError(f"expected hello, got {type(hello).__name__}")
-        peer = _peer(transport)
+        if not isinstance(hello.node, str) or not isinstance(hello.proof, str):
+            raise p.ProtocolError("a hello names its node and proof in strings")
         if not p.verify(self._token, "agent", nonce, hello.node, hello.proof):
-            log.warning("agents: %s claims node %s with a wrong proof", peer, hello.node)
+            # Nothing the peer wrote is logged: it has not proved it may write to our log.
+            self._refused("wrong proof")
             return None
         refusal = self._handler.refuse(hello.node)
         if refusal is not None:
             log.warning(
-                "agents: refused the agent of %s (pid %d): %s", hello.node, hello.pid, refusal
+                "agents: refused the agent of %s (pid %r): %s",
+                shown(hello.node),
+                hello.pid,
+                refusal,
             )
             transport.write(p.encode(p.Shutdown(refusal)))
             return None
@@ -228,6 +280,14 @@ class AgentServer:
         )
         transport.write(p.encode(welcome))
         return token
+
+    def _refused(self, why: str) -> None:
+        if self._server is not None:
+            self._server.summary.count(f"refused ({why})")
+
+    def _beat_refused(self, why: str) -> None:
+        if self._beat_server is not None:
+            self._beat_server.summary.count(f"refused ({why})")
 
     def _connected(self, conn: Connection) -> None:
         self._unclaimed[conn.beat_token] = conn
@@ -324,14 +384,14 @@ class _AgentProtocol(asyncio.BufferedProtocol):
     A protocol, not a stream reader and a task: once admitted, a heartbeat costs one read in
     the server's batch and one call, no task wake-up, no allocation, no decode (`Cost` above)."""
 
-    def __init__(self, server: AgentServer) -> None:
+    def __init__(self, server: AgentServer, ticket: Ticket) -> None:
         self._server = server
+        self._ticket = ticket
         self._buffer = bytearray()
         self._transport: asyncio.Transport | None = None
         self._tls: TlsBytes | None = None
         self._io: Transport | None = None  # what messages are written to: TLS, or the socket
         self._nonce = secrets.token_hex(16)
-        self._timer: asyncio.TimerHandle | None = None
         self._fd = -1  # while the server's CoalescedReader reads it
         self._read_error: OSError | None = None
         self.conn: Connection | None = None
@@ -343,8 +403,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._io = transport if context is None else TlsBytes(transport, context)
         self._tls = self._io if isinstance(self._io, TlsBytes) else None
         self._io.write(p.encode(p.Challenge(self._nonce)))  # TLS: sent after the handshake
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(HANDSHAKE_TIMEOUT, self._refuse, "no hello in time")
+        self._ticket.expire = transport.abort  # not proved within the gate's deadline
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return _RECEIVED_VIEW
@@ -366,7 +425,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             if self.conn is not None:
                 self._fail(f"TLS failed: {exc}")
             else:
-                self._refuse(f"TLS failed: {exc}")
+                self._refuse("TLS failed")
             return
         if self.conn is not None:
             self._server.heard(self.conn)
@@ -378,7 +437,9 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         while self._transport is not None and not self._transport.is_closing():
             end = self._buffer.find(b"\n")
             if end < 0:
-                if len(self._buffer) > p.MAX_LINE:
+                if self.conn is None and len(self._buffer) > MAX_HELLO:
+                    self._refuse("a hello over the limit")
+                elif len(self._buffer) > p.MAX_LINE:
                     self._fail("its agent sent a line over the limit")
                 return
             line = bytes(self._buffer[: end + 1])
@@ -396,8 +457,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
                 self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._ticket.closed()
         if self._fd >= 0:
             self._server.reader.remove(self._fd)
             self._fd = -1
@@ -422,18 +482,17 @@ class _AgentProtocol(asyncio.BufferedProtocol):
 
     def _hello(self, line: bytes) -> None:
         assert self._transport is not None and self._io is not None
-        if self._timer is not None:
-            self._timer.cancel()
         try:
             hello = p.decode(line)
             token = self._server._admit(hello, self._io, self._nonce)
-        except p.ProtocolError as exc:
-            self._refuse(str(exc))
+        except p.ProtocolError:
+            self._refuse("not a hello")  # its text stays out of the log
             return
         if token is None:
             self._transport.close()
             return
         assert isinstance(hello, p.Hello)
+        self._ticket.proved()
         self.conn = Connection(
             node=hello.node,
             pid=hello.pid,
@@ -449,9 +508,10 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._server.reader.add(self._fd, self)
 
     def _refuse(self, why: str) -> None:
-        if self._transport is not None:
-            log.warning("agents: refused a connection from %s: %s", _peer(self._transport), why)
-            self._transport.close()
+        """Close a connection that has not proved itself: counted, not logged one by one."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._server._refused(why)
+            self._transport.abort()
 
     def _fail(self, why: str) -> None:
         if self.conn is not None:
@@ -464,19 +524,18 @@ class _Beat(asyncio.Protocol):
     """One agent's beat connection: its token line, then heartbeats the watcher only sees
     arrive (`beats`)."""
 
-    def __init__(self, server: AgentServer) -> None:
+    def __init__(self, server: AgentServer, ticket: Ticket) -> None:
         self._server = server
+        self._ticket = ticket
         self._transport: asyncio.Transport | None = None
         self._line = b""
-        self._timer: asyncio.TimerHandle | None = None
         self.fd = -1  # while the server's `beats` watch it
         self.conn: Connection | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(HANDSHAKE_TIMEOUT, self.close)
+        self._ticket.expire = transport.abort  # not named within the gate's deadline
 
     def data_received(self, data: bytes) -> None:
         assert self._transport is not None
@@ -484,15 +543,15 @@ class _Beat(asyncio.Protocol):
         end = self._line.find(b"\n")
         if end < 0:
             if len(self._line) > 64:
-                self.close()
+                self._server._beat_refused("a name over the limit")
+                self._transport.abort()
             return
-        if self._timer is not None:
-            self._timer.cancel()
         self.conn = self._server._claim(self._line[:end].decode(errors="replace"), self)
         if self.conn is None:
-            log.warning("agents: a beat connection from %s with no session", _peer(self._transport))
-            self.close()
+            self._server._beat_refused("no session")
+            self._transport.abort()
             return
+        self._ticket.proved()
         self._transport.pause_reading()  # from now on its bytes are only seen arriving
         self.fd = self._transport.get_extra_info("socket").fileno()
         self._server.beats.add(self.fd, self)
@@ -511,13 +570,7 @@ class _Beat(asyncio.Protocol):
             transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._ticket.closed()
         if self.fd >= 0:
             self._server.beats.remove(self.fd)
             self.fd = -1
-
-
-def _peer(transport: asyncio.BaseTransport | Transport) -> str:
-    peer = transport.get_extra_info("peername")
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)

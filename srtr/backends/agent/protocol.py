@@ -225,7 +225,7 @@ def decode(line: bytes) -> Message:
         elif cls is Probe:
             doc["probe"] = _probe_from_json(doc["probe"])
         message: Message = cls(**doc)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ProtocolError(f"not a message: {line[:200]!r}: {exc!r}") from None
     return message
 
