@@ -28,11 +28,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srtr.cli import bad
+from srtr.cli.terminal_text import clean
+from srtr.cli.terminal_text import lines as lines_of
 
 if TYPE_CHECKING:
     from srtr.reconciler.rundir import InstanceDoc, RunState
 
 FOLLOW_PERIOD = 0.25  # a CLI tail, not the controller: polling a file here is fine
+# -f reads at most this much of a log per look, and holds at most this much of a line that
+# has not ended (then prints it as a line): a program that writes no newline costs nothing.
+FOLLOW_READ = 1024 * 1024
+MAX_PARTIAL = 64 * 1024
+# --tail reads the file from its end in blocks of this size, until it has the lines.
+TAIL_BLOCK = 64 * 1024
 
 
 def add_parser(verbs: Any) -> None:
@@ -54,6 +62,11 @@ def add_parser(verbs: Any) -> None:
         metavar="WHEN",
         help="only lines since a duration ago (30s, 5m, 2h, 1h30m, 1d) or a time "
         "(2026-12-02T07:00:00, local time unless it has a Z or an offset)",
+    )
+    logs.add_argument(
+        "--raw",
+        action="store_true",
+        help="write the log's bytes as they are, escape sequences included, to a terminal too",
     )
     logs.add_argument(
         "-p",
@@ -195,7 +208,7 @@ def select(
     lines: list[str] = []
     times: list[float | None] = []
     for a in chosen:
-        part = data[a.start : a.end].decode("utf-8", "replace").splitlines(keepends=True)
+        part = lines_of(data[a.start : a.end].decode("utf-8", "replace"))
         lines += part
         times += line_times(part, a.started_at if a.started_at is not None else first_start)
     if since is not None:
@@ -248,18 +261,17 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise bad("--previous", "the previous attempt has ended: it cannot be followed (drop -f)")
     chosen = resolve(state, args.name, run_dir)
     prefixes = _prefixes(chosen)
-    out = sys.stdout.buffer
+    out = _output(getattr(args, "raw", False))
     first_start = state.job.get("started_at")
     offsets: dict[str, int] = {}
     missing_previous = []
     for inst in chosen:
         path = run_dir / inst["log"]
         try:
-            data = path.read_bytes()
+            data, offsets[inst["name"]] = _read(path, args)
         except FileNotFoundError:
             print(f"{path}: no output yet", file=sys.stderr)
-            data = b""
-        offsets[inst["name"]] = len(data)
+            data, offsets[inst["name"]] = b"", 0
         part = select(
             data,
             previous=args.previous,
@@ -277,7 +289,55 @@ def cmd_logs(args: argparse.Namespace) -> int:
         raise bad(str(run_dir), f"no previous attempt of {names}: it has not restarted")
     if not args.follow:
         return 0
-    return _follow(run_dir, chosen, prefixes, offsets)
+    return _follow(run_dir, chosen, prefixes, offsets, out)
+
+
+class _Output:
+    """stdout's bytes; cleaned for a terminal (`terminal_text`) unless `--raw`."""
+
+    def __init__(self, raw: bool) -> None:
+        self.buffer = sys.stdout.buffer
+        self.clean = not raw and sys.stdout.isatty()
+
+    def write(self, data: bytes) -> None:
+        self.buffer.write(clean(data) if self.clean else data)
+
+    def flush(self) -> None:
+        self.buffer.flush()
+
+
+def _output(raw: bool) -> _Output:
+    return _Output(raw)
+
+
+def _read(path: Path, args: argparse.Namespace) -> tuple[bytes, int]:
+    """What of the log `select` needs, and the file's size (where -f goes on from). A plain
+    `--tail N` reads from the end only: a 100 MB log's last line costs a block, not 100 MB."""
+    if args.tail is None or args.since is not None or args.previous:
+        data = path.read_bytes()
+        return data, len(data)
+    with path.open("rb") as handle:
+        size = handle.seek(0, 2)
+        return tail_bytes(handle, size, args.tail), size
+
+
+def tail_bytes(handle: Any, size: int, count: int) -> bytes:
+    """The end of a file of `size` bytes that holds its last `count` lines (and a bit more:
+    `select` cuts), read backwards a block at a time."""
+    blocks: list[bytes] = []
+    found = 0
+    end = size
+    while end > 0 and found <= count:
+        start = max(0, end - TAIL_BLOCK)
+        handle.seek(start)
+        block = handle.read(end - start)
+        found += block.count(b"\n")
+        blocks.append(block)
+        end = start
+    data = b"".join(reversed(blocks))
+    if end > 0:  # began mid-file: drop the first, partial line
+        data = data[data.find(b"\n") + 1 :]
+    return data
 
 
 def _write(out: Any, data: bytes, prefix: str) -> None:
@@ -287,17 +347,20 @@ def _write(out: Any, data: bytes, prefix: str) -> None:
         out.write(data)
         return
     head = prefix.encode()
-    lines = data.splitlines(keepends=True)
-    out.write(b"".join(head + (line if line.endswith(b"\n") else line + b"\n") for line in lines))
+    lines = [line + b"\n" for line in data.removesuffix(b"\n").split(b"\n")]  # not at \r
+    out.write(b"".join(head + line for line in lines))
 
 
 def _follow(
-    run_dir: Path, chosen: list[InstanceDoc], prefixes: dict[str, str], offsets: dict[str, int]
+    run_dir: Path,
+    chosen: list[InstanceDoc],
+    prefixes: dict[str, str],
+    offsets: dict[str, int],
+    out: _Output,
 ) -> int:
     """Print what each log gains until the job ends; with prefixes only whole lines (a
-    partial line waits for its end, so two instances' lines never mix)."""
-
-    out = sys.stdout.buffer
+    partial line waits for its end, up to `MAX_PARTIAL`, so two instances' lines never
+    mix)."""
     pending: dict[str, bytes] = {i["name"]: b"" for i in chosen}
     try:
         while True:
@@ -307,7 +370,7 @@ def _follow(
                 try:
                     with path.open("rb") as handle:
                         handle.seek(offsets[name])
-                        chunk = handle.read()
+                        chunk = handle.read(FOLLOW_READ)
                 except FileNotFoundError:
                     continue
                 offsets[name] += len(chunk)
@@ -316,6 +379,8 @@ def _follow(
                     continue
                 data = pending[name] + chunk
                 whole, _, rest = data.rpartition(b"\n")
+                if len(rest) > MAX_PARTIAL:  # a line without end: printed as it is so far
+                    whole, rest = data, b""
                 pending[name] = rest
                 if whole or data.startswith(b"\n"):
                     _write(out, whole + b"\n", prefixes[name])

@@ -37,6 +37,12 @@ def add_verbs(verbs: Any) -> None:
         action="store_true",
         help="print again whenever state.json changes, until Ctrl+C",
     )
+    status.add_argument(
+        "--raw",
+        action="store_true",
+        help="print programs' text (reasons, messages) as it is, control characters included, "
+        "to a terminal too",
+    )
     status.set_defaults(func=cmd_status)
 
     from srtr.cli import logs
@@ -87,7 +93,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(state.doc, indent=2))
         return 0
-    print_status(_console(), run_dir, state)
+    print_status(_console(), run_dir, state, raw=getattr(args, "raw", False))
     return 0
 
 
@@ -106,13 +112,19 @@ def _console() -> Console:
 
 
 def print_status(
-    console: Console, run_dir: Path, state: RunState, now: float | None = None
+    console: Console, run_dir: Path, state: RunState, now: float | None = None, *, raw: bool = False
 ) -> None:
     """The job, its pools, its instances and its exporters, as the TUI's view-model sees
-    them (`srtr.tui.viewmodel`: the same READY, counts, ages and exits as the TUI)."""
+    them (`srtr.tui.viewmodel`: the same READY, counts, ages and exits as the TUI). On a
+    terminal, programs' text shows its control characters instead of obeying them, unless
+    `raw` (`terminal_text`)."""
     from rich.text import Text
 
     from srtr.cli.crash import crash_line
+    from srtr.cli.terminal_text import clean_doc
+
+    if console.is_terminal and not raw:
+        state = type(state)(clean_doc(state.doc))
 
     now = time.time() if now is None else now
     # Liveness is the heartbeat and SLURM's word (`runtime.liveness`), never a local pid.
