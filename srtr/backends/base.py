@@ -103,12 +103,15 @@ class Capabilities:
             that waits for a remote answer (an agent's `Launched`) costs a round trip, and a
             thousand of them one after another cost a thousand round trips. 0: each launch
             is awaited in its reconcile, one at a time (a backend whose launch never waits).
+        max_instances: the most instances the backend can hold at once (None: no cap of
+            its own); a live edit beyond it is refused.
     """
 
     containers: bool = False
     simulated_nodes: bool = False
     walltime: bool = False
     launches_in_flight: int = 0
+    max_instances: int | None = None
 
 
 class LaunchError(Exception):

@@ -51,6 +51,9 @@ from srtr.backends.procgroup import (
     kill_group,
 )
 
+# Every instance is a process group of this machine, with its descriptors: a live edit that
+# asks for more (`nodes: 100000`) is refused rather than tried (docs/recipe.md, Live edits).
+MAX_INSTANCES = 8192
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _FIRST_IP = ipaddress.ip_address("127.0.0.1")
 
@@ -59,7 +62,7 @@ class LocalBackend:
     """Runs instances as process groups on this machine, on simulated loopback nodes."""
 
     name = "local"
-    capabilities = Capabilities(simulated_nodes=True)
+    capabilities = Capabilities(simulated_nodes=True, max_instances=MAX_INSTANCES)
 
     def __init__(self, node_count: int, grown: Sequence[NodeInfo] = ()) -> None:
         """Simulate `node_count` nodes: `node1`..`nodeN`, 127.0.0.2 upwards, then `grown`

@@ -301,6 +301,21 @@ def could_not_start_text(spec: InstanceSpec, status: InstanceStatus) -> str:
     return f"{owner_text(spec)} {why} (command: {command}); see {spec.log}"
 
 
+def failed_alone(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> set[str]:
+    """Instances a live edit added that ended for good before they were ever up: they fail
+    alone, as Kubernetes rolls a bad new Deployment without touching the other pods. Neither
+    the stage gate, `critical_failure` nor `unstartable` counts them; the edit is marked
+    failed instead, and everything that ran before goes on."""
+    found = set()
+    for name in desired:
+        status = statuses[name]
+        if not status.added_by_edit or status.ready_attempt is not None:
+            continue
+        if status.phase is Phase.FAILED or could_not_start(specs[name], status):
+            found.add(name)
+    return found
+
+
 def unstartable(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> str | None:
     """Why the job fails because a service cannot start at all, or None: every desired
     instance of one service never ran (`could_not_start`), critical or not. srtctl lets a

@@ -22,6 +22,14 @@ def propose(ctx: Ctx, new: DesiredState, plan: Plan, text: str, *, auto: bool) -
     if plan.refused:
         reject(ctx, [f"refused live: {reason}" for reason in plan.refused], plan)
         return
+    cap = ctx.backend.capabilities.max_instances
+    if cap is not None and len(new.instances) > cap:
+        reason = (
+            f"the edit asks for {len(new.instances)} instances; the {ctx.backend.name} backend "
+            f"holds at most {cap}"
+        )
+        reject(ctx, [f"refused live: {reason}"], plan)
+        return
     if plan.empty:
         ctx.store.recipe_unchanged(text)  # e.g. only comments changed: nothing to roll out
         return

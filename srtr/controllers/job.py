@@ -39,8 +39,11 @@ async def reconcile(ctx: Ctx) -> Result | None:
         return None
     if job.phase is JobPhase.PENDING:
         store.job_launching()
+    alone = decisions.failed_alone(store.specs, store.status, store.desired_names)
+    if alone:
+        store.edit_failed(alone)
     gate = _gate(ctx)
-    if gate.failed is not None:
+    if gate.failed is not None and gate.failed not in alone:
         if gate.timed_out:
             store.not_ready_in_time(gate.failed, gate.reason)
         if gate.kill and store.status[gate.failed].alive:
@@ -49,9 +52,10 @@ async def reconcile(ctx: Ctx) -> Result | None:
             await ctx.backend.signal(gate.failed, signal.SIGKILL)
         begin_teardown(ctx, exit_code=1, reason=gate.reason)
         return None
+    counted = store.desired_names - alone
     failure = decisions.critical_failure(
-        store.specs, store.status, store.desired_names, spares=bool(store.desired.nodes.spares)
-    ) or decisions.unstartable(store.specs, store.status, store.desired_names)
+        store.specs, store.status, counted, spares=bool(store.desired.nodes.spares)
+    ) or decisions.unstartable(store.specs, store.status, counted)
     if failure:
         begin_teardown(ctx, exit_code=1, reason=failure)
         return None

@@ -96,7 +96,7 @@ class EditTransitions(StoreBase):
         after = {s.name: s for s in new.instances}
         for change in plan.add:
             self.specs[change.name] = after[change.name]
-            self.status[change.name] = InstanceStatus()
+            self.status[change.name] = InstanceStatus(added_by_edit=True)
         for change in plan.restart:
             self.specs[change.name] = after[change.name]
             status = self.status[change.name]
@@ -111,6 +111,23 @@ class EditTransitions(StoreBase):
         self.desired_names = set(after)
         for pool in new.pools:
             self.pool_ready.setdefault(pool.name, False)
+
+    def edit_failed(self, names: AbstractSet[str]) -> None:
+        """Instances an applied edit added could not start or failed before they were up:
+        the edit is marked failed (state.json `recipe.failed`), once per instance."""
+        before = list(self.recipe_view.get("failed") or [])
+        new = sorted(set(names) - set(before))
+        if not new:
+            return
+        self.recipe_view = {**self.recipe_view, "failed": [*before, *new]}
+        for name in new:
+            self.record(
+                f"instance/{name}",
+                "EditFailed",
+                f"{name}, added by a live edit, failed before it was up; the job goes on "
+                "without it (fix the recipe and save it again)",
+                warning=True,
+            )
 
     def pools_waiting(self, reasons: Mapping[str, str], reason: str, message: str) -> None:
         """Pools now wait for nodes a grow request asked for (`reasons`: pool → why, the

@@ -80,6 +80,9 @@ class InstanceStatus:
     # Activated by a live edit after its stage had passed (pool growth), and not up yet:
     # later stages' new members wait for it, as they waited for its stage at the first launch.
     late: bool = False
+    # Added by a live edit to a running job: until it is first up, its failure fails it
+    # alone, not the job (`decisions.failed_alone`).
+    added_by_edit: bool = False
     attempt: int = -1
     exited_attempt: int = -1  # the last attempt whose end was observed
     ready_attempt: int | None = None  # the last attempt that passed readiness

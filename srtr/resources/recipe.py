@@ -68,9 +68,19 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+# A name becomes part of file names (`logs/service_<name>_<node>.out`, the run dir's
+# `<name>-<UTC>`), which hold at most 255 bytes; a node's host name may take 64 of them.
+MAX_NAME_LENGTH = 100
+
+
 def _check_name(value: str, what: str) -> str:
     if not value.strip():
         raise ValueError(f"{what} must be a non-empty string")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{what} is {len(value)} characters long; at most {MAX_NAME_LENGTH} (it becomes "
+            "part of log and run dir file names)"
+        )
     if not NAME_RE.fullmatch(value):
         raise ValueError(
             f"{what} {value!r} may only contain letters, digits, '-' and '_' "

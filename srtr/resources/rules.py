@@ -37,6 +37,29 @@ def check(recipe: Recipe) -> list[Problem]:
     problems += _check_frontend_and_benchmark(recipe)
     problems += _check_roles(recipe)
     problems += _check_growth(recipe)
+    problems += _check_nul(recipe)
+    return problems
+
+
+def _check_nul(recipe: Recipe) -> list[Problem]:
+    """No NUL byte in any string: an argv or environment cannot carry one (exec refuses it),
+    so such an instance could never start, and as a live edit it must be refused here."""
+    problems: list[Problem] = []
+
+    def walk(value: object, at: Path) -> None:
+        if isinstance(value, str):
+            if "\0" in value:
+                problems.append(Problem(at, "contains a NUL byte, which no argv or env can hold"))
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and "\0" in key:
+                    problems.append(Problem((*at, key), "the name contains a NUL byte"))
+                walk(item, (*at, key))
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                walk(item, (*at, index))
+
+    walk(recipe.model_dump(by_alias=True, exclude_defaults=True), ())
     return problems
 
 
