@@ -142,9 +142,13 @@ def make_view(node_dir: Path, shared: Sequence[str], *, memory: bool, tmp: Path 
     held = [os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in shared]
     try:
         if memory:
-            _mount("srtr-node", str(node_dir), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+            _mount("srtr-node", str(node_dir), "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
         upper, work = node_dir / UPPER, node_dir / WORK
         upper.mkdir(exist_ok=True)
+        # The merged /tmp takes its mode from the upper dir: sticky and world-writable as
+        # the host's, or fs.protected_symlinks/_regular/_fifos stop protecting the job from
+        # another user's /tmp symlinks (they hold only in sticky world-writable dirs).
+        os.chmod(upper, 0o1777)
         work.mkdir(exist_ok=True)
         options = f"lowerdir={_escape(str(tmp))},upperdir={_escape(str(upper))}"
         _mount("srtr-node", str(tmp), "overlay", 0, f"{options},workdir={_escape(str(work))}")
