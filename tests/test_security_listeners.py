@@ -437,3 +437,19 @@ def test_shown_escapes_and_truncates() -> None:
 def test_hello_limit_is_far_below_a_launch_line() -> None:
     assert channel.MAX_HELLO * channel.MAX_PENDING <= 32 * 2**20
     assert channel.MAX_HELLO < p.MAX_LINE // 100
+
+
+@pytest.mark.parametrize(
+    ("argv", "listen"),
+    [
+        (["--metrics-port", "9400"], ("127.0.0.1", 9400)),
+        (["--metrics-port", "9400", "--metrics-address", "0.0.0.0"], ("0.0.0.0", 9400)),
+        (["--metrics-address", "[::]", "--metrics-port", "10.1.2.3:9400"], ("::", 9400)),
+        ([], None),
+    ],
+)
+def test_metrics_address_chooses_the_interface(argv: list[str], listen: object) -> None:
+    from srtr.cli import build_parser
+
+    args, _ = build_parser().parse_known_args(["up", "r.yaml", *argv])
+    assert args.metrics_port == listen

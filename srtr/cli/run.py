@@ -131,12 +131,21 @@ def _add_up_watching(up: argparse.ArgumentParser) -> None:
     # node's agent and instances. Hidden: it runs nothing of the user's.
     up.add_argument("--hollow", action="store_true", help=argparse.SUPPRESS)
     up.add_argument("--no-watch", action="store_true", help="ignore edits of the recipe file")
+    from srtr.runtime.metrics import ListenAction
+
     up.add_argument(
         "--metrics-port",
         metavar="[HOST:]PORT",
         type=_metrics_listen,
-        help="serve srtr's own Prometheus metrics there (0: a free port; the URL is in "
-        "state.json job.metrics_url)",
+        action=ListenAction,
+        help="serve srtr's own Prometheus metrics there (0: a free port; a bare PORT: on "
+        "loopback only; the URL is in state.json job.metrics_url)",
+    )
+    up.add_argument(
+        "--metrics-address",
+        metavar="HOST",
+        action=ListenAction,
+        help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0: every one)",
     )
 
 
@@ -262,7 +271,9 @@ def _set_aside(run_dir: Path) -> Path | None:
 
 def _create_run_dir(run_dir: Path) -> Path:
     # The run dir holds env values (recipe.yaml, state.json): only its owner may read it.
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    from srtr.runtime.run_dir_owner import make_private
+
+    make_private(run_dir)  # 0700 with its new parents; a dir or link not ours: refused
     _set_aside(run_dir)  # only an ended run's, with --reuse-run-dir (_run_dir_path)
     run_dir.chmod(0o700)
     (run_dir / "logs").mkdir(exist_ok=True)

@@ -35,6 +35,7 @@ import os
 import secrets
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
 _MAX_REQUEST = 4 * 1024
 _HANDSHAKE_TIMEOUT = 5.0
 _LIMITS = Limits(max_pending=64, per_source=16, deadline=_HANDSHAKE_TIMEOUT)
+_MAX_CREDENTIALS = 64 * 1024
 _BACKLOG = 128
 
 
@@ -97,17 +99,22 @@ class Credentials:
 
 
 def read_credentials(run_dir: Path) -> Credentials | None:
-    """`run_dir`'s control.json, or None when there is none (no controller runs there) or it
-    cannot be read (another user's run dir)."""
+    """`run_dir`'s control.json, or None when there is none (no controller runs there), it
+    cannot be read (another user's run dir), or it is not the user's own file: one planted
+    by someone who can write the directory would send our intents to their listener."""
     try:
-        doc = json.loads((run_dir / CONTROL_FILE).read_text(encoding="utf-8"))
+        fd = os.open(run_dir / CONTROL_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, encoding="utf-8") as handle:
+            if os.fstat(handle.fileno()).st_uid != os.getuid():
+                return None
+            doc = json.loads(handle.read(_MAX_CREDENTIALS))
         return Credentials(
             addresses=[str(a) for a in doc["addresses"]],
             token=str(doc["token"]),
             fingerprint=str(doc["fingerprint"]),
             socket=doc.get("socket"),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -362,10 +369,18 @@ def _send_unix(
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(credentials.socket)
+            if _peer_uid(sock) != os.getuid():
+                return None  # not our controller listening there: TCP pins the job's key
             sock.sendall((json.dumps(request) + "\n").encode())
             return _read_reply(sock)
     except OSError:
         return None  # refused (a socket seen over NFS, a dead controller's), missing, ...
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
 
 
 def _send_tcp(

@@ -66,6 +66,27 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+class ListenAction(argparse.Action):
+    """`--metrics-port [HOST:]PORT` and `--metrics-address HOST`, in either order: the
+    address, when given, replaces the port's host (`metrics_port` holds the (host, port))."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if self.dest == "metrics_address":
+            host = str(values).removeprefix("[").removesuffix("]")
+            namespace.metrics_address = host
+            if namespace.metrics_port is not None:
+                namespace.metrics_port = (host, namespace.metrics_port[1])
+            return
+        host, port = values
+        namespace.metrics_port = (getattr(namespace, "metrics_address", None) or host, port)
+
+
 class TimedProber:
     """A `Prober` that records how long each readiness probe attempt took."""
 

@@ -22,6 +22,7 @@ from srtr.controllers.context import Ctx
 from srtr.reconciler.persist import AppendFile, EventLog
 from srtr.reconciler.store import Event
 from srtr.reconciler.write_faults import WriteFaults
+from srtr.runtime import run_dir_owner
 
 RETRY_PERIOD = 1.0  # how often a failing write is tried again
 CHECK_PERIOD = 2.0  # how often the run dir is looked for (one stat)
@@ -80,10 +81,10 @@ class RunDir:
         run_dir, faults = self.ctx.run_dir, self.ctx.store.write_faults
         vanished = not run_dir.is_dir()
         try:
-            # It holds env values (recipe.yaml, state.json): only its owner may read it.
-            run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # It holds env values (recipe.yaml, state.json): only its owner may read it; made
+            # only where nothing holds its path now, never into another user's dir or link.
             if vanished:
-                run_dir.chmod(0o700)
+                run_dir_owner.recreate(run_dir)
             (run_dir / "logs").mkdir(exist_ok=True)
         except OSError as exc:
             faults.failed("run dir", exc, "srtr goes on from memory and tries again")

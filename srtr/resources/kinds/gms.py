@@ -23,11 +23,32 @@ STARTUP_TIMEOUT_SECONDS = 120  # the script's own deadline; the probe waits 30 s
 # under /tmp, named so two jobs' workers never share one.
 SOCKET_DIR = "/tmp/srtr-gms/{job_name}/{worker_role}-{worker_index}-{worker_node_rank}"
 
+# The socket dir's path is predictable, so whoever makes it first would own it (and could
+# swap our sockets for theirs): each component below /tmp is made 0700 when absent, and one
+# that is a symlink or not this user's is refused, as ssh's StrictModes refuses a key dir.
+_OWN_DIR = """own_dir() {
+    local path="" part
+    local IFS=/
+    for part in $1; do
+        [ -n "$part" ] || continue
+        path="$path/$part"
+        [ "$path" = /tmp ] && continue
+        mkdir -m 0700 "$path" 2>/dev/null
+        if [ -L "$path" ] || [ ! -d "$path" ] || [ ! -O "$path" ]; then
+            echo "GMS socket dir $path is not this user's own directory (made by another" \\
+                "user?); refusing to use it" >&2
+            return 1
+        fi
+        chmod 0700 "$path" || return 1
+    done
+}"""
+
 # `{worker_gpu_count}` and `{job_name}`-style keys are placeholders, rendered per instance;
 # bash's own `${...}` and `$((...))` are left alone (no known key inside).
 _SCRIPT = f"""set -u
 dir="$GMS_SOCKET_DIR"
-mkdir -p "$dir" && rm -f "$dir"/gms_*.sock || exit 1
+{_OWN_DIR}
+own_dir "$dir" && rm -f "$dir"/gms_*.sock || exit 1
 devices={{worker_gpu_count}}
 expected=$(( {SOCKETS_PER_DEVICE} * devices ))
 pids=()
