@@ -208,3 +208,22 @@ def test_socket_peer_uid_is_read() -> None:
     a, b = socket.socketpair()
     with a, b:
         assert control._peer_uid(a) == os.getuid()
+
+
+def test_adopt_of_a_damaged_run_dir_is_one_line(tmp_path: Path) -> None:
+    """A run dir whose state.json lacks what adoption reads: one line, exit 2, no traceback."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    (run_dir / "recipe.yaml").write_text(RECIPE)
+    doc = {"version": 1, "job": {"name": "r", "backend": "local", "phase": "Running"}}
+    (run_dir / "state.json").write_text(json.dumps(doc))
+    done = subprocess.run(
+        [sys.executable, "-m", "srtr", "up", "--adopt", str(run_dir), "--headless"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{run_dir}:"), done.stderr

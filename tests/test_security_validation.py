@@ -3,6 +3,8 @@ env, a name longer than a log file's name can hold."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from srtr.resources.errors import RecipeError
@@ -42,3 +44,24 @@ def test_an_overlong_name_is_refused_without_echoing_it() -> None:
 
 def test_a_name_of_100_characters_is_fine() -> None:
     assert _problems(f'name: n\nservices:\n  - name: {"y" * 100}\n    command: ["true"]\n') == []
+
+
+def test_up_warns_when_a_recipe_with_secrets_is_readable_by_others(tmp_path: Path) -> None:
+    from srtr.runtime.recipe_secrets import exposure
+
+    text = (
+        'name: n\nservices:\n  - name: a\n    command: ["true"]\n'
+        '    env: {HF_TOKEN: "hf_abc", LEVEL: "1"}\n'
+    )
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    recipe = load_text(text, str(path))
+    path.chmod(0o644)
+    warning = exposure(path, recipe)
+    assert warning is not None and "HF_TOKEN" in warning and "hf_abc" not in warning
+    assert "other users" in warning and "chmod 600" in warning
+    path.chmod(0o600)
+    assert exposure(path, recipe) is None
+    plain = load_text(text.replace("HF_TOKEN", "MODEL"), str(path))
+    path.chmod(0o644)
+    assert exposure(path, plain) is None

@@ -440,17 +440,21 @@ def cmd_up(args: argparse.Namespace) -> int:
     from srtr.resources.loading import load_text, read_text
     from srtr.resources.planning import plan_text_source
     from srtr.runtime.lifecycle import JobOptions, run_job
+    from srtr.runtime.recipe_secrets import warn_if_exposed
+    from srtr.runtime.run_lock import one_line
 
     _startup_signals()
     if not args.headless and sys.stdout.isatty():
         _check_theme(args.theme)  # before anything starts, as for any bad flag
-    adopt_from = _crashed_job(args)
-    if adopt_from is not None:
-        return _adopt(args, adopt_from)
+    with one_line(Path(args.adopt or args.run_dir or ".")):  # adopt: never a traceback
+        adopt_from = _crashed_job(args)
+        if adopt_from is not None:
+            return _adopt(args, adopt_from)
     if args.recipe is None:
         raise _bad("srtr up", "give a RECIPE, or --adopt RUN_DIR")
     text = read_text(args.recipe)
     recipe = load_text(text, args.recipe)
+    warn_if_exposed(Path(args.recipe), recipe)  # secrets in a file others can read
     if args.nodes is not None and args.nodes < 1:
         raise _bad("--nodes", "must be at least 1")
     count = args.nodes or allocation_size(recipe)

@@ -19,6 +19,7 @@ import errno
 import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from srtr.resources.errors import Problem, RecipeError
@@ -103,3 +104,18 @@ def release(run_dir: Path) -> None:
     fd = _held.pop(run_dir.resolve(), None)
     if fd is not None:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def one_line(where: Path) -> Iterator[None]:
+    """`srtr up --adopt`: whatever it meets in a run dir it did not write (a state.json of
+    another version, a truncated file, another user's) is one line and exit 2, never a
+    traceback. Refusals (RecipeError) and signals pass through as they are."""
+    try:
+        yield
+    except RecipeError:
+        raise
+    except Exception as exc:  # everything else, reported in one line
+        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        raise RecipeError(str(where), [Problem((), f"cannot adopt this job: {why}")]) from None
