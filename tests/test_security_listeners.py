@@ -31,7 +31,7 @@ MARKER = "EVIL\x1b]0;pwned\x07\nFORGED srtr: everything is fine"
 # The controller of these tests: the agent channel with a job certificate, in a process of
 # its own so that its memory is its own; it prints its ports, then its peak RSS on request.
 CONTROLLER = """
-import asyncio, resource, sys
+import asyncio, sys
 from pathlib import Path
 from srtr.backends import certs
 from srtr.backends.agent.channel import AgentServer
@@ -53,7 +53,9 @@ async def main():
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if not line:
             return
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+        # VmHWM: this process's own peak (ru_maxrss would count what it was forked from)
+        status = Path("/proc/self/status").read_text()
+        peak = next(int(l.split()[1]) for l in status.splitlines() if l.startswith("VmHWM"))
         print(peak, sum(server.refusals().values()), flush=True)
 
 asyncio.run(main())
