@@ -227,3 +227,42 @@ def test_adopt_of_a_damaged_run_dir_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{run_dir}:"), done.stderr
+
+
+def test_status_of_a_locked_job_with_a_full_disk_says_running_not_crashed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The controller holds its lock but cannot write its heartbeat (ENOSPC): status says
+    what it knows, never "controller crashed; adopt"."""
+    from types import SimpleNamespace
+
+    from srtr.cli.crash import crash_line
+    from srtr.reconciler.rundir import RunState, machine_id
+    from srtr.runtime import liveness
+
+    run_dir = tmp_path
+    beat = {"ts": time.time() - 120, "period": 1.0, "host": "h", "machine": machine_id()}
+    (run_dir / "heartbeat.json").write_text(json.dumps({**beat, "pid": 1, "stopped": False}))
+    state = RunState.from_doc({"job": {"name": "r", "phase": "Running", "controller_pid": 1}})
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from srtr.runtime import run_lock; "
+            "run_lock.hold(Path(sys.argv[1])); print('held', flush=True); time.sleep(60)",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(liveness.os, "statvfs", lambda path: SimpleNamespace(f_bavail=0))
+        seen = liveness.check(run_dir, state, slurm=False)
+        assert seen.running and seen.word() == "running"
+        assert "heartbeat written not for" in seen.describe() and "ENOSPC" in seen.describe()
+        assert crash_line(run_dir, state) is None
+    finally:
+        holder.kill()
+        holder.wait()
+    assert crash_line(run_dir, state) is not None  # gone for real: now it may say so
