@@ -266,3 +266,35 @@ def test_status_of_a_locked_job_with_a_full_disk_says_running_not_crashed(
         holder.kill()
         holder.wait()
     assert crash_line(run_dir, state) is not None  # gone for real: now it may say so
+
+
+def test_a_controller_that_answers_is_not_gone(tmp_path: Path) -> None:
+    """Across hosts the lock may not be seen and the heartbeat may be stale: adopt asks the
+    control channel first, and any answer means a controller lives."""
+    import asyncio
+
+    from srtr.backends import certs
+
+    assert not run_lock.answering(tmp_path)  # no control.json: nobody to ask
+    cert = certs.create(tmp_path / "job.crt", tmp_path / "job.key")
+
+    def handler(op: str, instance: str | None, node: str | None) -> str:
+        raise ValueError(f"unknown intent {op!r}")
+
+    async def body() -> bool:
+        server = control.ControlServer(
+            tmp_path,
+            handler,
+            ValueError,
+            context=cert.server_context(),
+            fingerprint=cert.fingerprint,
+            hosts=["127.0.0.1"],
+            listen="127.0.0.1",
+        )
+        await server.start()
+        try:
+            return await asyncio.to_thread(run_lock.answering, tmp_path)
+        finally:
+            await server.close()
+
+    assert asyncio.run(body())

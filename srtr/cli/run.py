@@ -224,13 +224,13 @@ def _run_dir_path(args: argparse.Namespace, name: str) -> Path:
 def controller_running(run_dir: Path) -> str | None:
     """How a controller of `run_dir` is known to run (for the refusal), or None."""
     from srtr.cli.crash import beating_heartbeat
-    from srtr.runtime.run_lock import holder
+    from srtr.runtime.run_lock import answering, holder
 
     if held := holder(run_dir):  # a stale heartbeat alone never lets a second one in
         return f"its controller runs: {held}"
     heartbeat = beating_heartbeat(run_dir)
     if heartbeat is None:
-        return None
+        return "its controller answers on the control channel" if answering(run_dir) else None
     return f"its controller, pid {heartbeat.pid} on {heartbeat.host}, beats"
 
 

@@ -119,3 +119,19 @@ def one_line(where: Path) -> Iterator[None]:
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
         why = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         raise RecipeError(str(where), [Problem((), f"cannot adopt this job: {why}")]) from None
+
+
+def answering(run_dir: Path, timeout: float = 3.0) -> bool:
+    """Whether a controller of `run_dir` answers on its control channel: across hosts a
+    flock may not be seen (a file system without shared locks), and a heartbeat may be stale
+    while its controller lives, so `--adopt` asks before it concludes "gone". Any answer
+    counts, a refusal of the unknown op `ping` included."""
+    from srtr.runtime import control
+
+    try:
+        control.send(run_dir, "ping", timeout=timeout)
+    except control.Unreachable:
+        return False
+    except control.ControlError:
+        return True  # it answered (that it knows no "ping")
+    return True
