@@ -298,3 +298,19 @@ def test_a_controller_that_answers_is_not_gone(tmp_path: Path) -> None:
             await server.close()
 
     assert asyncio.run(body())
+
+
+def test_a_log_planted_as_a_link_is_not_followed(tmp_path: Path) -> None:
+    """A link at an instance's log name (to the owner's ~/.bashrc): the launch is refused
+    with the reason, and the file it points at is untouched."""
+    from srtr.backends.base import LaunchError
+    from srtr.backends.procgroup import _open_log
+
+    bashrc = tmp_path / "bashrc"
+    bashrc.write_text("owner's\n")
+    log = tmp_path / "logs" / "service_a.out"
+    log.parent.mkdir()
+    log.symlink_to(bashrc)
+    with pytest.raises(LaunchError, match="cannot open log"):
+        _open_log(log)
+    assert bashrc.read_text() == "owner's\n"

@@ -456,7 +456,9 @@ def _open_log(path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         # O_APPEND and never O_TRUNC: one log spans every attempt, and writes by the child and
         # by us interleave without overwriting each other.
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        # O_NOFOLLOW: a link planted at the log's name (to ~/.bashrc) is refused, not followed.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+        return os.open(path, flags, 0o644)
     except OSError as exc:
         raise LaunchError(f"cannot open log {path}: {exc.strerror}") from exc
 

@@ -268,7 +268,7 @@ class AppendFile:
         if self._fd is not None and found is not None and found == self._id:
             return self._fd
         self.close()
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW  # no link
         try:
             fd = os.open(self.path, flags, 0o644)
         except FileNotFoundError:

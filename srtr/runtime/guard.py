@@ -309,7 +309,8 @@ def _event(run_dir: Path, state: RunState, reason: str, message: str) -> None:
     }
     line = (json.dumps(event) + "\n").encode()
     with contextlib.suppress(OSError):
-        fd = os.open(run_dir / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW  # a planted link: no
+        fd = os.open(run_dir / EVENTS_FILE, flags, 0o600)
         try:
             os.write(fd, line)
         finally:
