@@ -5,11 +5,15 @@ later good edit applies."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from e2e_util import Run, events, instance, wait_for
+
+from srtr.tui.viewmodel.panels import plan_view
 
 pytestmark = pytest.mark.e2e
 
@@ -66,6 +70,15 @@ def test_a_new_service_that_cannot_start_fails_alone(tmp_path: Path) -> None:
         assert instance(state, "service_shipper")["phase"] == "Failed"
         assert {n: p for n, p in _pids(state).items() if n in before} == before
         assert any(e["reason"] == "EditFailed" for e in events(run.run_dir))
+        status = subprocess.run(
+            [sys.executable, "-m", "srtr", "status", str(run.run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "the last recipe edit failed: service_shipper" in status.stdout
+        view = plan_view(state)
+        assert view is not None and view.summary.startswith("recipe edit failed")
 
         # A NUL byte in argv is refused at plan time: rejected, nothing touched.
         _save(run, GOOD + NUL)

@@ -39,4 +39,10 @@ def recipe_drift(state: Doc) -> str:
     discarded = recipe.get("discarded")
     if discarded:
         return f"the recipe file differs from what runs: {discarded}"
+    failed = recipe.get("failed")
+    if failed:
+        return (
+            f"the last recipe edit failed: {', '.join(failed)} failed before it was up; "
+            "the job runs without it"
+        )
     return ""

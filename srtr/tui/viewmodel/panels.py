@@ -104,4 +104,11 @@ def plan_view(state: Doc) -> PlanView | None:
     discarded = recipe.get("discarded")
     if discarded:
         return PlanView(False, f"the recipe file differs from what runs: {discarded}", [])
+    failed = recipe.get("failed")
+    if failed:
+        return PlanView(
+            False,
+            "recipe edit failed: what it added failed alone; everything else runs",
+            [("red", f"✗ {name} failed before it was up") for name in failed],
+        )
     return None
