@@ -23,6 +23,7 @@ from srtr.resources.effective import (
 from srtr.resources.errors import Path, Problem
 from srtr.resources.keys_rules import check_keys
 from srtr.resources.kinds import KINDS, get_kind
+from srtr.resources.kinds.base import Requirement
 from srtr.resources.recipe import Recipe, Service
 
 
@@ -121,12 +122,26 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
         problems += [
             Problem((*at, *where), message) for where, message in kind.validate(service, recipe)
         ]
+    if kind.requires is not None and service.enabled and not unknown:
+        problems += _check_requirement(at, service, kind.requires)
     return (
         problems
         + _check_infra_kind(at, service)
         + _check_service_fields(at, service)
         + check_keys(at, service)
     )
+
+
+def _check_requirement(at: Path, service: Service, requires: Requirement) -> list[Problem]:
+    """The kind's one placement, against the resolved one (the kind's own default counts)."""
+    if requires.part == "per":
+        got = effective_per(service)
+    else:
+        got = effective_placement(service)
+    if got == requires.value:
+        return []
+    message = requires.message.format(name=service.name)
+    return [Problem((*at, "placement", requires.part), message)]
 
 
 def _check_infra_kind(at: Path, service: Service) -> list[Problem]:

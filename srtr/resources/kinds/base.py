@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from srtr.resources.objects import ProbeSpec
@@ -20,6 +20,13 @@ KindProblem = tuple[tuple[str | int, ...], str]
 KindRule = Callable[["Service", "Recipe"], list[KindProblem]]
 # Env a kind brings; values may hold placeholders, rendered per instance like recipe env.
 KindEnv = Callable[["Service", "Recipe"], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Requirement:
+    part: Literal["node", "per"]
+    value: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,10 @@ class Kind:
     default_srun_options: Callable[[Options], dict[str, str]] | None = None  # recipe's win
     default_preamble: Callable[[Options], str | None] | None = None  # runs before the recipe's
     validate: KindRule | None = None
+    # The one placement the kind runs with, checked by the recipe rules against the resolved
+    # placement (a kind rule sees only what was written): which part (`node` or `per`), the
+    # value, and the message (`{name}` is the service's name).
+    requires: Requirement | None = None
     # A service of this kind without `container` borrows that of the first enabled service
     # of this type (mooncake-store runs in the master's image, S-41).
     container_from: str | None = None
