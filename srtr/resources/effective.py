@@ -5,6 +5,8 @@ Pure helpers shared by `rules.py` (validation), `expand.py` (objects) and `rende
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from srtr.resources.kinds import Kind, get_kind
 from srtr.resources.recipe import (
     Metrics,
@@ -218,3 +220,63 @@ def effective_tier(service: Service, by_name: dict[str, Service]) -> int:
 def env_key(name: str) -> str:
     """`dcgm-exporter` → `DCGM_EXPORTER` (reference S-100)."""
     return "".join(c if c.isalnum() and c.isascii() else "_" for c in name).upper()
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An enabled service with every default applied, worked out once per planning.
+
+    Planning (expand, instances, discovery, render) reads these fields instead of asking the
+    kind again at each use, so a kind is only ever read here.
+    """
+
+    service: Service
+    kind: Kind
+    reason: str | None  # why an implied service exists; None when the recipe declares it
+    start: str
+    placement: str
+    per: str
+    pool: str | None
+    rider: bool
+    external: bool
+    critical: bool
+    restart: RestartPolicy
+    readiness: Readiness | None
+    metrics: tuple[Metrics, ...]
+    container: str | None
+    tier: int
+    per_instance_shape: bool  # instance 0 differs from the others (a cluster kind's head)
+
+    @property
+    def name(self) -> str:
+        return self.service.name
+
+    def command(self, index: int = 0) -> list[str]:
+        return effective_command(self.service, index)
+
+
+def resolve(recipe: Recipe) -> list[Resolved]:
+    """The enabled services of a validated recipe, resolved, in `effective_services` order."""
+    effective = effective_services(recipe)
+    by_name = {s.name: s for s, _ in effective}
+    return [
+        Resolved(
+            service=s,
+            kind=kind_of(s),
+            reason=why,
+            start=effective_start(s),
+            placement=effective_placement(s),
+            per=effective_per(s),
+            pool=effective_pool(s),
+            rider=is_rider(s),
+            external=is_external(s),
+            critical=effective_critical(s),
+            restart=effective_restart(s),
+            readiness=effective_readiness(s),
+            metrics=tuple(effective_metrics(s)),
+            container=effective_container(s, recipe),
+            tier=effective_tier(s, by_name),
+            per_instance_shape=per_instance_shape(s),
+        )
+        for s, why in effective
+    ]
