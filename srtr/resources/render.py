@@ -10,7 +10,8 @@ from srtr.resources.autoscale import describe_scale
 from srtr.resources.effective import Resolved, resolve
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
 from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec
-from srtr.resources.recipe import Recipe, Service, Source
+from srtr.resources.recipe import Recipe, Service
+from srtr.resources.source import Source
 
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
 MASK = "***"

@@ -10,9 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from srtr.resources.readiness import FileProbe, HttpProbe, LogProbe, Readiness, TcpProbe
+
 if TYPE_CHECKING:
     from srtr.resources.objects import ProbeSpec
-    from srtr.resources.recipe import Readiness, Recipe, Service
+    from srtr.resources.recipe import Recipe, Service
 
 Options = Mapping[str, Any]
 # A kind's own rule on one service: (path below `services[i]`, message) per problem.
@@ -131,26 +133,18 @@ def options_rule(check: Callable[[Options], list[str]]) -> KindRule:
 
 
 def tcp_probe(port: int, timeout: float = 120.0) -> Readiness:
-    from srtr.resources.recipe import Readiness, TcpProbe
-
     return Readiness(tcp=TcpProbe(port=port), timeout_seconds=timeout)
 
 
 def http_probe(port: int, path: str, timeout: float = 120.0) -> Readiness:
-    from srtr.resources.recipe import HttpProbe, Readiness
-
     return Readiness(http=HttpProbe(port=port, path=path), timeout_seconds=timeout)
 
 
 def file_probe(path: str) -> Readiness:
-    from srtr.resources.recipe import FileProbe, Readiness
-
     return Readiness(file=FileProbe(path=path))
 
 
 def log_probe(pattern: str, timeout: float, interval: float) -> Readiness:
-    from srtr.resources.recipe import LogProbe, Readiness
-
     return Readiness(
         log=LogProbe(pattern=pattern), timeout_seconds=timeout, interval_seconds=interval
     )
