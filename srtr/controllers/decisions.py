@@ -193,21 +193,10 @@ def next_stage(
     for number, stage in enumerate(stages, 1):
         pending = [n for n in stage.instances if not statuses[n].activated]
         if stage.name in passed:
-            if held:
-                continue  # its new members wait for the earlier stages' new ones
-            activate += pending
-            late += pending
-            for name in stage.instances:
-                status = statuses[name]
-                if not status.late:
-                    continue
-                # Up, or ended for good (no gate is open to fail the job for it: holding
-                # would stop the job from ever ending).
-                if stage_done(specs[name], status) or status.phase in FINISHED:
-                    settled.append(name)
-                else:
-                    held = True
-            held = held or bool(pending)
+            if not held:  # else its new members wait for the earlier stages' new ones
+                activate += pending
+                late += pending
+                held = _settle_late(stage, specs, statuses, settled) or bool(pending)
             continue
         if held:
             return step()
@@ -220,6 +209,22 @@ def next_stage(
             return step(fleet=stage)
         passing.append((number, stage.name))
     return step(all_up=not held)
+
+
+def _settle_late(stage: Stage, specs: Specs, statuses: Statuses, settled: list[str]) -> bool:
+    """Add the stage's late members that are up, or ended for good, to `settled` (no gate is
+    open to fail the job for one that ended: holding would stop the job from ever ending);
+    whether any late member is still on its way."""
+    waiting = False
+    for name in stage.instances:
+        status = statuses[name]
+        if not status.late:
+            continue
+        if stage_done(specs[name], status) or status.phase in FINISHED:
+            settled.append(name)
+        else:
+            waiting = True
+    return waiting
 
 
 # --- the stage gate (srtctl's readiness gate, reference S-61) -------------------------------------
