@@ -227,7 +227,7 @@ def _settle_late(stage: Stage, specs: Specs, statuses: Statuses, settled: list[s
     return waiting
 
 
-# --- the stage gate (srtctl's readiness gate, reference S-61) -------------------------------------
+# --- the stage gate (srtctl's readiness gate) ----------------------------------------------------
 
 
 def owner_text(spec: InstanceSpec) -> str:
@@ -309,7 +309,7 @@ def could_not_start_text(spec: InstanceSpec, status: InstanceStatus) -> str:
 def unstartable(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> str | None:
     """Why the job fails because a service cannot start at all, or None: every desired
     instance of one service never ran (`could_not_start`), critical or not. srtctl lets a
-    non-critical service without a probe die silently (reference G-2); a service none of
+    non-critical service without a probe die silently; a service none of
     whose instances could start is a broken recipe or install, not a running job."""
     by_service: dict[str, list[str]] = {}
     for name in desired:
@@ -376,7 +376,7 @@ def stage_gate(
 
 
 def setup_step_failed(spec: InstanceSpec, status: InstanceStatus) -> str:
-    """srtctl's message for a clone or build step that ended badly (reference S-57)."""
+    """srtctl's message for a clone or build step that ended badly."""
     code = "unknown" if status.exit_code is None else status.exit_code
     how = f"signal {status.exit_signal}" if status.exit_signal else f"exit {code}"
     return f"{owner_text(spec)} {STEP_TEXT[spec.type]} failed ({how}); see {spec.log}"
@@ -430,7 +430,7 @@ def _readiness_gate(
 
 def deferred_probe_waits(stage: Stage, statuses: Statuses) -> bool:
     """A `with_workers` instance's probe waits until every member of its stage (the workers
-    included) has been launched (reference S-62): True while one is still to launch."""
+    included) has been launched: True while one is still to launch."""
     return any(
         statuses[n].attempt < 0 or statuses[n].phase is Phase.PENDING for n in stage.instances
     )

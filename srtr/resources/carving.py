@@ -1,9 +1,10 @@
-"""Split an ordered allocation into dedicated, engine-worker, pool and spare nodes (§3).
+"""Split an ordered allocation into dedicated, engine-worker, pool and spare nodes.
 
 Order: dedicated nodes first (frontend/client share one: the last node when the client is
 among them, else the first), then the engine roles' nodes, then each pool in `services:`
 order. With pools, nodes left over are spares (for live growth and lost-node replacement);
-without pools every non-reserved node is a worker node, as in the older system.
+without pools every non-reserved node is a worker node, as in srtctl (the order is its
+order: docs/design/srtctl-parity.md, "Carving the allocation").
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def carve(
     `provisioned`: the allocation's nodes that came from a grow request, not the main job.
 
     Raises:
-        CarveError: too few nodes, with the exact message of design.md.
+        CarveError: too few nodes, in srtctl's words.
     """
     if previous is not None:
         return recarve(recipe, allocation, previous, provisioned)
@@ -110,7 +111,7 @@ def carve(
         spares=tuple(spares),
         head=head,
         bench=bench,
-        # A dedicated etcd/nats takes the reserved node (S-83: infra = reserved infra or head).
+        # A dedicated etcd/nats takes the reserved node; else the discovery plane is on the head.
         infra=reserved[0] if "infra" in dedicated else head,
         role_nodes=role_nodes,
     )

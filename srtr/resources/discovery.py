@@ -1,9 +1,9 @@
-"""Discovery env: where the job's etcd and nats are, for everything else (reference S-53).
+"""Discovery env: where the job's etcd and nats are, for everything else.
 
 `ETCD_ENDPOINTS` and `NATS_SERVER` name the discovery plane's addresses: an `external:`
 address as written, else the kind's URL on the node the service runs on (the infra node).
-Unlike the older system, nothing is set when the job has no etcd/nats service: srtr has no
-Dynamo frontend that would imply one (S-49 rule 1), so an unset variable means "none here".
+Unlike srtctl, nothing is set when the job has no etcd/nats service: srtr has no
+Dynamo frontend that would imply one, so an unset variable means "none here".
 Pure, like the rest of planning.
 """
 
@@ -41,7 +41,7 @@ def receives_discovery_env(resolved: Resolved) -> bool:
 
 
 def layered(discovery: Env, *layers: dict[str, str]) -> dict[str, str]:
-    """Discovery env first, so that any recipe value for the same variable wins (S-53)."""
+    """Discovery env first, so that any recipe value for the same variable wins."""
     out = dict(discovery)
     for layer in layers:
         out.update(layer)

@@ -41,7 +41,7 @@ from srtr.resources.setup_steps import setup_steps
 from srtr.resources.workers import WORKER_KEYS, WorkerSlot, slots_for, worker_slots
 
 # `with_workers` holds only the setup steps (clone, build) of with_workers services: their
-# instances launch in the workers stage itself (reference S-62).
+# instances launch in the workers stage itself, right before the workers.
 PHASE_ORDER = (
     "infra",
     "before_workers",
@@ -234,7 +234,7 @@ class _Expander:
     def per_worker_instances(
         self, resolved: Resolved, members: list[str], shared: dict[str, str]
     ) -> list[InstanceSpec]:
-        """One instance per engine worker on the placed nodes, in its GPU view (S-98)."""
+        """One instance per engine worker on the placed nodes, in its GPU view."""
         service = resolved.service
         slots = slots_for(self.slots, resolved.placement, members, self.nodes.workers)
         if not slots:
@@ -440,7 +440,7 @@ class _Expander:
         out = []
         for r in self.resolved.values():
             members = by_service.get(r.name, [])
-            # `<endpoint name or kind prefix or service name>_<node>` (reference S-110):
+            # `<endpoint name or kind prefix or service name>_<node>`, srtctl's names:
             # `dcgm_node1`, `node_exporter_node1`, what users' dashboards select on.
             stem = r.kind.metrics_prefix or r.name
             for metrics in r.metrics:
@@ -546,7 +546,7 @@ def _instances_by_phase(
 
 def _fleet(resolved: Resolved, made: list[InstanceSpec]) -> FleetSpec | None:
     """The kind's fleet gate on the head (instance 0), or None; one instance is a fleet
-    already (T-110). A recipe's readiness timing applies to the gate too."""
+    already. A recipe's readiness timing applies to the gate too."""
     service = resolved.service
     fleet = resolved.kind.fleet
     if fleet is None or len(made) < 2:

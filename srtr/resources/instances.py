@@ -61,8 +61,8 @@ class ServiceCommon:
     readiness: Readiness | None
     argv: list[tuple[str, Template]]
     env: list[tuple[str, str, Template]]
-    export_env: list[tuple[str, str, Template]]  # srun_export_env (reference T-71)
-    preamble: list[str]  # the kind's part, then the recipe's (reference S-58)
+    export_env: list[tuple[str, str, Template]]  # srun_export_env
+    preamble: list[str]  # the kind's part, then the recipe's
     probe: ProbeSpec | None  # None with a per-node (file) probe, rendered per instance
     common: dict[str, Any]  # the other InstanceSpec fields, equal for every node
 
@@ -74,7 +74,7 @@ class ServiceCommon:
         values: dict[str, str],
         last_env: dict[str, str] | None = None,
     ) -> InstanceSpec:
-        """`last_env` wins over everything (the per-worker GPU view, S-53 step 5)."""
+        """`last_env` wins over everything (the per-worker GPU view)."""
         env = [(k, t.format_map(values) if t else v) for k, v, t in self.env]
         if last_env:
             env = [(k, v) for k, v in env if k not in last_env] + list(last_env.items())
@@ -111,7 +111,8 @@ def instance_kind(resolved: Resolved) -> InstanceKind:
 def service_env(
     resolved: Resolved, recipe: Recipe, discovery: Sequence[tuple[str, str]] = ()
 ) -> dict[str, str]:
-    """Discovery env < kind default env < recipe env < kind forced env (S-53 steps 1-4)."""
+    """Discovery env < kind default env < recipe env < kind forced env, srtctl's layers
+    (docs/design/srtctl-parity.md, "The environment of an instance")."""
     service, kind = resolved.service, resolved.kind
     env = dict(discovery)
     if kind.default_env:
@@ -130,7 +131,7 @@ def service_common(
     index: int = 0,
 ) -> ServiceCommon:
     """`index` picks the head's (0) or the others' argv and default probe for a kind whose
-    head differs (ray, S-47)."""
+    head differs (ray)."""
     service, kind, readiness = resolved.service, resolved.kind, resolved.readiness
     node_probe = readiness is not None and readiness.file is not None
     probe = None if node_probe else probe_spec(readiness, {})
@@ -139,7 +140,7 @@ def service_common(
     srun = dict(kind.default_srun_options(service.options)) if kind.default_srun_options else {}
     srun.update(service.srun_options)
     kind_preamble = kind.default_preamble(service.options) if kind.default_preamble else None
-    checkout = workdir(service)  # the service runs in its source checkout (S-07)
+    checkout = workdir(service)  # the service runs in its source checkout
     with_workers = resolved.start == "with_workers"
     return ServiceCommon(
         readiness=readiness,

@@ -1,8 +1,9 @@
 """The recipe schema: what a user may write in recipe.yaml, as pydantic v2 models.
 
-Field-level rules (types, ranges, vocabularies) live here, with the older system's message
-key words (reference §1.3). Rules that relate several fields or the whole recipe live in
-`rules.py`, so that all of them can be reported at once. Every model forbids unknown keys.
+Field-level rules (types, ranges, vocabularies) live here, with srtctl's message key words,
+so that a recipe written for it gets the same complaints. Rules that relate several fields
+or the whole recipe live in `rules.py`, so that all of them can be reported at once. Every
+model forbids unknown keys.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class Placement(Spec):
 
 
 class Metrics(Spec):
-    """A Prometheus scrape annotation (reference S-28)."""
+    """A Prometheus scrape annotation."""
 
     port: int
     path: str = "/metrics"
@@ -120,7 +121,7 @@ class Metrics(Spec):
 
 
 class RestartPolicy(Spec):
-    """When and how fast an instance is relaunched (srtr's own; the older system had none)."""
+    """When and how fast an instance is relaunched (srtr's own; srtctl had none)."""
 
     policy: Literal["never", "on-failure", "always"] = "on-failure"
     backoff_seconds: float = Field(default=1.0, ge=0)
@@ -194,7 +195,7 @@ class ScaleSource(Spec):
 
 class Autoscale(Spec):
     """`nodes: {min, max, from}`: the pool's size follows the count its instance 0
-    publishes, within [min, max] (issue 24; docs/recipe.md "Autoscaled pools")."""
+    publishes, within [min, max] (docs/recipe.md "Autoscaled pools")."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -212,7 +213,7 @@ class Autoscale(Spec):
 
 
 class Service(Spec):
-    """One entry of `services:` (reference §1.1, plus restart/shutdown_tier/stop_grace)."""
+    """One entry of `services:` (srtctl's keys, plus restart/shutdown_tier/stop_grace)."""
 
     name: str
     type: str = "generic"
@@ -237,15 +238,15 @@ class Service(Spec):
     shutdown_tier: int | None = Field(default=None, ge=0)
     stop_grace_seconds: float = Field(default=30.0, ge=0)
     replace_lost: bool = False
-    # Discovery plane (reference S-18, S-26): an already-running instance's address instead
+    # Discovery plane: an already-running instance's address instead
     # of a launched one, and whether this service gets ETCD_ENDPOINTS / NATS_SERVER.
     external: str | None = None
     inherit_discovery_env: bool = True
-    # Clone and build before launch (reference S-07..S-09); see docs/recipe.md "source".
+    # Clone and build before launch; see docs/recipe.md "source".
     source: Source | None = None
     build_command: list[Text] | None = None
     build_timeout_seconds: float = 1800.0
-    # Env that must reach the instance through srun's --export (reference T-71).
+    # Env that must reach the instance through srun's --export.
     srun_export_env: dict[str, Text] = {}
     # `nodes: {min, max, from}` as written; `nodes` is then the pool's size now (`min`
     # until the controller scales it). Not a key of its own in a recipe.
@@ -381,7 +382,7 @@ class Resources(Spec):
     account: str | None = None
     time_limit: str | None = None
     # `live-edit`: a live edit may grow a pool past the spare nodes by asking the backend's
-    # provisioner for more (issue 24); `never` refuses it as before.
+    # provisioner for more; `never` refuses it.
     grow: Literal["never", "live-edit"] = "live-edit"
     # The cap on the run's nodes, the allocation and every provisioned node together.
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)

@@ -87,7 +87,7 @@ def service_lines(recipe: Recipe) -> list[str]:
 
 
 def _key_lines(service: Service) -> list[str]:
-    """srtctl's dry-run lines for source/build_command (S-120), and srun_export_env."""
+    """srtctl's dry-run lines for source/build_command, and srun_export_env."""
     lines = []
     if service.source is not None:
         path = f" / source.path: {service.source.path}" if service.source.path else ""

@@ -1,4 +1,4 @@
-"""Whole-recipe validation: rules that relate several fields (reference §1.3, V-17..V-46).
+"""Whole-recipe validation: rules that relate several fields.
 
 `check(recipe)` returns every problem at once, each with the path it is about. Field-level
 rules (ranges, vocabularies) are in `recipe.py` and run earlier, inside pydantic.
@@ -145,7 +145,7 @@ def _check_requirement(at: Path, service: Service, requires: Requirement) -> lis
 
 
 def _check_infra_kind(at: Path, service: Service) -> list[Problem]:
-    """Placement and `external` rules of infra-class kinds (V-26, V-46, S-38)."""
+    """Placement and `external` rules of infra-class kinds."""
     kind = kind_of(service)
     problems = []
     where = effective_placement(service)
@@ -176,7 +176,7 @@ def _check_infra_kind(at: Path, service: Service) -> list[Problem]:
 
 
 def _check_discovery(recipe: Recipe) -> list[Problem]:
-    """One etcd and one nats at most, and they agree on a dedicated node (V-48)."""
+    """One etcd and one nats at most, and they agree on a dedicated node."""
     problems = []
     first: dict[str, int] = {}
     for index, service in enumerate(recipe.services):
@@ -209,7 +209,7 @@ WORKER_PLACEMENTS = ("prefill", "decode", "agg", "workers")
 
 
 def _check_per_worker(at: Path, service: Service) -> list[Problem]:
-    """`placement.per: worker` rules (reference V-03, V-04, V-31, V-32)."""
+    """`placement.per: worker` rules."""
     if effective_per(service) != "worker":
         return []
     per: Path = (*at, "placement", "per")

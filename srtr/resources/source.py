@@ -12,7 +12,7 @@ from pydantic import field_validator, model_validator
 
 from srtr.resources.spec import Spec, Text
 
-# Refs that name a moving target: a checkout of them is not reproducible (reference S-07).
+# Refs that name a moving target: a checkout of them is not reproducible.
 MUTABLE_REFS = ("main", "master", "HEAD", "develop", "trunk")
 MUTABLE_REF_PREFIXES = ("refs/heads/", "origin/", "refs/remotes/")
 # A full commit id: SHA-1 (40 hex) or SHA-256 (64 hex). Abbreviations cannot be pinned.
@@ -24,7 +24,7 @@ def is_commit(rev: str) -> bool:
 
 
 class Source(Spec):
-    """A git checkout cloned before the service's build and launch (reference S-07)."""
+    """A git checkout cloned before the service's build and launch."""
 
     git: str
     rev: Text

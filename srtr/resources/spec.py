@@ -41,7 +41,7 @@ class Spec(BaseModel):
     # strict: YAML's `yes` must not become 1 node, nor "8" a port; numbers stay numbers.
     # allow_inf_nan=False: YAML's `.nan` and `.inf` are floats to pydantic, and a NaN
     # timeout never expires (every comparison with it is false). Every float field of
-    # every model refuses them (issue 23).
+    # every model refuses them.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 

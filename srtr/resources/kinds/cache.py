@@ -1,4 +1,4 @@
-"""KV-cache kinds: the Mooncake master, store and donor, and the LMCache server (S-40..S-42, S-46).
+"""KV-cache kinds: the Mooncake master, store and donor, and the LMCache server.
 
 Their programs need GPUs (or TensorRT-LLM) and do not install on a plain machine: each kind
 names its `binary` (or Python `module`), so an instance whose program is missing is skipped
@@ -242,7 +242,7 @@ register(
     Kind(
         name="mooncake-donor",
         default_command=_donor_command,
-        # Donors connect while the workers start (srtctl [WW], T-120): launched with the
+        # Donors connect while the workers start, as srtctl's do: launched with the
         # workers, probed once every worker launched.
         default_start="with_workers",
         default_critical=True,

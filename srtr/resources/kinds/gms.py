@@ -1,4 +1,4 @@
-"""`gms`: Dynamo's GPU Memory Service beside every engine worker (reference S-48).
+"""`gms`: Dynamo's GPU Memory Service beside every engine worker.
 
 One instance per worker (`placement.per: worker`), in that worker's device view: GMS names its
 sockets after device k as NVML sees it while the engine picks device k by CUDA index, and the
