@@ -170,9 +170,8 @@ def effective_critical(service: Service) -> bool:
     return service.critical if service.critical is not None else kind_of(service).default_critical
 
 
-def effective_command(service: Service, index: int = 0) -> list[str]:
+def _command(service: Service, kind: Kind, index: int) -> list[str]:
     """The argv of instance `index`: the recipe's command, else the kind's, plus `args`."""
-    kind = kind_of(service)
     base = service.command
     if base is None and kind.instance_command is not None:
         base = kind.instance_command(service.options, index)
@@ -255,7 +254,7 @@ class Resolved:
         return self.service.name
 
     def command(self, index: int = 0) -> list[str]:
-        return effective_command(self.service, index)
+        return _command(self.service, self.kind, index)
 
 
 def resolve(recipe: Recipe) -> list[Resolved]:
