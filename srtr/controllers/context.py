@@ -77,7 +77,7 @@ class Launches:
 
 
 def default_jitter() -> float:
-    # ±20 %: restarts of many riders that died together spread out (peers.md §10.2).
+    # ±20 %: restarts of many riders that died together spread out instead of landing at once.
     return random.uniform(0.8, 1.2)
 
 

@@ -238,7 +238,7 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
 
 def _wake_deferred_probes(ctx: Ctx, spec: InstanceSpec) -> None:
     """`with_workers` probes wait for every launch of their stage: once the last member has
-    launched, their probes may start (reference S-62)."""
+    launched, their probes may start."""
     store = ctx.store
     if spec.stage != "workers":
         return  # only the workers stage has deferred members (cheap for big pool stages)

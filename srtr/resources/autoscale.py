@@ -1,4 +1,4 @@
-"""Autoscaled pools (`nodes: {min, max, from}`, issue 24): the pure half.
+"""Autoscaled pools (`nodes: {min, max, from}`): the pure half.
 
 The controller reads the count a pool's instance 0 publishes (`backends.published`), and
 `decide` says whether the pool changes size now: the count clamped to [min, max], and no

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from srtr.resources.recipe import Recipe, Service, is_commit
+from srtr.resources.recipe import Recipe, Service
+from srtr.resources.source import is_commit
 
 PINS_FILE = "source-pins.json"
 

@@ -1,4 +1,4 @@
-"""`{key}` substitution into argv elements, env values and preamble text (reference §5).
+"""`{key}` substitution into argv elements, env values and preamble text.
 
 Literal replacement of known keys only: any other braces (JSON in an env value, `${HOME}`,
 an unknown `{foo}`) are left exactly as written, and no shell is ever involved.

@@ -1,4 +1,4 @@
-"""Whole-recipe validation: rules that relate several fields (reference §1.3, V-17..V-46).
+"""Whole-recipe validation: rules that relate several fields.
 
 `check(recipe)` returns every problem at once, each with the path it is about. Field-level
 rules (ranges, vocabularies) are in `recipe.py` and run earlier, inside pydantic.
@@ -23,6 +23,7 @@ from srtr.resources.effective import (
 from srtr.resources.errors import Path, Problem
 from srtr.resources.keys_rules import check_keys
 from srtr.resources.kinds import KINDS, get_kind
+from srtr.resources.kinds.base import Requirement
 from srtr.resources.recipe import Recipe, Service
 
 
@@ -121,6 +122,8 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
         problems += [
             Problem((*at, *where), message) for where, message in kind.validate(service, recipe)
         ]
+    if kind.requires is not None and service.enabled and not unknown:
+        problems += _check_requirement(at, service, kind.requires)
     return (
         problems
         + _check_infra_kind(at, service)
@@ -129,8 +132,20 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
     )
 
 
+def _check_requirement(at: Path, service: Service, requires: Requirement) -> list[Problem]:
+    """The kind's one placement, against the resolved one (the kind's own default counts)."""
+    if requires.part == "per":
+        got = effective_per(service)
+    else:
+        got = effective_placement(service)
+    if got == requires.value:
+        return []
+    message = requires.message.format(name=service.name)
+    return [Problem((*at, "placement", requires.part), message)]
+
+
 def _check_infra_kind(at: Path, service: Service) -> list[Problem]:
-    """Placement and `external` rules of infra-class kinds (V-26, V-46, S-38)."""
+    """Placement and `external` rules of infra-class kinds."""
     kind = kind_of(service)
     problems = []
     where = effective_placement(service)
@@ -161,7 +176,7 @@ def _check_infra_kind(at: Path, service: Service) -> list[Problem]:
 
 
 def _check_discovery(recipe: Recipe) -> list[Problem]:
-    """One etcd and one nats at most, and they agree on a dedicated node (V-48)."""
+    """One etcd and one nats at most, and they agree on a dedicated node."""
     problems = []
     first: dict[str, int] = {}
     for index, service in enumerate(recipe.services):
@@ -194,7 +209,7 @@ WORKER_PLACEMENTS = ("prefill", "decode", "agg", "workers")
 
 
 def _check_per_worker(at: Path, service: Service) -> list[Problem]:
-    """`placement.per: worker` rules (reference V-03, V-04, V-31, V-32)."""
+    """`placement.per: worker` rules."""
     if effective_per(service) != "worker":
         return []
     per: Path = (*at, "placement", "per")
