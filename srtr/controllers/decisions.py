@@ -3,7 +3,7 @@
 A controller reads the store, calls one of these, and applies the outcome through the store's
 transitions and the backend ("plan, then act"). Nothing here imports a backend, asyncio or
 the store: statuses are read, never written, and time and randomness come in as arguments,
-so each decision is tested with plain values (tests/test_decisions.py).
+so each decision is tested with plain values (tests/controllers/test_decisions.py).
 """
 
 from __future__ import annotations
