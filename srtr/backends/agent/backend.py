@@ -40,7 +40,7 @@ from typing import Protocol
 
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.channel import LEASE, AgentServer, Connection
-from srtr.backends.agent.starters import (
+from srtr.backends.agent.starter_base import (
     EXIT_WAIT,
     EXIT_WAIT_AFTER_GOODBYES,
     RENDEZVOUS,
