@@ -271,7 +271,7 @@ class AgentBackend:
             if any(state.cut_off for state in self._nodes.values()):
                 # An agent cut off from us never ends its task: the agents' srun client
                 # would wait for it until SLURM reaches the node. Every other agent said
-                # goodbye; end the client now (a teardown during a partition, issue 22).
+                # goodbye; end the client now, or a teardown during a partition waits for it.
                 within = 0.0
         except TimeoutError:
             log.warning("agents: not every agent said goodbye within %gs", CLOSE_TIMEOUT)
