@@ -62,6 +62,7 @@ with contextlib.redirect_stdout(io.StringIO()):
     code = main(["plan", sys.argv[1]])
 machinery = ("srtr.reconciler", "srtr.controllers", "srtr.backends", "srtr.runtime", "srtr.tui")
 machinery += ("srtr.cli.run", "srtr.cli.status", "srtr.cli.logs", "srtr.cli.control_verbs")
+machinery += ("srtr.cli.run_state",)
 heavy = ("rich", "textual")
 loaded = [m for m in sys.modules if m.startswith(machinery) or m.split(".")[0] in heavy]
 print(json.dumps({"code": code, "loaded": sorted(loaded)}))

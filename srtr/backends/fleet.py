@@ -1,4 +1,5 @@
-"""The fleet gate's poll: how many members a cluster's head sees alive (reference S-47, T-109).
+"""The fleet gate's poll: how many members a cluster's head sees alive (docs/recipe.md, "The
+fleet gate").
 
 The only fleet today is Ray's: the head dashboard's `GET /nodes?view=summary` lists one
 entry per raylet, and a member counts once its raylet's state is `ALIVE`. A dashboard that
@@ -41,7 +42,7 @@ def _get(url: str, timeout: float) -> bytes:
 
 
 async def alive_members(url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
-    """(ALIVE members, what was seen) at `url`; None when it cannot say (T-109)."""
+    """(ALIVE members, what was seen) at `url`; None when it cannot say (the gate polls on)."""
     try:
         # urllib blocks; a thread keeps the controller's loop free while the head is slow.
         body = await asyncio.wait_for(asyncio.to_thread(_get, url, timeout), timeout + 1)

@@ -1,4 +1,5 @@
-"""Resolve services' `source.rev` to commits with `git ls-remote` (srtctl S-07's `sha`).
+"""Resolve services' `source.rev` to commits with `git ls-remote`: the `source.sha` srtr pins
+(docs/recipe.md, "Pinning a rev to a commit").
 
 The side-effect half of source pinning (the pure half is resources/pins.py): `srtr submit`
 and `srtr up` of a new job ask each repository once, before anything is allocated, which

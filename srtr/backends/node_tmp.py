@@ -5,7 +5,7 @@ Multi-node software assumes one host per node: Ray keeps its session, sockets an
 nodes share one machine, so each gets a *node view* (`node_view.make_view`): its own mount
 namespace in which /tmp is an overlay of the host's /tmp with the node's writes on top. A
 node reads every file of the machine as the host does (a venv, a program or a working
-directory under /tmp included: issue 21), and what it writes under /tmp is its own. The run
+directory under /tmp included), and what it writes under /tmp is its own. The run
 dir and the controller's working directory, when under /tmp, are the host's own dirs again
 on every node (writes there are shared, as on a cluster's shared filesystem). TMPDIR is /tmp,
 which keeps Unix socket paths short (Ray's must fit in 107 bytes).

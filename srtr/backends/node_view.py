@@ -1,4 +1,4 @@
-"""A simulated node's view of the machine: every path as on the host, /tmp its own (issue 21).
+"""A simulated node's view of the machine: every path as on the host, /tmp its own.
 
 `make_view` is the whole mount logic, for any code that simulates nodes on one machine (the
 local backend here; a test cluster whose nodes are namespaces could call it too). In a new

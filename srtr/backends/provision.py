@@ -1,4 +1,5 @@
-"""Provisioners: where a run gets nodes beyond its allocation, and gives them back (issue 24).
+"""Provisioners: where a run gets nodes beyond its allocation, and gives them back (what a
+user sees of it: docs/recipe.md, "Growing past the allocation").
 
 A live edit that grows a pool past the spare nodes asks the backend's provisioner for the
 missing nodes (`request`), follows the request (`state`: Pending with the provider's reason,

@@ -1,4 +1,5 @@
-"""Read the node count an autoscaled pool's instance 0 publishes (issue 24).
+"""Read the node count an autoscaled pool's instance 0 publishes (docs/recipe.md, "Autoscaled
+pools").
 
 `GET http://<node IP>:<port><path>` from the controller (as scrapes and the fleet poll do),
 or a file on a filesystem the controller sees. A publisher that is not up yet, slow, or

@@ -227,7 +227,7 @@ class SlurmBackend:
     async def _unanswered_kill(self, name: str, attempt: int, step: str) -> None:
         """A step that outlives its SIGKILL by STEP_KILL_WAIT is on a node that does not
         answer: end its srun client (which waits on that node for minutes) and cancel the
-        step, rather than keep a teardown waiting (issue 22: 15 s and more in a partition).
+        step, rather than keep a teardown waiting (15 s and more in a partition).
         Its exit is then the srun client's: killed by signal 9, as the caller asked."""
         await asyncio.sleep(STEP_KILL_WAIT)
         live = self._groups.get(name)

@@ -1,4 +1,4 @@
-"""Command lines, output parsers and the batch script of SLURM grow jobs (issue 24); pure.
+"""Command lines, output parsers and the batch script of SLURM grow jobs; pure.
 
 A grow request is one `sbatch --array=1-N -N1` job array: each task is one node, whose batch
 script runs that node's agent (`GROW_SCRIPT`). An array, not one N-node job, because a node

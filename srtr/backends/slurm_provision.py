@@ -1,4 +1,5 @@
-"""SLURM as the provider of nodes past the allocation (issue 24): grow jobs.
+"""SLURM as the provider of nodes past the allocation: grow jobs (docs/recipe.md, "Growing
+past the allocation").
 
 A request is one job array (`slurm_grow_cmd`): one task per node, like the main job, named
 `<job name>-grow`, whose batch script runs the node's agent, which dials the controller

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from srtr.cli import bad
-from srtr.cli.status import read_run
+from srtr.cli.run_state import read_run
 
 EXIT_REFUSED = 1
 
@@ -32,7 +32,7 @@ def add_verbs(verbs: Any) -> None:
 
 
 def cmd_control(args: argparse.Namespace) -> int:
-    from srtr.cli.status import check_liveness
+    from srtr.cli.run_state import check_liveness
     from srtr.controllers.intents import resolve
     from srtr.runtime.control import ControlError, send
 

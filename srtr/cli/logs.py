@@ -240,7 +240,7 @@ def _prefixes(chosen: list[InstanceDoc]) -> dict[str, str]:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from srtr.cli.status import read_run
+    from srtr.cli.run_state import read_run
 
     run_dir = Path(args.run_dir)
     state = read_run(run_dir)
@@ -333,7 +333,7 @@ def _follow(
 
 def _runs(run_dir: Path) -> bool:
     """The job's controller still beats (heartbeat, from any host): -f goes on."""
-    from srtr.cli.status import check_liveness, read_run
+    from srtr.cli.run_state import check_liveness, read_run
 
     state = read_run(run_dir)
     return not state.ended and check_liveness(run_dir, state, slurm=False).running

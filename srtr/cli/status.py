@@ -2,9 +2,8 @@
 job to end).
 
 They read state.json through the run dir's one reader (`srtr.reconciler.rundir`);
-`read_run` is its CLI face, which turns a missing, torn or foreign file into an exit-2
-line instead of a traceback. `srtr up` uses it too, on a run dir it is asked to reuse or
-to adopt. `status -o json` prints state.json exactly as written.
+`cli.run_state.read_run` is its CLI face, which turns a missing, torn or foreign file into
+an exit-2 line instead of a traceback. `status -o json` prints state.json exactly as written.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srtr.cli import bad
+from srtr.cli.run_state import check_liveness as check_liveness
+from srtr.cli.run_state import read_run as read_run
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,20 +61,6 @@ def add_verbs(verbs: Any) -> None:
     down.add_argument("run_dir", metavar="RUN_DIR")
     down.add_argument("--now", action="store_true", help="SIGKILL everything at once")
     down.set_defaults(func=cmd_down)
-
-
-def read_run(run_dir: Path) -> RunState:
-    """`run_dir`'s state.json. Raises RecipeError (exit 2) when it cannot be read."""
-    from srtr.reconciler.rundir import StateFileError, read_state
-
-    try:
-        return read_state(run_dir)
-    except StateFileError as exc:
-        if exc.missing:
-            raise bad(str(run_dir), "no state.json here; is this a run dir of `srtr up`?") from None
-        if exc.foreign:
-            raise bad(str(exc.path), "not an srtr state file") from None
-        raise bad(str(exc.path), f"cannot read the state file: {exc}") from None
 
 
 # -- status ---------------------------------------------------------------------------------
@@ -356,12 +343,6 @@ def cmd_down(args: argparse.Namespace) -> int:
         raise bad(str(run_dir), f"the job refused: {exc}") from None
     print(f"{job['name']}: {message}; follow with `srtr status {args.run_dir}`")
     return 0
-
-
-def check_liveness(run_dir: Path, state: RunState, *, slurm: bool = True) -> Liveness:
-    from srtr.runtime.liveness import check
-
-    return check(run_dir, state, slurm=slurm)
 
 
 def down_advice(liveness: Liveness) -> str:

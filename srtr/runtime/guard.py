@@ -25,7 +25,7 @@ possible and `srtr up --adopt` can refuse a job with nothing left.
 In every case but adoption it also cancels the SLURM allocation srtr made: the one named by
 `--slurm-job`, the one salloc named in `--salloc-output` and the one the state records as
 owned (scancel of a released job is a no-op), and every grow job the state records as
-pending or granted (issue 24; a grow job also ends by itself once the main job is gone).
+pending or granted (a grow job also ends by itself once the main job is gone).
 `srtr up` starts the guard before salloc, with salloc's stderr going to a memfd the guard
 holds (`--salloc-output`): whenever the controller dies, pending or granted, the guard finds
 the job salloc asked for, even if the controller never read salloc's answer.

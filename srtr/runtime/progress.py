@@ -7,8 +7,8 @@ events.jsonl always has every event.
 
 A terminal that hangs up (EIO) or a pipe whose reader left (EPIPE), any failed write to
 a stdout that is not a file, is reported once through `on_lost`, with the errno; `srtr up`
-treats a closed pipe (`srtr up | head`) as SIGPIPE and anything else as a hang-up (issue 12,
-issue 23). Lines are then dropped.
+treats a closed pipe (`srtr up | head`) as SIGPIPE and anything else as a hang-up. Lines are
+then dropped.
 
 A stdout redirected to a file that cannot be written (full disk, quota, RLIMIT_FSIZE) is no
 hang-up: its lines are dropped, `on_fault` is told once per errno and `on_recovered` when a
@@ -39,8 +39,8 @@ from srtr.reconciler.store import Event, EventType
 _QUIET_AT_SCALE = {"Launched", "Ready", "Exited"}
 QUEUE_LINES = 10_000
 # The reason column fits the longest event reason (RestartRequested), so that the object
-# column starts at the same place on every line (issue 23: reasons of 13+ characters
-# pushed it right). A longer, new reason would still print whole.
+# column starts at the same place on every line (reasons of 13+ characters used to push it
+# right). A longer, new reason would still print whole.
 REASON_WIDTH = 16
 # Events about srtr's own files: printed on stderr too, which may be on another disk.
 WRITE_FAULT_REASONS = frozenset(

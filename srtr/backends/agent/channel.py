@@ -19,7 +19,7 @@ the watcher only counts silence while it runs on time itself.
 Heartbeats: each agent opens a second connection, plain TCP, to the beat port (`beat_port`,
 same host), names itself with the `beat_token` its Welcome carried (a secret of this session,
 sent only inside the TLS channel), and then writes one byte a second (`protocol.BEAT`), on
-whole seconds of the wall clock (`node.Agent._beat`). The controller never reads those bytes
+whole seconds of the wall clock (`lease.Lease.beat`). The controller never reads those bytes
 one by one, and they never wake its loop: the beat sockets sit in an epoll of their own
 (`beats`) that the watcher polls when it looks, every 0.25 s, so a heartbeat costs its share
 of one epoll_wait and a dictionary lookup, no read, no decrypt; the bytes are drained every

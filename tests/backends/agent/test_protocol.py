@@ -105,7 +105,7 @@ def test_proofs_bind_token_role_nonce_and_node() -> None:
 
 
 def test_an_agents_instance_sees_a_step_of_one_task_on_its_node() -> None:
-    from srtr.backends.agent.node import one_task_view
+    from srtr.backends.agent.node_env import one_task_view
 
     agent_task = {
         "SLURM_JOB_ID": "66",

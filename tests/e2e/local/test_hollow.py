@@ -342,7 +342,7 @@ def test_control_lines_wait_out_a_full_fifo_without_blocking_the_loop(tmp_path: 
     import asyncio
     import select
 
-    from srtr.backends.agent.starters import ControlFifo, _chunks
+    from srtr.backends.agent.hollow_starter import ControlFifo, _chunks
 
     path = tmp_path / "hollow.ctl"
     os.mkfifo(path, 0o600)
