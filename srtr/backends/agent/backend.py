@@ -57,6 +57,7 @@ from srtr.backends.base import (
     NodeInfo,
     Observation,
     ObservationKind,
+    host_has_program,
 )
 from srtr.backends.prober import Prober
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
@@ -266,6 +267,9 @@ class AgentBackend:
                     self._claimed.add((state.info.name, name, attempt))
                     return True
         return False
+
+    def has_program(self, what: str, name: str) -> bool:
+        return host_has_program(what, name)
 
     async def end_time(self) -> float | None:
         return await self._steps.end_time() if self._steps is not None else None
@@ -713,6 +717,9 @@ class AgentProber:
     async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
         # The head's dashboard answers on its node IP, like a scrape target: polled from here.
         return await self._here.fleet(url, timeout)
+
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        return await self._here.published(where, timeout)
 
 
 def read_token(run_dir: Path) -> str:
