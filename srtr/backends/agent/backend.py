@@ -287,7 +287,7 @@ class AgentBackend:
         return taken
 
     async def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
-        """Nodes a grow request brought join the job (`runtime.grow`): the starter gives
+        """Nodes a grow request brought join the job (`controllers/grow.py`): the starter gives
         each an agent (on SLURM the grow job's own step started them: `admit`), and they
         count once their agent connected, or failed to within `CONNECT_TIMEOUT`.
 
