@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -228,7 +228,3 @@ class FleetStatus:
     polled_at: float | None = None
     in_flight: bool = False
     passed: bool = False
-
-
-def pool_statuses(names: Mapping[str, object]) -> dict[str, PoolStatus]:
-    return {name: PoolStatus() for name in names}

@@ -435,9 +435,9 @@ class RecipeWatch:
     async def start(self) -> None:
         options, store = self.options, self.ctx.store
         recipe = store.recipe
-        recipe.path, recipe.auto, recipe.no_grow = str(self.recipe), options.apply_auto, ""
-        recipe.planned = recipe.text
+        recipe.path, recipe.auto = str(self.recipe), options.apply_auto
         recipe.no_grow = options.no_grow
+        recipe.planned = recipe.text  # what runs was planned from it: no edit yet
         store.grow.nodes = list(options.allocation)
         store.grow.provisioned = frozenset(options.provisioned)
         if options.provisioner is not None:
