@@ -21,12 +21,11 @@ import logging
 from srtr.backends import git_refs
 from srtr.controllers import edits, grow
 from srtr.controllers.context import RECIPE, Ctx
-from srtr.reconciler.persist import write_atomic
 from srtr.reconciler.workqueue import Result
 from srtr.resources.diff import diff
 from srtr.resources.errors import GrowRequired, Problem, RecipeError
 from srtr.resources.objects import DesiredState
-from srtr.resources.pins import PINS_FILE, pins_json, unpinned
+from srtr.resources.pins import PINS_FILE, unpinned
 from srtr.resources.planning import plan_text_source
 from srtr.resources.recipe import Service
 
@@ -117,7 +116,7 @@ async def _pin(ctx: Ctx, missing: list[tuple[int, Service]], text: str) -> None:
         recipe.pinning = False
     ctx.source_pins = {**ctx.source_pins, **found}
     try:
-        await asyncio.to_thread(write_atomic, ctx.run_dir / PINS_FILE, pins_json(ctx.source_pins))
+        await asyncio.to_thread(git_refs.save_pins, ctx.run_dir, ctx.source_pins)
     except OSError as exc:  # kept in memory; an adoption would plan it unpinned
         log.warning("cannot record the new source pins in %s: %s", PINS_FILE, exc)
     recipe.replan = True
