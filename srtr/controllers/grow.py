@@ -18,6 +18,7 @@ enqueues the key at once (`on_poke`). With nothing to follow, nothing is queued.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol, cast
 
@@ -28,6 +29,8 @@ from srtr.controllers.context import GROW, RECIPE, Ctx
 from srtr.reconciler.workqueue import Result
 from srtr.resources.carving import releasable
 from srtr.resources.errors import GrowRequired
+
+log = logging.getLogger("srtr")
 
 # How often a pending request is looked at, and idle provisioned nodes looked for: cheap,
 # for the provider polls its own queue at its own pace.
@@ -139,17 +142,29 @@ def _refresh(ctx: Ctx) -> None:
 
 
 async def _join(ctx: Ctx, state: RequestState) -> None:
+    """The request was granted: its nodes join, off the queue (an agent each may take its
+    time to connect, and the job's other keys must not wait for it)."""
     grow = ctx.store.grow
     grow.joined.add(state.id)
     nodes = [n for n in state.nodes if n.name not in grow.provisioned]
-    names = ", ".join(n.name for n in nodes)
-    await cast(Growable, ctx.backend).add_nodes(nodes)
+    ctx.spawn(_add(ctx, state, nodes))
+
+
+async def _add(ctx: Ctx, state: RequestState, nodes: list[NodeInfo]) -> None:
+    try:
+        await cast(Growable, ctx.backend).add_nodes(nodes)
+    except Exception:  # a backend's hiccup must not take the job down; the nodes stay out
+        log.exception("the nodes of %s could not join", _where(ctx, state))
+        return
+    grow = ctx.store.grow
     grow.add([(n.name, n.ip) for n in nodes])
+    names = ", ".join(n.name for n in nodes)
     what = f"{len(nodes)} node(s) from {_where(ctx, state)} joined: {names}"
     ctx.store.pools_waiting({}, "NodesJoined", what)
     grow.wanted = None
     ctx.store.recipe.replan = True  # the file's text is planned again, on the new nodes
     ctx.queue.add(RECIPE)
+    ctx.queue.add(GROW)  # provisioned nodes to look after from now on
 
 
 def _refused(ctx: Ctx, state: RequestState) -> None:
