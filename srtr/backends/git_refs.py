@@ -13,10 +13,12 @@ import os
 import subprocess
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
+from srtr.reconciler.persist import write_atomic
 from srtr.resources.errors import Problem, RecipeError
 from srtr.resources.loading import attach_line, load_marked
-from srtr.resources.pins import Pin
+from srtr.resources.pins import PINS_FILE, Pin, Pins, pins_json
 from srtr.resources.recipe import Service
 
 LS_REMOTE_TIMEOUT_SECONDS = 60.0
@@ -130,3 +132,12 @@ def _rev(service: Service) -> str:
 
 def _problem(index: int, message: str) -> Problem:
     return Problem(("services", index, "source", "rev"), message)
+
+
+def save_pins(run_dir: Path, pins: Pins) -> None:
+    """Record the job's source pins in its run dir (what an adoption plans with).
+
+    Raises:
+        OSError: it cannot be written.
+    """
+    write_atomic(run_dir / PINS_FILE, pins_json(pins))

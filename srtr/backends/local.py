@@ -38,6 +38,7 @@ from srtr.backends.base import (
     NodeInfo,
     Observation,
     ObservationKind,
+    host_has_program,
 )
 from srtr.backends.node_tmp import NodeTmp
 from srtr.backends.procgroup import (
@@ -222,6 +223,9 @@ class LocalBackend:
             # The node's next launches join the adopted instance's view, and its /tmp.
             self._node_tmp.adopt(live.node, live.pid)
         return adopted
+
+    def has_program(self, what: str, name: str) -> bool:
+        return host_has_program(what, name)
 
     async def end_time(self) -> float | None:
         """None: a local job has no time limit."""

@@ -108,6 +108,12 @@ class Prober:
 
         return await alive_members(url, timeout)
 
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        """The count an autoscaled pool publishes (imported here for the same reason)."""
+        from srtr.backends.published import read_count
+
+        return await read_count(where, timeout)
+
 
 async def http_scrape(exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
     """GET the exporter's URL; healthy when it answers 200 within `timeout` seconds."""

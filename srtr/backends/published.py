@@ -12,7 +12,7 @@ import asyncio
 import urllib.error
 import urllib.request
 
-from srtr.resources.autoscale import parse_count
+from srtr.resources.counts import parse_count
 
 MAX_BODY = 4096  # a count, or a small JSON object: more is not a count
 

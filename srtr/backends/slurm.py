@@ -33,6 +33,7 @@ from srtr.backends.base import (
     NodeInfo,
     Observation,
     ObservationKind,
+    host_has_program,
 )
 from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, exited, kill_group
 from srtr.backends.slurm_alloc import (
@@ -396,6 +397,9 @@ class SlurmBackend:
                     kind=kind, name=name, attempt=attempt.attempt, pid=attempt.pid, step=step
                 )
             )
+
+    def has_program(self, what: str, name: str) -> bool:
+        return host_has_program(what, name)
 
     async def end_time(self) -> float | None:
         """When the allocation's time limit ends (epoch seconds), or None when unlimited."""

@@ -82,7 +82,7 @@ class SlurmProvisioner:
         self._polled = -float("inf")
         self._poked = False
         self._lock = asyncio.Lock()
-        # Who follows the requests (`runtime.grow.Grower` sets it): woken by `poke`.
+        # Who follows the requests (`controllers/grow.py` sets it: it queues the `grow` key).
         self.on_poke: Callable[[], None] = lambda: None
 
     # -- the protocol --------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """The manager: wires the store, the queue, the backend and the controllers into one loop.
 
 One asyncio task takes keys off the work queue and dispatches them to the controller of
-their kind; backend observations, probe results, timers and intents only enqueue keys.
-Nothing polls: with nothing to do the loop sleeps in `queue.get()`.
+their kind; backend observations, probe results, timers, saves of the recipe file and
+intents only enqueue keys. Every timed decision (walltime, autoscaling, following a grow
+request) is a key that returns `requeue_after`. Nothing polls: with nothing to do the loop
+sleeps in `queue.get()`.
 """
 
 from __future__ import annotations
@@ -14,17 +16,21 @@ import time
 from collections.abc import Awaitable, Callable
 
 from srtr.controllers import (
+    autoscale,
     edits,
     exporter,
     fleet,
+    grow,
     instance,
     job,
     pool,
     probe,
+    recipe,
     replacement,
     teardown,
+    walltime,
 )
-from srtr.controllers.context import JOB, TEARDOWN, Ctx, pool_key
+from srtr.controllers.context import GROW, JOB, RECIPE, TEARDOWN, Ctx, pool_key
 from srtr.reconciler.workqueue import QueueShutDown, Result, settle
 
 log = logging.getLogger("srtr")
@@ -49,6 +55,10 @@ RECONCILERS: dict[str, Reconcile] = {
     replacement.KEY: _whole(replacement.reconcile),
     edits.REMOVAL: _whole(edits.reconcile_removal),
     exporter.KEY: _whole(exporter.reconcile),
+    walltime.KEY: _whole(walltime.reconcile),
+    RECIPE: _whole(recipe.reconcile),
+    GROW: _whole(grow.reconcile),
+    "scale": autoscale.reconcile,
 }
 
 
@@ -95,6 +105,7 @@ async def run(ctx: Ctx) -> int:
     """Run the job to its end; return its exit code."""
     ctx.backend.set_listener(lambda obs: instance.observe(ctx, obs))
     ctx.queue.add(JOB)
+    ctx.queue.add(walltime.KEY)
     for spec in ctx.store.desired.pools:
         ctx.queue.add(pool_key(spec.name))
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from srtr.reconciler.status import InstanceStatus, UserAction
+from srtr.reconciler.status_parts import RecipeOutcome
 from srtr.reconciler.store_base import StoreBase
 from srtr.resources.carving import without
 from srtr.resources.diff import Change, Plan
@@ -23,56 +24,68 @@ from srtr.resources.objects import DesiredState, InstanceSpec
 class EditTransitions(StoreBase):
     """Transitions of the desired state by live edits, mixed into `Store`."""
 
+    def recipe_saved(self, text: str) -> None:
+        """The recipe file was saved with `text` (the recipe controller plans it)."""
+        self.recipe.saved, self.recipe.unreadable = text, None
+
+    def recipe_unreadable(self, lines: list[str]) -> None:
+        """The recipe file was saved but cannot be read (`lines`: why)."""
+        self.recipe.unreadable = lines
+
     def recipe_unchanged(self, text: str) -> None:
         """The recipe's text changed but nothing to roll out (e.g. only comments, or an edit
         that was rejected or discarded saved back to what runs)."""
-        self.recipe_text = text
-        was = self.recipe_view
-        self.recipe_view = {"pending": None, "rejected": None}
-        if was.get("rejected") or was.get("discarded"):
+        recipe = self.recipe
+        recipe.text = text
+        was = recipe.outcome
+        told = (was is RecipeOutcome.REJECTED and recipe.rejected) or (
+            was is RecipeOutcome.DISCARDED and recipe.discarded
+        )
+        self._outcome(RecipeOutcome.IN_SYNC)
+        if told:
             # The warning (or the discarded plan) that said the file differs goes away: say
             # why, or the user sees it vanish with nothing in the event log.
             self.record("job", "RecipeInSync", "the recipe file matches what runs again")
         else:
             self.changed()
 
+    def _outcome(self, outcome: RecipeOutcome, plan: Plan | None = None) -> None:
+        recipe = self.recipe
+        recipe.outcome, recipe.plan = outcome, plan
+        recipe.rejected = recipe.discarded = None
+
     def hold_plan(self, new: DesiredState, plan: Plan, text: str) -> None:
         """Confirm mode: keep the plan until the user applies or discards it."""
-        self.pending = (new, plan, text)
-        self.recipe_view = {"pending": plan.to_json(), "rejected": None}
+        self.recipe.pending = (new, plan, text)
+        self._outcome(RecipeOutcome.PENDING, plan)
         self.record(
             "job", "PlanPending", f"recipe changed: {plan.summary()}; apply with `a` in the TUI"
         )
 
     def reject_plan(self, lines: list[str], plan: Plan | None = None) -> None:
         """Record a refused edit; nothing running is touched."""
-        self.recipe_view = {
-            "pending": None,
-            "rejected": lines,
-            "plan": plan.to_json() if plan else None,
-        }
+        self._outcome(RecipeOutcome.REJECTED, plan)
+        self.recipe.rejected = lines
         self.record("job", "RecipeRejected", "; ".join(lines), warning=True)
 
     def take_pending(self) -> tuple[DesiredState, Plan, str]:
         """The plan waiting for the user's yes, no longer waiting. Raises LookupError if none."""
-        if self.pending is None:
+        pending = self.recipe.pending
+        if pending is None:
             raise LookupError("no recipe change is waiting to be applied")
-        pending, self.pending = self.pending, None
+        self.recipe.pending = None
         return pending
 
     def discard_pending(self) -> None:
         """The user said no to the waiting plan. Raises LookupError if none waits."""
-        if self.pending is None:
+        if self.recipe.pending is None:
             raise LookupError("no recipe change is waiting")
-        _, plan, _ = self.pending
-        self.pending = None
+        _, plan, _ = self.recipe.pending
+        self.recipe.pending = None
         # The file still holds the discarded change: state.json says so until it is saved
         # again (`recipe.discarded`, shown by `srtr status` and the TUI's header).
-        self.recipe_view = {
-            "pending": None,
-            "rejected": None,
-            "discarded": f"its change was discarded ({plan.summary()})",
-        }
+        self._outcome(RecipeOutcome.DISCARDED)
+        self.recipe.discarded = f"its change was discarded ({plan.summary()})"
         self.record("job", "PlanDiscarded", "the pending recipe change was discarded")
 
     def apply_edit(
@@ -91,8 +104,8 @@ class EditTransitions(StoreBase):
         `removing`. The caller records RecipeApplied once it enqueued them.
         """
         self.job.generation += 1
-        self.recipe_text = text or self.recipe_text
-        self.recipe_view = {"pending": None, "rejected": None, "applied": plan.to_json()}
+        self.recipe.text = text or self.recipe.text
+        self._outcome(RecipeOutcome.APPLIED, plan)
         after = {s.name: s for s in new.instances}
         for change in plan.add:
             self.specs[change.name] = after[change.name]
@@ -110,13 +123,16 @@ class EditTransitions(StoreBase):
         self.desired = new
         self.desired_names = set(after)
         for pool in new.pools:
-            self.pool_ready.setdefault(pool.name, False)
+            self.pool(pool.name)
 
     def pools_waiting(self, reasons: Mapping[str, str], reason: str, message: str) -> None:
         """Pools now wait for nodes a grow request asked for (`reasons`: pool → why, the
         provider's word; empty: none waits any more); one event on the job says what
         changed, with `reason` (GrowRequested, GrowPending, NodesJoined, GrowCancelled)."""
-        self.pool_pending = dict(reasons)
+        for pool in self.pools.values():
+            pool.pending = None
+        for name, why in reasons.items():
+            self.pool(name).pending = why
         self.record("job", reason, message)
 
     def nodes_released(self, names: Sequence[str], message: str) -> None:

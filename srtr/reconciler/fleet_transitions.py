@@ -8,36 +8,21 @@ every member alive. The job controller judges failures (`fleet_decisions.fleet_g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from srtr.reconciler.status_parts import FleetStatus
 from srtr.reconciler.store_base import StoreBase
 from srtr.resources.objects import Stage
 
-KEY = "fleet"
-
-
-@dataclass
-class FleetStatus:
-    opened_at: float | None = None  # when every member was ready (monotonic)
-    alive: int | None = None  # live members at the last answer; None: no answer yet
-    message: str = ""  # what the last poll saw
-    polled_at: float | None = None
-    in_flight: bool = False
-    passed: bool = False
+__all__ = ["FleetStatus", "FleetTransitions"]
 
 
 class FleetTransitions(StoreBase):
-    """Fleet gate status per stage name, kept in `extensions["fleet"]`, mixed into `Store`."""
-
-    def fleets(self) -> dict[str, FleetStatus]:
-        held: dict[str, FleetStatus] = self.extensions.setdefault(KEY, {})
-        return held
+    """Fleet gate status per stage name (`StoreBase.fleets`), mixed into `Store`."""
 
     def fleet(self, stage: str) -> FleetStatus:
-        return self.fleets().setdefault(stage, FleetStatus())
+        return self.fleets.setdefault(stage, FleetStatus())
 
     def fleets_passed(self) -> set[str]:
-        return {name for name, status in self.fleets().items() if status.passed}
+        return {name for name, status in self.fleets.items() if status.passed}
 
     def fleet_opened(self, stage: Stage) -> None:
         """Every member of `stage` is ready: its fleet gate's timeout counts from now."""

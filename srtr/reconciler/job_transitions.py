@@ -141,9 +141,9 @@ class JobTransitions(StoreBase):
         ready (a terminal pool whose rank 0 is done).
         """
         is_ready = total > 0 and ready == total
-        if is_ready == self.pool_ready.get(name, False):
+        if is_ready == self.pool(name).ready:
             return
-        self.pool_ready[name] = is_ready
+        self.pool(name).ready = is_ready
         if self.job.teardown_requested or (not is_ready and done and ready + done == total):
             self.changed()
             return

@@ -27,6 +27,7 @@ from typing import Any, cast
 from srtr.reconciler.rundir import (
     ConditionDoc,
     EventDoc,
+    ExporterDoc,
     InstanceDoc,
     JobDoc,
     PoolDoc,
@@ -78,7 +79,7 @@ def snapshot(
             instance_doc(spec, store.status[name], wall=wall, gate_started_at=gate(spec.stage))
             for name, spec in store.specs.items()
         ],
-        "recipe": store.recipe_view,
+        "recipe": store.recipe.to_json(),
         "carve": desired.nodes.to_json(),
         # Targets with their listing and scrape health, kept by the exporter controller.
         "exporters": [
@@ -86,26 +87,49 @@ def snapshot(
             for e in desired.exporters
         ],
     }
-    # Sections owned by controllers (e.g. exporters with scrape health) replace defaults.
-    sections = cast(dict[str, Any], doc)  # their keys are named by the controllers
-    for key, view in store.status_views.items():
-        sections[key] = view()
+    if store.exporters is not None:  # with scrape health, once the controller started
+        doc["exporters"] = exporter_rows(store)
+    if store.grow.enabled:  # a section of its own, beside the modelled ones
+        cast(dict[str, Any], doc)["grow"] = store.grow.to_json()
     return doc
+
+
+def exporter_rows(store: Store) -> list[ExporterDoc]:
+    """state.json's `exporters`: every desired target with its listing and scrape health."""
+    state = store.exporters
+    listed = state.listed_set if state is not None else frozenset()
+    out: list[ExporterDoc] = []
+    for exporter in store.desired.exporters:
+        health = state.health.get(exporter) if state is not None else None
+        out.append(
+            {
+                "service": exporter.service,
+                "node": exporter.node,
+                "instance": exporter.instance,
+                "name": exporter.name,
+                "url": exporter.url,
+                "listed": exporter in listed,
+                "up": health.up if health else None,
+                "last_error": health.last_error if health else None,
+                "last_scrape": health.last_scrape if health else None,
+            }
+        )
+    return out
 
 
 def pool_doc(store: Store, pool: PoolSpec) -> PoolDoc:
     """One pool: its nodes and readiness, what it waits for, and how it is autoscaled."""
+    status = store.pools.get(pool.name)
     doc: PoolDoc = {
         "name": pool.name,
         "type": pool.type,
         "nodes": list(pool.nodes),
         "riders": list(pool.riders),
-        "ready": store.pool_ready.get(pool.name, False),
-        "pending": store.pool_pending.get(pool.name),
+        "ready": status.ready if status else False,
+        "pending": status.pending if status else None,
     }
-    scale = store.extensions.get("autoscale", {}).get(pool.name)
-    if scale:
-        doc["autoscale"] = dict(scale)
+    if status is not None and status.autoscale is not None:
+        doc["autoscale"] = status.autoscale.to_json()
     return doc
 
 
@@ -142,7 +166,7 @@ def job_doc(
         "stage": job.stage,
         "passed_stages": sorted(job.passed_stages),
         "started_at": wall(job.started_at),
-        "end_time": store.extensions.get("end_time"),
+        "end_time": job.end_time,
         "ended_at": wall(job.ended_at),
         "stages": [s.name for s in store.desired.stages],
         "conditions": [condition_doc(c) for c in job.conditions.values()],

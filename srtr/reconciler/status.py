@@ -149,6 +149,10 @@ class JobStatus:
     kill_now: bool = False
     started_at: float | None = None
     ended_at: float | None = None
+    # When the allocation's time limit ends (epoch seconds), once the backend said so.
+    end_time: float | None = None
+    # Seconds before `end_time` that the teardown starts; None: not worked out yet.
+    walltime_budget: float | None = None
     conditions: dict[str, Condition] = field(default_factory=dict)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from srtr.reconciler.clock import Clock
 from srtr.reconciler.status import (
@@ -24,8 +23,15 @@ from srtr.reconciler.status import (
     JobStatus,
     Phase,
 )
+from srtr.reconciler.status_parts import (
+    ExporterStatus,
+    FleetStatus,
+    GrowStatus,
+    PoolStatus,
+    RecipeStatus,
+    ReplacementFence,
+)
 from srtr.reconciler.write_faults import WriteFaults
-from srtr.resources.diff import Plan
 from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec
 
 EventListener = Callable[[Event], None]
@@ -44,23 +50,22 @@ class StoreBase:
         self.specs: dict[str, InstanceSpec] = {s.name: s for s in desired.instances}
         self.status: dict[str, InstanceStatus] = {n: InstanceStatus() for n in self.specs}
         self.job = JobStatus()
-        self.pool_ready: dict[str, bool] = {p.name: False for p in desired.pools}
-        # Pools waiting for nodes a grow request asked for: pool → the provider's word.
-        self.pool_pending: dict[str, str] = {}
+        # Per pool: readiness, what it waits for (a grow request), its autoscaling.
+        self.pools: dict[str, PoolStatus] = {p.name: PoolStatus() for p in desired.pools}
         # Instances a live edit dropped: still in specs/status until their process is gone.
         self.removing: set[str] = set()
         # Launched attempts whose identity (what adoption and the guard check) is not read yet.
         self.unidentified: set[str] = set()
         self.desired_names: set[str] = set(self.specs)
-        # Live edits: the text of the applied recipe, a plan waiting for the user's yes
-        # (confirm mode), and the last rejection; persisted under "recipe" in state.json.
-        self.recipe_text: str = ""
-        self.pending: tuple[DesiredState, Plan, str] | None = None
-        self.recipe_view: dict[str, Any] = {}
-        # Controllers with job-wide state of their own keep it here, by controller name;
-        # `status_views` produce extra top-level sections of state.json.
-        self.extensions: dict[str, Any] = {}
-        self.status_views: dict[str, Callable[[], Any]] = {}
+        # Live edits: the applied text, the latest saved text, a plan waiting for the user's
+        # yes (confirm mode), the last rejection; persisted under "recipe" in state.json.
+        self.recipe = RecipeStatus()
+        # Growing past the allocation (state.json's `grow` while `grow.enabled`).
+        self.grow = GrowStatus()
+        # The exporter controller's targets and scrape health; None until it started.
+        self.exporters: ExporterStatus | None = None
+        self.fences = ReplacementFence()
+        self.fleets: dict[str, FleetStatus] = {}
         # Files of the run dir that cannot be written now (state.json `job.write_faults`).
         self.write_faults = WriteFaults(self)
         self._event_listeners: list[EventListener] = []
@@ -69,6 +74,19 @@ class StoreBase:
         self._delivering = False
 
     # -- reading ------------------------------------------------------------------------
+    @property
+    def recipe_text(self) -> str:
+        """The applied recipe's text."""
+        return self.recipe.text
+
+    @recipe_text.setter
+    def recipe_text(self, text: str) -> None:
+        self.recipe.text = text
+
+    def pool(self, name: str) -> PoolStatus:
+        """A pool's status (made on first use: a pool a pending edit adds waits too)."""
+        return self.pools.setdefault(name, PoolStatus())
+
     def spec(self, name: str) -> InstanceSpec:
         return self.specs[name]
 

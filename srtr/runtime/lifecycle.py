@@ -3,7 +3,7 @@
 `srtr up` calls `run_job` on the event loop (headless) or inside the TUI's loop; the backend
 is chosen and constructed by the caller (`srtr.cli`), this module only drives it.
 
-`Lifecycle` starts the side tasks (`side_tasks`, `walltime`) in a fixed order and, when the
+`Lifecycle` starts the side tasks (`side_tasks`) in a fixed order and, when the
 job ends or anything fails, stops the ones that started in reverse order, each once, so a
 failing stop never skips the others. The order is the dependency graph: the state file
 starts before the control socket and the metrics whose addresses it records, and writes
@@ -25,7 +25,7 @@ from srtr.backends import certs
 from srtr.backends.base import Backend
 from srtr.backends.prober import Prober
 from srtr.backends.provision import Provisioner
-from srtr.controllers import exporter, manager
+from srtr.controllers import manager
 from srtr.controllers.context import Ctx
 from srtr.controllers.context import Prober as CtxProber
 from srtr.reconciler.clock import MonotonicClock
@@ -39,7 +39,6 @@ from srtr.runtime.run_files import EventFile, LogFile, RunDir, stderr_note
 from srtr.runtime.side_tasks import (
     Adoption,
     ControlSocket,
-    Exporters,
     Guard,
     Heartbeat,
     OwnMetrics,
@@ -48,7 +47,7 @@ from srtr.runtime.side_tasks import (
     StateFile,
     StopSignals,
 )
-from srtr.runtime.walltime import Walltime
+from srtr.runtime.targets_file import TargetsFile
 
 log = logging.getLogger("srtr")
 
@@ -152,9 +151,9 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
         detach_terminal()
         manager.request_stop(ctx, signal.SIGPIPE if error == errno.EPIPE else signal.SIGHUP)
 
-    run_dir, state = RunDir(ctx), StateFile(ctx, options)
+    run_dir, state, targets = RunDir(ctx), StateFile(ctx, options), TargetsFile(ctx)
     # A recreated run dir gets its files again (the control socket reopens on its own).
-    run_dir.on_recreated += [state.rewrite_all, lambda: exporter.rewrite(ctx)]
+    run_dir.on_recreated += [state.rewrite_all, targets.rewrite]
     note = stderr_note if options.progress else _silent  # the TUI owns the terminal
     tasks: list[SideTask] = [run_dir, EventFile(ctx, note), LogFile(ctx)]
     if options.progress:
@@ -162,10 +161,10 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
     tasks += [state, ControlSocket(ctx, options, state, run_dir), Heartbeat(ctx)]
     if options.metrics_listen is not None:
         tasks.append(OwnMetrics(ctx, options.metrics_listen, state))
-    tasks += [Announcement(ctx), Exporters(ctx), StopSignals(ctx, note)]
+    tasks += [Announcement(ctx), targets, StopSignals(ctx, note)]
     if options.adopt_from is not None:
         tasks.append(Adoption(ctx, options.adopt_from))
-    tasks += [Guard(ctx, options, state), Walltime(ctx), FirstWrite(state)]
+    tasks += [Guard(ctx, options, state), FirstWrite(state)]
     if options.recipe is not None:
         tasks.append(RecipeWatch(ctx, options))
     return tasks

@@ -90,6 +90,9 @@ class TimedProber:
     async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
         return await self.inner.fleet(url, timeout)
 
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        return await self.inner.published(where, timeout)
+
 
 class JobMetrics:
     """The metrics of one job, in a registry of their own (not prometheus-client's global)."""

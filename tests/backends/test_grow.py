@@ -10,8 +10,6 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
-from typing import cast
 
 import pytest
 
@@ -26,14 +24,14 @@ from srtr.backends.provision import (
     delay_from_env,
     pending_reason,
 )
-from srtr.controllers.context import Ctx
+from srtr.controllers import grow
 from srtr.resources.carving import CarveError, GrowNeeded, releasable
 from srtr.resources.errors import GrowRequired, RecipeError
 from srtr.resources.expand import ExpandError, expand, local_allocation
 from srtr.resources.loading import load_text
 from srtr.resources.objects import DesiredState
-from srtr.runtime import grow as grower_loop
-from tests.support.e2e_util import Run, events, wait_for, wait_for_async
+from tests.support.controller_harness import Harness
+from tests.support.e2e_util import Run, events, wait_for
 
 GROW = """
 name: g
@@ -347,7 +345,7 @@ def test_live_edit_past_max_nodes_is_rejected_and_touches_nothing(tmp_path: Path
         run.finish(gone_within=10)
 
 
-# --- the grower's loop ------------------------------------------------------------------------
+# --- the grow key ------------------------------------------------------------------------------
 
 
 class _PokedProvisioner:
@@ -358,13 +356,16 @@ class _PokedProvisioner:
     def __init__(self) -> None:
         self.looks = 0
         self.on_poke: Callable[[], None] = lambda: None
+        self._requests: list[RequestState] = []
 
     async def request(self, run: str, count: int) -> str:
+        self._requests = [RequestState("r1", count, RequestPhase.PENDING, "submitted")]
         return "r1"
 
     async def state(self, request_id: str) -> RequestState:
         self.looks += 1
-        return RequestState(request_id, 2, RequestPhase.PENDING, "Resources")
+        self._requests = [RequestState(request_id, 2, RequestPhase.PENDING, "Resources")]
+        return self._requests[0]
 
     async def release(self, request_id: str, nodes: Sequence[str]) -> RequestState:
         raise AssertionError("nothing to release")
@@ -373,45 +374,38 @@ class _PokedProvisioner:
         return RequestState(request_id, 2, RequestPhase.CANCELLED)
 
     def requests(self) -> list[RequestState]:
-        return []
+        return list(self._requests)
 
     async def close(self) -> None:
         pass
 
 
-def test_a_providers_poke_wakes_the_grower_before_its_period(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A period no test outlives: only the poke can bring the second look.
-    monkeypatch.setattr(grower_loop, "PERIOD", 3600.0)
-    store = SimpleNamespace(
-        status_views={},
-        job=SimpleNamespace(teardown_requested=True),
-        desired=SimpleNamespace(job_name="g"),
-        pools_waiting=lambda *args: None,
-    )
+POKED = """
+name: g
+services:
+  - name: train
+    command: [sleep, inf]
+"""
+
+
+def test_a_providers_poke_wakes_the_grower_before_its_period(tmp_path: Path) -> None:
     provisioner = _PokedProvisioner()
 
-    async def replan() -> None:
-        raise AssertionError("nothing was granted")
-
     async def main() -> None:
-        grower = grower_loop.Grower(
-            cast(Ctx, SimpleNamespace(store=store)),
-            provisioner,
-            cast(grower_loop.Growable, None),
-            grower_loop.Allocation([]),
-            replan,
-        )
-        await grower.want(GrowRequired("g.yaml", [], {"train": 2}))
-        stop = asyncio.Event()
-        task = asyncio.create_task(grower.run(stop))
-        try:
-            await wait_for_async(lambda: provisioner.looks >= 2, what="the loop's first look")
-            provisioner.on_poke()  # an agent of the request dialled in
-            await wait_for_async(lambda: provisioner.looks >= 3, what="a look after the poke")
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 10)
+        h = Harness(POKED, tmp_path)
+        await h.settle()
+        grow.setup(h.ctx, provisioner)
+        await grow.want(h.ctx, GrowRequired("g.yaml", [], {"train": 2}))
+        await h.settle()  # the key's first look, then it waits a PERIOD (the clock stands)
+        assert provisioner.looks >= 1
+        looks = provisioner.looks
+        await h.settle()
+        assert provisioner.looks == looks  # no period passed, nothing looked again
+        provisioner.on_poke()  # an agent of the request dialled in
+        await h.settle()
+        assert provisioner.looks == looks + 1
+        assert h.store.pools["train"].pending is not None  # the provider's word, per pool
+        await h.advance(grow.PERIOD)
+        assert provisioner.looks == looks + 2  # and it keeps looking while pending
 
     asyncio.run(main())

@@ -32,6 +32,7 @@ from srtr.resources.objects import ExporterSpec
 from srtr.resources.planning import plan_text_source
 from srtr.resources.recipe import Metrics, Service
 from srtr.runtime import metrics
+from srtr.runtime.targets_file import TargetsFile
 from tests.support.controller_harness import Harness
 
 
@@ -394,7 +395,8 @@ def harness(recipe: str, tmp_path: Path, nodes: int | None = None) -> tuple[Harn
     h = Harness(recipe, tmp_path, nodes)
     scrape = FakeScrape()
     exporter.state_of(h.store).scrape = scrape
-    exporter.start(h.ctx, which=None)  # as the runner does, without looking at PATH
+    TargetsFile(h.ctx).attach()  # as the runner does: the targets file follows the store
+    exporter.start(h.ctx)
     return h, scrape
 
 
@@ -519,15 +521,13 @@ observability:
 def test_kinds_without_their_binary_are_skipped_with_a_warning(tmp_path: Path) -> None:
     async def body() -> None:
         h, _ = harness(EXPO.format(nodes=2), tmp_path, nodes=4)
-        looked: list[str] = []
-
-        def which(program: str) -> str | None:
-            looked.append(program)
-            return None if program == "dcgm-exporter" else f"/usr/bin/{program}"
-
-        exporter.start(h.ctx, which)
+        h.backend.missing_programs = {"dcgm-exporter"}
+        h.backend.looked.clear()
+        exporter.state_of(h.store).found.clear()
+        exporter.start(h.ctx)
         await h.settle()
         await h.advance(1)
+        looked = [name for what, name in h.backend.looked if what == "binary"]
         assert looked == [  # once per binary
             "dcgm-exporter",
             "prometheus-node-exporter",
@@ -582,6 +582,7 @@ def test_kinds_without_their_binary_are_skipped_with_a_warning(tmp_path: Path) -
 def test_shrinking_a_pool_drops_its_targets(tmp_path: Path) -> None:
     async def body() -> None:
         h, _ = harness(EXPO.format(nodes=3), tmp_path, nodes=4)
+        writer = TargetsFile(h.ctx)
         await h.settle()
         await h.advance(1)
         assert len([t for t in targets(tmp_path) if t["labels"]["service"] == "node-exporter"]) == 3
@@ -596,7 +597,7 @@ def test_shrinking_a_pool_drops_its_targets(tmp_path: Path) -> None:
         nodes = {t["labels"]["node"] for t in targets(tmp_path)}
         assert nodes == {"node1", "node2"}
         await h.advance(60)  # the removed instances are gone (fake backend: after SIGTERM)
-        exporter.finish(h.ctx)
+        writer.finish()
         assert {t["labels"]["node"] for t in targets(tmp_path)} == {"node1", "node2"}
 
     run(body())

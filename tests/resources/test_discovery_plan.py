@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from srtr.cli import main
-from srtr.controllers import exporter
 from srtr.resources.effective import allocation_size, effective_services
 from srtr.resources.errors import RecipeError, format_path
 from srtr.resources.expand import local_allocation
@@ -24,6 +23,7 @@ from srtr.resources.kinds.exporters import PROCESS_EXPORTER_GROUPS
 from srtr.resources.loading import load_text
 from srtr.resources.objects import DesiredState, InstanceSpec, ProbeKind
 from srtr.resources.planning import plan_text_source
+from srtr.runtime.targets_file import TargetsFile
 
 Found = tuple[int, str, str]
 
@@ -402,7 +402,7 @@ def test_the_group_file_is_written_to_the_run_dir_before_launch(tmp_path: Path) 
     from tests.support.controller_harness import Harness
 
     h = Harness(EXPO, tmp_path, 2)
-    exporter.start(h.ctx, which=None)
+    TargetsFile(h.ctx).attach()  # before the first launch, as the runner starts it
     written = tmp_path / "process-exporter.yml"
     assert written.read_text() == PROCESS_EXPORTER_GROUPS
     assert "process_names" in written.read_text()

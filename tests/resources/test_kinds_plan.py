@@ -664,15 +664,10 @@ services:
 def test_kinds_without_their_program_are_skipped_with_one_event_each(tmp_path: Path) -> None:
     async def body() -> None:
         h = Harness(GPU_KINDS, tmp_path)
-        looked: list[str] = []
-
-        def which(program: str) -> str | None:
-            looked.append(program)
-            return None if program in ("mooncake_master", "lmcache") else f"/usr/bin/{program}"
-
-        exporter.state_of(h.store).module_found = lambda name: name != "gpu_memory_service"
-        exporter.start(h.ctx, which)
+        h.backend.missing_programs = {"mooncake_master", "lmcache", "gpu_memory_service"}
+        exporter.start(h.ctx)
         await h.settle()
+        looked = [name for what, name in h.backend.looked if what == "binary"]
         assert looked == ["mooncake_master", "lmcache"]
         missing = [e.message for e in h.events if e.reason == "ProgramMissing"]
         assert missing == [

@@ -19,6 +19,7 @@ from srtr.reconciler.persist import AppendFile, EventLog
 from srtr.reconciler.store import Store
 from srtr.resources.expand import local_allocation
 from srtr.resources.planning import plan_text_source
+from srtr.runtime.targets_file import WRITE_RETRY, TargetsFile
 from tests.support.controller_harness import Harness
 
 
@@ -101,14 +102,15 @@ def test_the_targets_file_is_retried_until_it_can_be_written(tmp_path: Path) -> 
 
     async def body() -> None:
         h = Harness(recipe, run_dir)
-        exporter.start(h.ctx, which=None)
+        TargetsFile(h.ctx).attach()
+        exporter.start(h.ctx)
         shutil.rmtree(run_dir)  # vanished, and nobody recreates it (no runtime here)
         await h.settle()
         assert h.phase("service_app") == "Running"  # its log is /dev/null: it still runs
         reasons = [(e.reason, e.message.split(":")[0]) for e in h.events if "Write" in e.reason]
         assert ("WriteFailing", f"cannot write {exporter.TARGETS_FILE}") in reasons
         run_dir.mkdir()
-        await h.advance(exporter.WRITE_RETRY)
+        await h.advance(WRITE_RETRY)
         listed = json.loads((run_dir / exporter.TARGETS_FILE).read_text())
         assert [t["labels"]["instance"] for t in listed] == ["service_app"]
         assert h.events[-1].reason == "WriteRecovered"

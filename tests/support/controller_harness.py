@@ -27,6 +27,9 @@ class FakeProber:
         # Scripted fleet answers, one per poll (the last one repeats): live members or None.
         self.fleet_answers: list[int | None] = [None]
         self.fleet_polls = 0
+        # Scripted published counts of autoscaled pools, by URL (or path); reads made.
+        self.published_answers: dict[str, int] = {}
+        self.published_reads: list[str] = []
 
     async def check(
         self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
@@ -46,6 +49,13 @@ class FakeProber:
         answer = self.fleet_answers[min(self.fleet_polls, len(self.fleet_answers) - 1)]
         self.fleet_polls += 1
         return answer, f"{url}: scripted {answer}"
+
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        answer = self.published_answers.get(where)
+        self.published_reads.append(where)
+        if answer is None:
+            return None, f"{where}: nothing published"
+        return answer, f"{where}: {answer}"
 
 
 class Harness:

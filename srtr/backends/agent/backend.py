@@ -50,6 +50,7 @@ from srtr.backends.base import (
     NodeInfo,
     Observation,
     ObservationKind,
+    host_has_program,
 )
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
 from srtr.resources.objects import InstanceSpec
@@ -223,6 +224,9 @@ class AgentBackend:
             self._live[name] = live
         return live is not None
 
+    def has_program(self, what: str, name: str) -> bool:
+        return host_has_program(what, name)
+
     async def end_time(self) -> float | None:
         return await self._steps.end_time() if self._steps is not None else None
 
@@ -239,7 +243,9 @@ class AgentBackend:
         return taken
 
     async def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
-        """Nodes a grow request brought join the job (`runtime.grow`; `growth.Growth.add`).
+        """Nodes a grow request brought join the job (`controllers/grow.py`; `growth.Growth.add`):
+        the starter gives each an agent (on SLURM the grow job's own step started them:
+        `admit`), and they count once their agent connected, or failed to within `CONNECT_TIMEOUT`.
 
         Raises:
             ValueError: a node of that name is already one of the job's.

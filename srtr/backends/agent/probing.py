@@ -47,3 +47,6 @@ class AgentProber:
     async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
         # The head's dashboard answers on its node IP, like a scrape target: polled from here.
         return await self._here.fleet(url, timeout)
+
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        return await self._here.published(where, timeout)
