@@ -1,4 +1,4 @@
-"""The `srtr` command: verbs → calls into resources, reconciler and backends.
+"""The `srtr` command: verbs → calls into resources, the reconciler's run dir and the runtime.
 
 stdout carries what the user asked for (`plan`, `-o json`, `status`); diagnostics go to
 stderr. Bad input prints `FILE:LINE: path: message` lines and exits 2, never a traceback.

@@ -219,22 +219,20 @@ def adopted_job(request: JobRequest, state: RunState) -> Job:
     _, desired = plan_text_source(text, str(applied), allocation, previous, name=name, pins=pins)
     recipe_path = request.recipe or job.get("recipe_path")
     _say_adopting(run_dir, job)
-    grow: Mapping[str, Any] = cast(Mapping[str, Any], state.doc.get("grow") or {})
-    provisioned = [str(n) for n in grow.get("provisioned", [])]
-    requests = [RequestState.from_json(r) for r in grow.get("requests", [])]
+    grown = _Grown.recorded(state)
     launcher = str(job.get("launcher") or "")
     slurm_job_id = None
     if job["backend"] == "slurm":
         slurm = slurm_jobs.adopted_allocation(job, state.doc)
         slurm_job_id = slurm.job_id
         cert = _job_cert(run_dir, adopt=True)  # the one the agents pinned
-        wired = _adopt_on_slurm(slurm, request, cert, launcher, provisioned, requests)
+        wired = _adopt_on_slurm(slurm, request, cert, launcher, grown)
     else:
-        grown = [NodeInfo(n, ip) for n, ip in allocation if n in set(provisioned)]
-        local = LocalBackend(len(allocation) - len(grown), grown)
+        nodes = [NodeInfo(n, ip) for n, ip in allocation if n in set(grown.provisioned)]
+        local = LocalBackend(len(allocation) - len(nodes), nodes)
         _isolate_nodes(local, run_dir, recipe_path)
         cert = _job_cert(run_dir, adopt=True)
-        wired = _adopt_local(local, request, cert, launcher, allocation, (provisioned, requests))
+        wired = _adopt_local(local, request, cert, launcher, allocation, grown)
     options = JobOptions(
         recipe=None if not request.watch or not recipe_path else Path(recipe_path),
         recipe_text=text,
@@ -249,9 +247,26 @@ def adopted_job(request: JobRequest, state: RunState) -> Job:
         source_pins=pins,
         cert=cert,
         provisioner=wired.provisioner,
-        provisioned=provisioned,
+        provisioned=grown.provisioned,
     )
     return run_job(desired, run_dir, wired.backend, options, wired.prober)
+
+
+@dataclass(frozen=True)
+class _Grown:
+    """What the crashed controller recorded of growth: the nodes its grow requests gave
+    (part of the allocation), and the requests, which the new provider follows on."""
+
+    provisioned: list[str]
+    requests: list[RequestState]
+
+    @staticmethod
+    def recorded(state: RunState) -> _Grown:
+        grow: Mapping[str, Any] = cast(Mapping[str, Any], state.doc.get("grow") or {})
+        return _Grown(
+            [str(n) for n in grow.get("provisioned", [])],
+            [RequestState.from_json(r) for r in grow.get("requests", [])],
+        )
 
 
 def _say_adopting(run_dir: Path, job: Mapping[str, Any]) -> None:
@@ -267,17 +282,16 @@ def _adopt_on_slurm(
     request: JobRequest,
     cert: certs.JobCert,
     launcher: str,
-    provisioned: Sequence[str],
-    requests: Sequence[RequestState],
+    grown: _Grown,
 ) -> _Wired:
     """Steps only (--launcher step): grow jobs' nodes have no steps of the main job, so no
     provider. Agents: the grow requests recorded in state.json are followed on, and their
     nodes given back, as the crashed controller's provider did."""
     if launcher != "agent":
         return _Wired(slurm, None, None)
-    agents = _slurm_agents(slurm, request, cert, adopt=True, grown=provisioned)
+    agents = _slurm_agents(slurm, request, cert, adopt=True, grown=grown.provisioned)
     provisioner = _slurm_provisioner(slurm, agents, request, cert)
-    provisioner.restore(requests)
+    provisioner.restore(grown.requests)
     return _Wired(agents, AgentProber(agents), provisioner)
 
 
@@ -287,22 +301,22 @@ def _adopt_local(
     cert: certs.JobCert,
     launcher: str,
     allocation: Allocation,
-    grow: tuple[Sequence[str], Sequence[RequestState]],
+    grown: _Grown,
 ) -> _Wired:
     """The simulated nodes' agents rejoin; the provider follows the recorded grow requests
-    on (`grow`: the nodes they gave, the requests), numbering new nodes after the highest
-    one of `allocation`."""
-    provisioned, requests = grow
+    on, numbering new nodes after the highest one of `allocation`."""
     backend: Backend = local
     prober: CtxProber | None = None
     if launcher == "agent":
         # A hollow job's agents are one process: losing a node must not kill all of them.
         hollow = (request.run_dir / HOLLOW_CONTROL).exists()
-        agents = _local_agents(local, request, cert, hollow=hollow, adopt=True, grown=provisioned)
+        agents = _local_agents(
+            local, request, cert, hollow=hollow, adopt=True, grown=grown.provisioned
+        )
         backend, prober = agents, AgentProber(agents)
     numbers = [int(n[4:]) for n, _ in allocation if n.startswith("node") and n[4:].isdigit()]
     provisioner = _local_provisioner(max(numbers, default=len(allocation)) + 1)
-    provisioner.restore(requests)
+    provisioner.restore(grown.requests)
     return _Wired(backend, prober, provisioner)
 
 
