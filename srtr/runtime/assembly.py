@@ -17,24 +17,13 @@ import sys
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from srtr.backends import certs
-from srtr.backends.agent.backend import AgentBackend, AgentProber, read_token, route_source
-from srtr.backends.agent.starters import (
-    HOLLOW_CONTROL,
-    RENDEZVOUS,
-    TOKEN_FILE,
-    HollowAgents,
-    LocalAgents,
-    SlurmAgents,
-    Starter,
-)
 from srtr.backends.base import Backend, NodeInfo
 from srtr.backends.local import LocalBackend
 from srtr.backends.provision import LocalProvisioner, Provisioner, RequestState
 from srtr.backends.slurm import SlurmBackend
-from srtr.backends.slurm_provision import SlurmProvisioner
 from srtr.controllers.context import Prober as CtxProber
 from srtr.reconciler.rundir import STATE_FILE, RunState
 from srtr.resources.effective import allocation_size
@@ -50,6 +39,12 @@ from srtr.runtime.pins import decide_pins, read_pins, write_pins
 from srtr.runtime.request import JobRequest
 from srtr.runtime.run_dir_setup import create_run_dir
 from srtr.runtime.slurm_jobs import bad
+
+# The agents' modules (~0.1 s) are imported where a job has agents: most local jobs have none.
+if TYPE_CHECKING:
+    from srtr.backends.agent.backend import AgentBackend
+    from srtr.backends.agent.starters import Starter
+    from srtr.backends.slurm_provision import SlurmProvisioner
 
 Job = Coroutine[Any, Any, int]
 Allocation = list[tuple[str, str]]
@@ -126,7 +121,7 @@ def _new_local(request: JobRequest, source: _Source, recipe: Recipe, launcher: s
     wired = _Wired(local, None, provisioner)
     if launcher == "agent":
         agents = _local_agents(local, request, cert, hollow=request.hollow)
-        wired = _Wired(agents, AgentProber(agents), provisioner)
+        wired = _with_agents(agents, provisioner)
     options = _new_options(request, source, allocation, launcher, cert, wired)
     options = replace(options, no_grow="" if grows else _NEVER)
     return run_job(desired, request.run_dir, wired.backend, options, wired.prober)
@@ -151,7 +146,7 @@ def _new_on_slurm(request: JobRequest, source: _Source, recipe: Recipe, launcher
     if launcher == "agent":
         agents = _slurm_agents(slurm, request, cert)
         provisioner = _slurm_provisioner(slurm, agents, request, cert) if grows else None
-        wired = _Wired(agents, AgentProber(agents), provisioner)
+        wired = _with_agents(agents, provisioner)
     no_grow = _NEVER if not grows else "" if launcher == "agent" else _NO_AGENTS
     options = _new_options(request, source, allocation, launcher, cert, wired)
     options = replace(options, no_grow=no_grow, slurm_job_id=slurm.job_id, early_guard=early)
@@ -292,7 +287,7 @@ def _adopt_on_slurm(
     agents = _slurm_agents(slurm, request, cert, adopt=True, grown=grown.provisioned)
     provisioner = _slurm_provisioner(slurm, agents, request, cert)
     provisioner.restore(grown.requests)
-    return _Wired(agents, AgentProber(agents), provisioner)
+    return _with_agents(agents, provisioner)
 
 
 def _adopt_local(
@@ -305,19 +300,21 @@ def _adopt_local(
 ) -> _Wired:
     """The simulated nodes' agents rejoin; the provider follows the recorded grow requests
     on, numbering new nodes after the highest one of `allocation`."""
-    backend: Backend = local
-    prober: CtxProber | None = None
+    agents = None
     if launcher == "agent":
+        from srtr.backends.agent.starters import HOLLOW_CONTROL
+
         # A hollow job's agents are one process: losing a node must not kill all of them.
         hollow = (request.run_dir / HOLLOW_CONTROL).exists()
         agents = _local_agents(
             local, request, cert, hollow=hollow, adopt=True, grown=grown.provisioned
         )
-        backend, prober = agents, AgentProber(agents)
     numbers = [int(n[4:]) for n, _ in allocation if n.startswith("node") and n[4:].isdigit()]
     provisioner = _local_provisioner(max(numbers, default=len(allocation)) + 1)
     provisioner.restore(grown.requests)
-    return _Wired(backend, prober, provisioner)
+    if agents is None:
+        return _Wired(local, None, provisioner)
+    return _with_agents(agents, provisioner)
 
 
 def _local_agents(
@@ -330,6 +327,8 @@ def _local_agents(
     grown: Sequence[str] = (),
 ) -> AgentBackend:
     """A node agent per simulated node, or one process simulating them all (hollow)."""
+    from srtr.backends.agent.starters import HollowAgents, LocalAgents
+
     token = _rejoin_token(request.run_dir) if adopt else None
     nodes, window = local.nodes(), request.adopt_window
     starter: Starter
@@ -349,6 +348,9 @@ def _slurm_agents(
     grown: Sequence[str] = (),
 ) -> AgentBackend:
     """One srun step of node agents; SLURM keeps a step for the instances that need one."""
+    from srtr.backends.agent.backend import route_source
+    from srtr.backends.agent.starters import SlurmAgents
+
     token = _rejoin_token(request.run_dir) if adopt else None
     nodes = slurm.nodes()
     starter = SlurmAgents(
@@ -360,6 +362,8 @@ def _slurm_agents(
 
 def _rejoin_token(run_dir: Path) -> str:
     """The crashed controller's agent token: its agents rejoin with it."""
+    from srtr.backends.agent.backend import read_token
+
     try:
         return read_token(run_dir)
     except OSError as exc:
@@ -377,6 +381,8 @@ def _agents(
     grown: Sequence[str],
 ) -> AgentBackend:
     """The agent backend: `token` set, the agents of the crashed controller rejoin."""
+    from srtr.backends.agent.backend import AgentBackend
+
     return AgentBackend(
         nodes,
         starter,
@@ -391,6 +397,13 @@ def _agents(
     )
 
 
+def _with_agents(agents: AgentBackend, provisioner: Provisioner | None) -> _Wired:
+    """The agents run the instances, and probe them on their nodes."""
+    from srtr.backends.agent.backend import AgentProber
+
+    return _Wired(agents, AgentProber(agents), provisioner)
+
+
 def _local_provisioner(first: int) -> LocalProvisioner:
     """The local backend's simulated provider, numbering new nodes from `first`."""
     try:
@@ -403,6 +416,9 @@ def _slurm_provisioner(
     slurm: SlurmBackend, agents: AgentBackend, request: JobRequest, cert: certs.JobCert
 ) -> SlurmProvisioner:
     """Grow jobs next to the main job: their agents dial this controller (`admit`)."""
+    from srtr.backends.agent.starters import RENDEZVOUS, TOKEN_FILE
+    from srtr.backends.slurm_provision import SlurmProvisioner
+
     provisioner = SlurmProvisioner(
         slurm.commands,
         slurm.job_id,
