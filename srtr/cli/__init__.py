@@ -1,4 +1,4 @@
-"""The `srtr` command: verbs → calls into resources, reconciler and backends.
+"""The `srtr` command: verbs → calls into resources, the reconciler's run dir and the runtime.
 
 stdout carries what the user asked for (`plan`, `-o json`, `status`); diagnostics go to
 stderr. Bad input prints `FILE:LINE: path: message` lines and exits 2, never a traceback.
@@ -138,12 +138,12 @@ def _plan_against(args: argparse.Namespace) -> int:
     """Diff a recipe against the job running in a run dir, without applying anything."""
     from pathlib import Path
 
-    from srtr.cli.pins import read_pins
     from srtr.reconciler.rundir import StateFileError, read_state
     from srtr.resources.diff import diff, render
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
     from srtr.resources.planning import plan_text_source
+    from srtr.runtime.pins import read_pins
 
     run_dir = Path(args.against)
     try:

@@ -39,7 +39,7 @@ from srtr.runtime.recipe_watch import RecipeWatcher
 from srtr.runtime.run_files import RETRY_PERIOD, RunDir
 
 if TYPE_CHECKING:
-    from srtr.runtime.lifecycle import JobOptions
+    from srtr.runtime.job_options import JobOptions
     from srtr.runtime.metrics import JobMetrics
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

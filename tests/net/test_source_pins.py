@@ -18,7 +18,7 @@ import pytest
 
 from srtr.backends import git_refs
 from srtr.cli import build_parser
-from srtr.cli.run import _submit_plan
+from srtr.cli.submit import _submit_plan
 from srtr.resources.diff import diff
 from srtr.resources.errors import RecipeError
 from srtr.resources.objects import DesiredState, InstanceKind

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from srtr.cli import bad
+from srtr.resources.errors import Problem, RecipeError
 from srtr.resources.pins import PINS_FILE, Pin, Pins, parse_pins, pins_json, unpinned
 from srtr.resources.recipe import Recipe
 
@@ -23,7 +23,8 @@ def read_pins(run_dir: Path) -> dict[str, Pin]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise bad(str(path), f"cannot read the job's source pins: {exc}") from None
+        problem = Problem((), f"cannot read the job's source pins: {exc}")
+        raise RecipeError(str(path), [problem]) from None
 
 
 def decide_pins(recipe: Recipe, text: str, file: str, known: Pins) -> dict[str, Pin]:
