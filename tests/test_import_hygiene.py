@@ -47,7 +47,7 @@ def probe(code: str, *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("package", ["srtr.resources", "srtr.reconciler"])
+@pytest.mark.parametrize("package", ["srtr.resources", "srtr.reconciler", "srtr.store"])
 def test_pure_rooms_do_not_load_textual_or_watchfiles(package: str) -> None:
     loaded = probe(PROBE, package)
     assert "textual" not in loaded and "watchfiles" not in loaded
@@ -60,7 +60,8 @@ import contextlib, io, json, sys
 from srtr.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["plan", sys.argv[1]])
-machinery = ("srtr.reconciler", "srtr.controllers", "srtr.backends", "srtr.runtime", "srtr.tui")
+machinery = ("srtr.reconciler", "srtr.store", "srtr.controllers", "srtr.backends", "srtr.runtime")
+machinery += ("srtr.tui", "srtr.net")
 machinery += ("srtr.cli.run", "srtr.cli.status", "srtr.cli.logs", "srtr.cli.control_verbs")
 machinery += ("srtr.cli.run_state",)
 heavy = ("rich", "textual")
@@ -71,6 +72,6 @@ print(json.dumps({"code": code, "loaded": sorted(loaded)}))
 
 def test_plan_loads_no_run_machinery() -> None:
     """`srtr plan` builds only srtr.cli's own verbs' parsers (cli.build_parser), and what
-    it loads must not drag the run dir's modules (srtr.reconciler) or rich into its start-up
+    it loads must not drag the run dir's modules (srtr.store) or rich into its start-up
     (nor srtr.cli.run's parsers, which `srtr up` builds)."""
     assert probe(PLAN_PROBE, str(ROOT / "examples" / "pools.yaml")) == {"code": 0, "loaded": []}

@@ -1,8 +1,9 @@
 """The narrow interface between controllers and whatever really runs processes.
 
-Controllers import only this module. `local.py` runs instances as process groups on this
-machine, `slurm.py` as srun steps, and `fake.py` scripts exits for controller tests. A backend
-reports what happened through the listener it was given; it never decides anything.
+Controllers import only this module. `local/` runs instances as process groups on this
+machine, `slurm/` as srun steps, `agent/` through a node agent per node, and `fake.py`
+scripts exits for controller tests. A backend reports what happened through the listener it
+was given; it never decides anything.
 
 Everything the controllers and the runtime ask of a backend is in `Backend`; what only some
 backends can do is declared in their `Capabilities`, never found out by probing for methods.

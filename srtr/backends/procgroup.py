@@ -194,7 +194,7 @@ class ProcessGroups:
             if spec.attempt > 0:
                 # Here, not at the top: rundir (and the status model) weighs on every node
                 # agent's start, and only a restart writes a marker.
-                from srtr.reconciler.rundir import restart_marker
+                from srtr.store.rundir import restart_marker
 
                 marker = restart_marker(
                     instance=spec.name, attempt=spec.attempt, node=spec.node, at=datetime.now(UTC)

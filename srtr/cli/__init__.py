@@ -138,12 +138,12 @@ def _plan_against(args: argparse.Namespace) -> int:
     """Diff a recipe against the job running in a run dir, without applying anything."""
     from pathlib import Path
 
-    from srtr.reconciler.rundir import StateFileError, read_state
     from srtr.resources.diff import diff, render
     from srtr.resources.loading import read_text
     from srtr.resources.objects import NodeMap
     from srtr.resources.planning import plan_text_source
     from srtr.runtime.pins import read_pins
+    from srtr.store.rundir import StateFileError, read_state
 
     run_dir = Path(args.against)
     try:

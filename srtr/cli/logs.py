@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from srtr.cli import bad
 
 if TYPE_CHECKING:
-    from srtr.reconciler.rundir import InstanceDoc, RunState
+    from srtr.store.rundir import InstanceDoc, RunState
 
 FOLLOW_PERIOD = 0.25  # a CLI tail, not the controller: polling a file here is fine
 
@@ -141,7 +141,7 @@ def attempts(data: bytes) -> list[Attempt]:
 def _marker_bytes() -> re.Pattern[bytes]:
     """The marker, searched for in bytes: offsets are byte offsets, and a log need not be
     UTF-8. Compiled on first use: every verb imports this module to build its parser."""
-    from srtr.reconciler.rundir import RESTART_MARKER
+    from srtr.store.rundir import RESTART_MARKER
 
     return re.compile(RESTART_MARKER.pattern.encode(), re.M)
 

@@ -20,11 +20,11 @@ from srtr.cli.status import read_run
 
 # The planning verbs' imports (pydantic, the recipe model: 0.1-0.3 s) stay in their functions:
 # `srtr status` from a login node must not pay for them (benchmarks/control.py). The run
-# dir's (srtr.reconciler) do too: every verb builds this module's parsers, `srtr plan` included.
+# dir's (srtr.store) do too: every verb builds this module's parsers, `srtr plan` included.
 
 if TYPE_CHECKING:
-    from srtr.reconciler.rundir import RunState
     from srtr.runtime.request import JobRequest
+    from srtr.store.rundir import RunState
 
 
 def _stop_by_signal(signum: int, _frame: object) -> None:
@@ -214,7 +214,7 @@ def _crashed_job(args: argparse.Namespace) -> RunState | None:
     `--adopt RUN_DIR` asks explicitly; `--run-dir DIR` of such a job implies it.
     """
     from srtr.cli.crash import killed_by_guard
-    from srtr.reconciler.rundir import STATE_FILE
+    from srtr.store.rundir import STATE_FILE
 
     where = args.adopt or args.run_dir
     if not where or not (Path(where) / STATE_FILE).exists():

@@ -15,8 +15,8 @@ from srtr.cli import bad
 from srtr.runtime.run_dir_setup import PREVIOUS_RUNS
 
 if TYPE_CHECKING:
-    from srtr.reconciler.rundir import RunState
     from srtr.runtime.request import SlurmFlags
+    from srtr.store.rundir import RunState
 
 
 def add_reuse(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def run_dir_path(args: argparse.Namespace, name: str) -> Path:
     """The run dir a new run of the job `name` will use, refused when another run has it
     (unless --reuse-run-dir and that run ended); not created yet."""
     from srtr.cli.status import read_run
-    from srtr.reconciler.rundir import STATE_FILE
+    from srtr.store.rundir import STATE_FILE
 
     if args.run_dir:
         run_dir = Path(args.run_dir)

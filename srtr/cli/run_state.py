@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 from srtr.cli import bad
 
 if TYPE_CHECKING:
-    from srtr.reconciler.rundir import RunState
     from srtr.runtime.liveness import Liveness
+    from srtr.store.rundir import RunState
 
 
 def read_run(run_dir: Path) -> RunState:
     """`run_dir`'s state.json. Raises RecipeError (exit 2) when it cannot be read."""
-    from srtr.reconciler.rundir import StateFileError, read_state
+    from srtr.store.rundir import StateFileError, read_state
 
     try:
         return read_state(run_dir)

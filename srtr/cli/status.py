@@ -1,7 +1,7 @@
 """The verbs that look at a run dir: status, logs (`cli.logs`), tui, and down (which asks its
 job to end).
 
-They read state.json through the run dir's one reader (`srtr.reconciler.rundir`);
+They read state.json through the run dir's one reader (`srtr.store.rundir`);
 `cli.run_state.read_run` is its CLI face, which turns a missing, torn or foreign file into
 an exit-2 line instead of a traceback. `status -o json` prints state.json exactly as written.
 """
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from srtr.reconciler.rundir import RunState
     from srtr.runtime.liveness import Liveness
+    from srtr.store.rundir import RunState
 
 
 def add_verbs(verbs: Any) -> None:

@@ -14,14 +14,14 @@ and why it could not be read.
 from __future__ import annotations
 
 from srtr.controllers.context import RECIPE, Ctx, scale_key
-from srtr.reconciler.status_parts import AutoscaleStatus
-from srtr.reconciler.store import Store
 from srtr.reconciler.workqueue import Result
 from srtr.resources.autoscale import decide, source_url
 from srtr.resources.errors import RecipeError
 from srtr.resources.loading import load_text
 from srtr.resources.objects import InstanceKind
 from srtr.resources.recipe import Autoscale
+from srtr.store.status_parts import AutoscaleStatus
+from srtr.store.store import Store
 
 READ_TIMEOUT = 5.0  # at most, for one read (less when the interval is shorter)
 

@@ -17,10 +17,10 @@ from typing import Any, Protocol
 from srtr.backends.base import Backend
 from srtr.backends.provision import Provisioner
 from srtr.reconciler.clock import Clock
-from srtr.reconciler.store import InstanceStatus, Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import ExporterSpec, InstanceSpec
 from srtr.resources.pins import Pins
+from srtr.store.store import InstanceStatus, Store
 
 
 class Prober(Protocol):

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from srtr.reconciler.status import FINISHED, InstanceStatus, Phase, UserAction
 from srtr.resources.objects import InstanceKind, InstanceSpec, Stage
 from srtr.resources.setup_steps import STEP_TEXT
+from srtr.store.status import FINISHED, InstanceStatus, Phase, UserAction
 
 # --- after an instance's attempt ended ---------------------------------------------------------
 

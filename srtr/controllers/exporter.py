@@ -31,12 +31,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from srtr.controllers.context import Ctx
-from srtr.reconciler.persist import exporter_rows
-from srtr.reconciler.status_parts import ExporterStatus, Health
-from srtr.reconciler.store import Phase, Store
 from srtr.reconciler.workqueue import Result
 from srtr.resources.kinds import get_kind
 from srtr.resources.objects import ExporterSpec, InstanceSpec
+from srtr.store.persist import exporter_rows
+from srtr.store.status_parts import ExporterStatus, Health
+from srtr.store.store import Phase, Store
 
 KEY = "exporters"
 TARGETS_FILE = "prometheus/targets.json"

@@ -9,8 +9,8 @@ members: `only <a>/<n> Ray nodes alive after 600s`.
 from __future__ import annotations
 
 from srtr.controllers.decisions import Gate, Specs, Statuses, owner_text
-from srtr.reconciler.status import FINISHED
 from srtr.resources.objects import Stage
+from srtr.store.status import FINISHED
 
 
 def members_ready(stage: Stage, statuses: Statuses) -> bool:

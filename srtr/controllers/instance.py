@@ -14,10 +14,10 @@ import logging
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
 from srtr.controllers import decisions, replacement, teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
-from srtr.reconciler.store import Phase, UserAction
 from srtr.reconciler.workqueue import Result
-from srtr.reconciler.write_faults import log_or_null
 from srtr.resources.objects import InstanceSpec
+from srtr.store.store import Phase, UserAction
+from srtr.store.write_faults import log_or_null
 
 # Ended for good, and a user's restart may start them again (a Lost one's node is gone).
 RESTARTABLE = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})

@@ -19,8 +19,8 @@ import signal
 
 from srtr.controllers import decisions, fleet_decisions
 from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, instance_key
-from srtr.reconciler.store import JobPhase
 from srtr.reconciler.workqueue import Result
+from srtr.store.store import JobPhase
 
 
 def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str) -> None:

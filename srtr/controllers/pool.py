@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from srtr.controllers import autoscale
 from srtr.controllers.context import Ctx, scale_key
-from srtr.reconciler.status import Phase
 from srtr.reconciler.workqueue import Result
+from srtr.store.status import Phase
 
 
 async def reconcile(ctx: Ctx, name: str) -> Result | None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from srtr.backends import git_refs
 from srtr.controllers import edits, grow
 from srtr.controllers.context import RECIPE, Ctx
+from srtr.net import git_refs
 from srtr.reconciler.workqueue import Result
 from srtr.resources.diff import diff
 from srtr.resources.errors import GrowRequired, Problem, RecipeError

@@ -19,11 +19,11 @@ from dataclasses import replace
 from srtr.backends.base import Observation
 from srtr.controllers import edits
 from srtr.controllers.context import Ctx
-from srtr.reconciler.store import Phase
 from srtr.reconciler.workqueue import Result
 from srtr.resources.diff import diff
 from srtr.resources.errors import RecipeError
 from srtr.resources.planning import plan_text_source
+from srtr.store.store import Phase
 
 KEY = "replacement"
 

@@ -1,6 +1,6 @@
 """Autoscaled pools (`nodes: {min, max, from}`): the pure half.
 
-The controller reads the count a pool's instance 0 publishes (`backends.published`), and
+The controller reads the count a pool's instance 0 publishes (`net.published`), and
 `decide` says whether the pool changes size now: the count clamped to [min, max], and no
 change within `cooldown_seconds` of the last one (against flapping). A change goes through
 the live-edit path: the recipe is planned again with the pool's size set (`with_sizes`), so

@@ -19,13 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from srtr.backends import certs
 from srtr.backends.base import Backend, NodeInfo
-from srtr.backends.local import LocalBackend
+from srtr.backends.local.backend import LocalBackend
 from srtr.backends.provision import LocalProvisioner, Provisioner, RequestState
-from srtr.backends.slurm import SlurmBackend
+from srtr.backends.slurm.backend import SlurmBackend
 from srtr.controllers.context import Prober as CtxProber
-from srtr.reconciler.rundir import STATE_FILE, RunState
+from srtr.net import certs
 from srtr.resources.effective import allocation_size
 from srtr.resources.loading import read_text
 from srtr.resources.objects import DesiredState, NodeMap
@@ -39,12 +38,13 @@ from srtr.runtime.pins import decide_pins, read_pins, write_pins
 from srtr.runtime.request import JobRequest
 from srtr.runtime.run_dir_setup import create_run_dir
 from srtr.runtime.slurm_jobs import bad
+from srtr.store.rundir import STATE_FILE, RunState
 
 # The agents' modules (~0.1 s) are imported where a job has agents: most local jobs have none.
 if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.agent.starters import Starter
-    from srtr.backends.slurm_provision import SlurmProvisioner
+    from srtr.backends.slurm.provision import SlurmProvisioner
 
 Job = Coroutine[Any, Any, int]
 Allocation = list[tuple[str, str]]
@@ -417,7 +417,7 @@ def _slurm_provisioner(
 ) -> SlurmProvisioner:
     """Grow jobs next to the main job: their agents dial this controller (`admit`)."""
     from srtr.backends.agent.starters import RENDEZVOUS, TOKEN_FILE
-    from srtr.backends.slurm_provision import SlurmProvisioner
+    from srtr.backends.slurm.provision import SlurmProvisioner
 
     provisioner = SlurmProvisioner(
         slurm.commands,

@@ -50,12 +50,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srtr.backends.procgroup import process_start_time
-from srtr.backends.slurm_cmd import (
+from srtr.backends.slurm.cmd import (
     parse_salloc_job_id,
     parse_salloc_pending_job_id,
     scancel_job_argv,
 )
-from srtr.reconciler.rundir import (
+from srtr.store.rundir import (
     EVENTS_FILE,
     GUARD_FILE,
     STATE_FILE,

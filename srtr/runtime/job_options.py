@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srtr.backends import certs
 from srtr.backends.provision import Provisioner
+from srtr.net import certs
 from srtr.resources.pins import Pins
 from srtr.runtime import guard
 
@@ -30,7 +30,7 @@ class JobOptions:
     early_guard: the job's guard when `srtr up` started it before the job (at salloc time);
         None: the lifecycle starts it.
     source_pins: the job's source pins (resources/pins.py), for every later planning.
-    cert: the job's TLS certificate (`backends.certs`), which the agent channel presents
+    cert: the job's TLS certificate (`net.certs`), which the agent channel presents
         too; None: the control channel makes one.
     provisioner: where live edits get nodes beyond the allocation (`backends.provision`),
         the backend then `grow.Growable`; None: such an edit is refused.

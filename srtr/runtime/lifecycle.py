@@ -24,7 +24,6 @@ from srtr.controllers import manager
 from srtr.controllers.context import Ctx
 from srtr.controllers.context import Prober as CtxProber
 from srtr.reconciler.clock import MonotonicClock
-from srtr.reconciler.store import Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import DesiredState
 from srtr.runtime.job_options import JobOptions
@@ -42,6 +41,7 @@ from srtr.runtime.side_tasks import (
     StopSignals,
 )
 from srtr.runtime.targets_file import TargetsFile
+from srtr.store.store import Store
 
 log = logging.getLogger("srtr")
 

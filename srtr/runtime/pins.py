@@ -37,7 +37,7 @@ def decide_pins(recipe: Recipe, text: str, file: str, known: Pins) -> dict[str, 
     missing = unpinned(recipe, known)
     if not missing:
         return dict(known)
-    from srtr.backends import git_refs
+    from srtr.net import git_refs
 
     print("srtr: pinning source revs (git ls-remote)...", file=sys.stderr)
     return {**known, **git_refs.pin_services(missing, text, file)}
@@ -45,7 +45,7 @@ def decide_pins(recipe: Recipe, text: str, file: str, known: Pins) -> dict[str, 
 
 def write_pins(run_dir: Path, pins: Pins) -> None:
     """Record the job's pins in its (created) run dir; a job without any writes no file."""
-    from srtr.reconciler.persist import write_atomic
+    from srtr.store.persist import write_atomic
 
     if pins:
         write_atomic(run_dir / PINS_FILE, pins_json(pins))

@@ -32,7 +32,7 @@ from typing import IO, cast
 from rich.console import Console
 from rich.text import Text
 
-from srtr.reconciler.store import Event, EventType
+from srtr.store.store import Event, EventType
 
 # Per-instance lines that would flood a 4,096-instance job's terminal; they stay in
 # events.jsonl and the stage/tier summaries still print.

@@ -16,7 +16,7 @@ PREVIOUS_RUNS = "previous"
 def set_aside(run_dir: Path) -> Path | None:
     """Move the files of the ended run in `run_dir` into `previous/N`: the new run starts
     clean, and nothing of the old one (its logs above all) is truncated or lost."""
-    from srtr.reconciler.rundir import STATE_FILE
+    from srtr.store.rundir import STATE_FILE
 
     if not (run_dir / STATE_FILE).exists():
         return None

@@ -21,22 +21,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.backends import certs
 from srtr.controllers import grow, instance, intents, manager
 from srtr.controllers.context import Ctx
-from srtr.reconciler.persist import snapshot, write_atomic
-from srtr.reconciler.rundir import (
+from srtr.net import certs
+from srtr.runtime import adoption, guard
+from srtr.runtime.control import ControlServer, advertised_hosts
+from srtr.runtime.progress import ProgressPrinter, RawOut
+from srtr.runtime.recipe_watch import RecipeWatcher
+from srtr.runtime.run_files import RETRY_PERIOD, RunDir
+from srtr.store.persist import snapshot, write_atomic
+from srtr.store.rundir import (
     HEARTBEAT_FILE,
     HEARTBEAT_PERIOD,
     HeartbeatDoc,
     StateDoc,
     machine_id,
 )
-from srtr.runtime import adoption, guard
-from srtr.runtime.control import ControlServer, advertised_hosts
-from srtr.runtime.progress import ProgressPrinter, RawOut
-from srtr.runtime.recipe_watch import RecipeWatcher
-from srtr.runtime.run_files import RETRY_PERIOD, RunDir
 
 if TYPE_CHECKING:
     from srtr.runtime.job_options import JobOptions

@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from srtr.backends import slurm, slurm_alloc, slurm_cmd
 from srtr.backends.base import NodeInfo
-from srtr.backends.slurm_submit_cmd import BatchJob as BatchJob
-from srtr.backends.slurm_submit_cmd import batch_script
+from srtr.backends.slurm import alloc as slurm_alloc
+from srtr.backends.slurm import backend as slurm
+from srtr.backends.slurm import cmd as slurm_cmd
+from srtr.backends.slurm.submit_cmd import BatchJob as BatchJob
+from srtr.backends.slurm.submit_cmd import batch_script
 from srtr.resources.errors import Problem, RecipeError
 from srtr.runtime import guard
 from srtr.runtime.request import SlurmFlags

@@ -17,8 +17,8 @@ from pathlib import Path
 from srtr.controllers import exporter
 from srtr.controllers.context import Ctx
 from srtr.reconciler.clock import TimerHandle
-from srtr.reconciler.persist import write_atomic
 from srtr.runtime.run_files import RETRY_PERIOD
+from srtr.store.persist import write_atomic
 
 WRITE_RETRY = RETRY_PERIOD  # while the targets file cannot be written (a full disk)
 

@@ -47,8 +47,8 @@ from textual.widget import Widget
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from srtr.reconciler.rundir import EventDoc
 from srtr.runtime.control import ControlError, send
+from srtr.store.rundir import EventDoc
 from srtr.tui import intents, job_end, keys, themes
 from srtr.tui import viewmodel as vm
 from srtr.tui.frames import FrameReader

@@ -8,7 +8,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from srtr.reconciler.rundir import RunState
+from srtr.store.rundir import RunState
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource, controller_beats
 

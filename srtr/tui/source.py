@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from srtr.reconciler.rundir import (
+from srtr.store.rundir import (
     EVENTS_FILE,
     MARKER_PREFIX,
     STATE_FILE,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from srtr.backends.base import LaunchSpec, NodeInfo, Observation
-from srtr.backends.local import LocalBackend
+from srtr.backends.local.backend import LocalBackend
 from srtr.backends.provision import (
     DELAY_ENV,
     LocalProvisioner,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from srtr.cli.logs import attempts, parse_since, select
-from srtr.reconciler.rundir import restart_marker
+from srtr.store.rundir import restart_marker
 from tests.support.e2e_util import Run, events, wait_for
 
 

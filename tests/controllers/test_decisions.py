@@ -35,7 +35,6 @@ from srtr.controllers.decisions import (
     teardown_step,
     unstartable,
 )
-from srtr.reconciler.status import InstanceStatus, Phase, UserAction
 from srtr.resources.objects import (
     InstanceKind,
     InstanceSpec,
@@ -44,6 +43,7 @@ from srtr.resources.objects import (
     RestartSpec,
     Stage,
 )
+from srtr.store.status import InstanceStatus, Phase, UserAction
 
 POLICY = RestartSpec(
     policy="on-failure",

@@ -21,7 +21,6 @@ import pytest
 
 from srtr.cli import main
 from srtr.controllers import edits, exporter, intents
-from srtr.reconciler.persist import snapshot
 from srtr.resources.diff import diff
 from srtr.resources.effective import effective_metrics, effective_services
 from srtr.resources.errors import RecipeError, format_path
@@ -33,6 +32,7 @@ from srtr.resources.planning import plan_text_source
 from srtr.resources.recipe import Metrics, Service
 from srtr.runtime import metrics
 from srtr.runtime.targets_file import TargetsFile
+from srtr.store.persist import snapshot
 from tests.support.controller_harness import Harness
 
 

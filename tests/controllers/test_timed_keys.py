@@ -11,8 +11,8 @@ from pathlib import Path
 from srtr.backends.base import Capabilities
 from srtr.controllers import walltime
 from srtr.controllers.context import RECIPE, pool_key
-from srtr.reconciler.persist import snapshot
 from srtr.resources.expand import local_allocation
+from srtr.store.persist import snapshot
 from tests.support.controller_harness import Harness
 
 SIMPLE = """

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from srtr.backends import git_refs
 from srtr.cli import build_parser
 from srtr.cli.submit import _submit_plan
+from srtr.net import git_refs
 from srtr.resources.diff import diff
 from srtr.resources.errors import RecipeError
 from srtr.resources.objects import DesiredState, InstanceKind

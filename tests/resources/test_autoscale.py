@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from srtr.backends.published import read_count
+from srtr.net.published import read_count
 from srtr.resources.autoscale import decide, parse_count, with_sizes
 from srtr.resources.errors import RecipeError
 from srtr.resources.loading import load_text

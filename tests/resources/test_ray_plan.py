@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from srtr.backends.fleet import alive_members, count_alive
 from srtr.controllers.fleet_decisions import fleet_gate
-from srtr.reconciler.status import InstanceStatus, Phase
+from srtr.net.fleet import alive_members, count_alive
 from srtr.resources.expand import local_allocation
 from srtr.resources.objects import DesiredState, InstanceSpec, ProbeKind, Stage
 from srtr.resources.planning import plan_text_source
+from srtr.store.status import InstanceStatus, Phase
 from tests.resources.test_validation import problems
 from tests.support.controller_harness import Harness
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.common import another_host
-from srtr.backends import certs
-from srtr.reconciler import rundir
+from srtr.net import certs
 from srtr.runtime import control
 from srtr.runtime.control import ControlError, ControlServer, Unreachable, send
+from srtr.store import rundir
 from tests.support.e2e_util import Run, wait_for
 
 SLEEPERS = """

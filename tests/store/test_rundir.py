@@ -1,4 +1,4 @@
-"""The run dir's contract (srtr.reconciler.rundir): the model matches what the writer writes,
+"""The run dir's contract (srtr.store.rundir): the model matches what the writer writes,
 the reader is tolerant as its callers need, and the restart marker reads back as written."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from srtr.reconciler import rundir
 from srtr.reconciler.clock import FakeClock
-from srtr.reconciler.persist import event_doc, snapshot
-from srtr.reconciler.store import Event, EventType, Store
 from srtr.resources.expand import local_allocation
 from srtr.resources.planning import plan_text_source
+from srtr.store import rundir
+from srtr.store.persist import event_doc, snapshot
+from srtr.store.store import Event, EventType, Store
 
 RECIPE = """
 name: t

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from srtr.reconciler.clock import FakeClock
-from srtr.reconciler.persist import snapshot
-from srtr.reconciler.store import Event, Phase, Store, UserAction
 from srtr.resources.expand import local_allocation
 from srtr.resources.planning import plan_text_source
+from srtr.store.persist import snapshot
+from srtr.store.store import Event, Phase, Store, UserAction
 
 RECIPE = """
 name: t

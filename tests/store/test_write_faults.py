@@ -15,11 +15,11 @@ from pathlib import Path
 
 from srtr.controllers import exporter
 from srtr.reconciler.clock import FakeClock
-from srtr.reconciler.persist import AppendFile, EventLog
-from srtr.reconciler.store import Store
 from srtr.resources.expand import local_allocation
 from srtr.resources.planning import plan_text_source
 from srtr.runtime.targets_file import WRITE_RETRY, TargetsFile
+from srtr.store.persist import AppendFile, EventLog
+from srtr.store.store import Store
 from tests.support.controller_harness import Harness
 
 

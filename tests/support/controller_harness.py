@@ -11,13 +11,13 @@ from srtr.backends.prober import http_scrape
 from srtr.controllers import instance, manager
 from srtr.controllers.context import JOB, Ctx
 from srtr.reconciler.clock import FakeClock
-from srtr.reconciler.store import Event, InstanceStatus, Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.effective import allocation_size
 from srtr.resources.expand import local_allocation
 from srtr.resources.loading import load_text
 from srtr.resources.objects import ExporterSpec, InstanceSpec
 from srtr.resources.planning import plan_text_source
+from srtr.store.store import Event, InstanceStatus, Store
 
 
 class FakeProber:

@@ -100,7 +100,7 @@ def beating(run_dir: Path) -> Iterator[None]:
     import socket
     import threading
 
-    from srtr.reconciler.rundir import machine_id
+    from srtr.store.rundir import machine_id
 
     stop = threading.Event()
 

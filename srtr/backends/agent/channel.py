@@ -11,7 +11,7 @@ With a TLS context (`tls`: the job's certificate, `certs`; how `srtr up` always 
 every connection is TLS 1.3: the handshake comes first, then the same lines, encrypted. The
 socket stays a plain asyncio transport, and `tls_bytes.TlsBytes` encrypts and decrypts its
 bytes, so that the batch reader below can go on reading raw fds. The agents pin the
-certificate's fingerprint (`srtr.tls`); the token's proofs still authenticate both ends.
+certificate's fingerprint (`srtr.net.tls`); the token's proofs still authenticate both ends.
 
 A stalled event loop (a long state.json write under load) must not read as silent agents:
 the watcher only counts silence while it runs on time itself.

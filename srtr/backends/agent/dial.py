@@ -2,7 +2,7 @@
 controller starts), the plain beat connection of a session, and the run dir's rendezvous
 file, where a controller that adopts the job says where it listens.
 
-Standard library and `srtr.tls` (stdlib `ssl` and `hashlib`) only, as the node agent it is
+Standard library and `srtr.net.tls` (stdlib `ssl` and `hashlib`) only, as the node agent it is
 part of.
 """
 
@@ -14,8 +14,8 @@ import ssl
 import time
 from pathlib import Path
 
-from srtr import tls
 from srtr.backends.agent import protocol as p
+from srtr.net import tls
 
 HANDSHAKE_TIMEOUT = 30.0
 

@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from srtr import tls
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.node import (
     Agent,
@@ -63,8 +62,9 @@ from srtr.backends.agent.node import (
 )
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.procgroup import ExitStatus
-from srtr.reconciler.rundir import restart_marker
+from srtr.net import tls
 from srtr.resources.objects import ProbeSpec
+from srtr.store.rundir import restart_marker
 
 log = logging.getLogger("srtr.agent")
 

@@ -26,7 +26,7 @@ comes in time, it stops everything as above. Its instances' leaders also die wit
 it is killed outright (the parent-death signal, `die_with_parent`).
 
 The connection is TLS 1.3 when `SRTR_AGENT_FINGERPRINT` is set (`srtr up` always sets it):
-the agent pins the job's certificate by that SHA-256 fingerprint (`srtr.tls`, stdlib `ssl`
+the agent pins the job's certificate by that SHA-256 fingerprint (`srtr.net.tls`, stdlib `ssl`
 and `hashlib` only) and hangs up on any other before it sends a byte of its own; then the
 token's proofs run inside the encrypted channel as before.
 
@@ -52,7 +52,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from srtr import tls
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, connect, open_beats, read_rendezvous
 from srtr.backends.agent.lease import Lease
@@ -66,6 +65,7 @@ from srtr.backends.procgroup import (
     instance_environment,
     process_start_time,
 )
+from srtr.net import tls
 from srtr.resources.objects import ProbeSpec
 
 log = logging.getLogger("srtr.agent")

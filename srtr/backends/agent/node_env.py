@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from srtr import tls
 from srtr.backends.agent import protocol as p
 from srtr.backends.procgroup import inherited_environment
+from srtr.net import tls
 
 _SECRETS = (p.TOKEN_ENV, tls.FINGERPRINT_ENV)  # never passed on to an instance
 

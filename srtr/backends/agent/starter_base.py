@@ -13,7 +13,7 @@ from typing import Protocol
 from srtr.backends.agent.protocol import TOKEN_ENV
 from srtr.backends.base import LaunchSpec, NodeInfo
 from srtr.backends.procgroup import inherited_environment
-from srtr.tls import FINGERPRINT_ENV
+from srtr.net.tls import FINGERPRINT_ENV
 
 MODULE = "srtr.backends.agent.node"
 HOLLOW_MODULE = "srtr.backends.agent.hollow"
@@ -44,7 +44,7 @@ class Events(Protocol):
 
 class Starter(Protocol):
     simulated: bool  # nodes are simulated: `kill` fails one on request
-    # The job certificate's fingerprint the agents pin (`srtr.tls`); set by the backend
+    # The job certificate's fingerprint the agents pin (`srtr.net.tls`); set by the backend
     # before `start`; "" for a channel in the clear (tests of the protocol alone).
     fingerprint: str
     # A node whose agent died can get a new one (`respawn`). Not a simulated node: its agent

@@ -22,7 +22,6 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from srtr.backends import slurm_cmd
 from srtr.backends.agent.hollow_starter import HollowAgents as HollowAgents
 from srtr.backends.agent.starter_base import EXIT_WAIT as EXIT_WAIT
 from srtr.backends.agent.starter_base import HOLLOW_CONTROL as HOLLOW_CONTROL
@@ -37,9 +36,10 @@ from srtr.backends.agent.starter_base import (
     verbatim,
 )
 from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo
-from srtr.backends.node_tmp import NodeTmp
+from srtr.backends.local.node_tmp import NodeTmp
 from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, kill_group
-from srtr.backends.slurm import POLL_PERIOD, SlurmCommands, SlurmError
+from srtr.backends.slurm import cmd as slurm_cmd
+from srtr.backends.slurm.backend import POLL_PERIOD, SlurmCommands, SlurmError
 
 log = logging.getLogger("srtr")
 

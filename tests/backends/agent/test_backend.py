@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from srtr.backends import certs
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.backend import MAX_RESPAWNS, AgentBackend, AgentProber
 from srtr.backends.agent.starters import LocalAgents
 from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo, Observation, ObservationKind
+from srtr.net import certs
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
 from tests.support.e2e_util import cmdlines_with, processes_with
 from tests.support.e2e_util import wait_for as sync_wait_for
@@ -567,10 +567,10 @@ def test_a_teardown_during_a_launch_in_flight_stops_that_instance_too(tmp_path: 
     from srtr.controllers import manager
     from srtr.controllers.context import Ctx
     from srtr.reconciler.clock import MonotonicClock
-    from srtr.reconciler.store import Store
     from srtr.reconciler.workqueue import WorkQueue
     from srtr.resources.expand import local_allocation
     from srtr.resources.planning import plan_text_source
+    from srtr.store.store import Store
 
     async def body(h: Harness) -> None:
         _, desired = plan_text_source(RACE, "recipe.yaml", local_allocation(2))

@@ -2,7 +2,7 @@
 agent, the fingerprint in the agent's environment only (issue 22, part 6).
 
 The controller's end decrypts from raw bytes (`tls_bytes.TlsBytes`, so the batch reader of
-`coalesced` still reads raw fds); the agent's end is asyncio's TLS with a pin (`srtr.tls`).
+`coalesced` still reads raw fds); the agent's end is asyncio's TLS with a pin (`srtr.net.tls`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from srtr import tls
-from srtr.backends import certs
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.channel import AgentServer, Connection
 from srtr.backends.agent.node import EXIT_AUTH, Agent
 from srtr.backends.base import ObservationKind
+from srtr.net import certs, tls
 from tests.backends.agent.test_backend import Harness, _alive, run
 from tests.support.e2e_util import cmdlines_with
 from tests.support.e2e_util import wait_for_async as wait_for

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
-from srtr.backends.local import LocalBackend
+from srtr.backends.local.backend import LocalBackend
 from tests.support.e2e_util import wait_for_async as wait_for
 
 WORKLOAD = str(Path(__file__).resolve().parents[2] / "support" / "workload.py")
@@ -420,7 +420,7 @@ def test_an_instance_outlives_a_killed_controller_and_can_be_adopted(tmp_path: P
 import asyncio, json
 from pathlib import Path
 from srtr.backends.base import LaunchSpec
-from srtr.backends.local import LocalBackend
+from srtr.backends.local.backend import LocalBackend
 
 async def main():
     backend = LocalBackend(1)

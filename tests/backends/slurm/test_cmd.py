@@ -1,4 +1,4 @@
-"""Tests of srtr.backends.slurm_cmd: argv builders and parsers of SLURM command output.
+"""Tests of srtr.backends.slurm.cmd: argv builders and parsers of SLURM command output.
 
 The fixtures below were captured from SLURM 22.05.8 (Debian bookworm) on the local test cluster
 of scripts/slurm-cluster; only the names in them matter, the timestamps are whatever they were.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from srtr.backends.slurm_cmd import (
+from srtr.backends.slurm.cmd import (
     SQUEUE_STEP_FORMAT,
     NodeRow,
     StepRow,
@@ -909,7 +909,7 @@ def test_job_queries_scancel_and_sbatch_on_the_cluster(
 
 
 def test_transient_slurm_errors_are_retried_then_reported(tmp_path: Path) -> None:
-    from srtr.backends.slurm import SlurmCommands, SlurmError
+    from srtr.backends.slurm.backend import SlurmCommands, SlurmError
 
     counter = tmp_path / "count"
     flaky = tmp_path / "flaky"
@@ -935,7 +935,7 @@ def test_transient_slurm_errors_are_retried_then_reported(tmp_path: Path) -> Non
 
 def test_a_command_that_is_not_idempotent_runs_once(tmp_path: Path) -> None:
     """sbatch after a timeout may have submitted already: `retry=False` never runs it twice."""
-    from srtr.backends.slurm import SlurmCommands, SlurmError
+    from srtr.backends.slurm.backend import SlurmCommands, SlurmError
 
     counter = tmp_path / "count"
     flaky = tmp_path / "flaky"

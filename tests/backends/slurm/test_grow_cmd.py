@@ -1,4 +1,4 @@
-"""Grow jobs' command lines and parsers (srtr.backends.slurm_grow_cmd), and how the SLURM
+"""Grow jobs' command lines and parsers (srtr.backends.slurm.grow_cmd), and how the SLURM
 provisioner reads squeue (with canned SLURM answers; tests/e2e/slurm/test_grow.py runs it on
 the real cluster)."""
 
@@ -12,9 +12,9 @@ from pathlib import Path, PurePath
 
 import pytest
 
-from srtr.backends import slurm_grow_cmd as cmd
 from srtr.backends.provision import ProvisionError, RequestPhase
-from srtr.backends.slurm_provision import SlurmProvisioner
+from srtr.backends.slurm import grow_cmd as cmd
+from srtr.backends.slurm.provision import SlurmProvisioner
 
 SHOW_JOB = (
     "JobId=41 JobName=train UserId=root(0) GroupId=root(0) Priority=1 Account=rl QOS=high "

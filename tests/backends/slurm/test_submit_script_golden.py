@@ -1,5 +1,5 @@
 """Golden file: the batch script `srtr submit examples/pools.yaml` hands to sbatch
-(`backends/slurm_submit_cmd.py`), in `tests/resources/golden/pools.sh` beside that example's plans.
+(`backends/slurm/submit_cmd.py`), in `tests/resources/golden/pools.sh` beside that example's plans.
 
 The script is a command line SLURM reads: a change to it is reviewed there, as a plan's is.
 To (re)write the file, run
@@ -15,7 +15,7 @@ import dataclasses
 import os
 from pathlib import Path, PurePath
 
-from srtr.backends.slurm_submit_cmd import BatchJob, batch_script
+from srtr.backends.slurm.submit_cmd import BatchJob, batch_script
 from srtr.resources.effective import allocation_size
 from srtr.resources.loading import load_text, read_text
 from srtr.runtime.request import SlurmFlags

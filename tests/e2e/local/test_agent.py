@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from srtr.backends.agent.channel import LEASE
-from srtr.reconciler.rundir import read_heartbeat
+from srtr.store.rundir import read_heartbeat
 from tests.support.e2e_util import (
     Run,
     cmdlines_with,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from srtr.reconciler.persist import write_atomic
 from srtr.resources.expand import expand
 from srtr.resources.loading import load_text
+from srtr.store.persist import write_atomic
 from tests.support.e2e_util import Run, events, instance, wait_for
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from srtr.backends.node_tmp import NodeTmp
+from srtr.backends.local.node_tmp import NodeTmp
 from tests.support.e2e_util import Run, cmdlines_with, instance, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -279,7 +279,7 @@ def _helpers() -> list[int]:
     """Live node-view helpers started by this test process."""
     me = str(os.getpid())
     found = []
-    for pid, _ in cmdlines_with("backends/node_view.py"):
+    for pid, _ in cmdlines_with("backends/local/node_view.py"):
         with_parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         if with_parent[1] == me and with_parent[0] != "Z":
             found.append(pid)
@@ -328,7 +328,7 @@ def test_a_view_is_made_when_the_controller_has_over_1024_fds(tmp_path: Path) ->
 AS_USER = """
 import subprocess, sys
 from pathlib import Path
-from srtr.backends.node_tmp import NodeTmp
+from srtr.backends.local.node_tmp import NodeTmp
 
 root = Path(sys.argv[1])
 node_tmp = NodeTmp(root, ["node1", "node2"])

@@ -111,7 +111,7 @@ def test_a_pending_salloc_dies_with_its_parent_even_without_a_guard(tmp_path: Pa
     pends, with no guard anywhere; salloc gets SIGTERM from the kernel and cancels."""
     name = f"nguard{uuid.uuid4().hex[:6]}"
     code = (
-        "from srtr.backends import slurm\n"
+        "from srtr.backends.slurm import backend as slurm\n"
         f"slurm.allocate(slurm.SlurmCommands(), nodes=1, job_name={name!r}, partition=None,"
         " account=None, time_limit=None)\n"
     )

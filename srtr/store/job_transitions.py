@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from srtr.reconciler.status import JobPhase, Phase
-from srtr.reconciler.store_base import StoreBase
 from srtr.resources.objects import Stage
+from srtr.store.status import JobPhase, Phase
+from srtr.store.store_base import StoreBase
 
 
 class JobTransitions(StoreBase):

@@ -23,7 +23,6 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from srtr.backends import slurm_cmd
 from srtr.backends.base import (
     Capabilities,
     Identity,
@@ -36,7 +35,8 @@ from srtr.backends.base import (
     host_has_program,
 )
 from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, exited, kill_group
-from srtr.backends.slurm_alloc import (
+from srtr.backends.slurm import cmd as slurm_cmd
+from srtr.backends.slurm.alloc import (
     Allocation,
     SlurmCommands,
     SlurmError,

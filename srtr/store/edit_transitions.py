@@ -13,12 +13,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
-from srtr.reconciler.status import InstanceStatus, UserAction
-from srtr.reconciler.status_parts import RecipeOutcome
-from srtr.reconciler.store_base import StoreBase
 from srtr.resources.carving import without
 from srtr.resources.diff import Change, Plan
 from srtr.resources.objects import DesiredState, InstanceSpec
+from srtr.store.status import InstanceStatus, UserAction
+from srtr.store.status_parts import RecipeOutcome
+from srtr.store.store_base import StoreBase
 
 
 class EditTransitions(StoreBase):

@@ -14,7 +14,8 @@ from collections import deque
 from collections.abc import Callable
 
 from srtr.reconciler.clock import Clock
-from srtr.reconciler.status import (
+from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec
+from srtr.store.status import (
     ALIVE,
     Condition,
     Event,
@@ -23,7 +24,7 @@ from srtr.reconciler.status import (
     JobStatus,
     Phase,
 )
-from srtr.reconciler.status_parts import (
+from srtr.store.status_parts import (
     ExporterStatus,
     FleetStatus,
     GrowStatus,
@@ -31,8 +32,7 @@ from srtr.reconciler.status_parts import (
     RecipeStatus,
     ReplacementFence,
 )
-from srtr.reconciler.write_faults import WriteFaults
-from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec
+from srtr.store.write_faults import WriteFaults
 
 EventListener = Callable[[Event], None]
 

@@ -15,11 +15,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from srtr.reconciler.persist import write_atomic
 from srtr.resources.errors import Problem, RecipeError
 from srtr.resources.loading import attach_line, load_marked
 from srtr.resources.pins import PINS_FILE, Pin, Pins, pins_json
 from srtr.resources.recipe import Service
+from srtr.store.persist import write_atomic
 
 LS_REMOTE_TIMEOUT_SECONDS = 60.0
 

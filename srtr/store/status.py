@@ -1,6 +1,6 @@
 """Status types: what srtr has observed of each instance and of the job, and its events.
 
-Plain data. Only the store (`srtr.reconciler.store` and the transitions it is built from)
+Plain data. Only the store (`srtr.store.store` and the transitions it is built from)
 writes these; controllers read them and ask the store for transitions. Their JSON form in the
 run dir (state.json, events.jsonl) is modelled in `rundir.py` and written by `persist.py`.
 """

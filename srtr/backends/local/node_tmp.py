@@ -53,8 +53,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from srtr.backends import node_view
-from srtr.backends.node_view import TMP, UPPER, shared_paths
+from srtr.backends.local import node_view
+from srtr.backends.local.node_view import TMP, UPPER, shared_paths
 
 log = logging.getLogger("srtr")
 

@@ -4,7 +4,7 @@ design.md ("Contracts") says what a run dir holds; this module says it in types,
 
 - `StateDoc` (with `JobDoc`, `NodeDoc`, `PoolDoc`, `InstanceDoc`, `ExporterDoc`) is
   state.json and `EventDoc` one line of events.jsonl. The writer is
-  `srtr.reconciler.persist` (`snapshot`, `EventLog`), which `srtr.runtime.lifecycle`
+  `srtr.store.persist` (`snapshot`, `EventLog`), which `srtr.runtime.lifecycle`
   drives; it builds these types, so mypy checks it against the same field list as the
   readers.
 - `read_state` is the one reader of state.json and `parse_event` of an events.jsonl line.
@@ -45,7 +45,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
-from srtr.reconciler.status import JOB_ENDED, Phase
+from srtr.store.status import JOB_ENDED, Phase
 
 STATE_FILE = "state.json"
 EVENTS_FILE = "events.jsonl"

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from srtr.backends.slurm_srun import check_text
+from srtr.backends.slurm.srun import check_text
 
 # scontrol's `Key=Value` pairs; values we read have no spaces (Reason= and Command= may,
 # and are not read).

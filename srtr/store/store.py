@@ -14,10 +14,10 @@ edits (`edit_transitions.py`). The status types are in `status.py` and re-export
 
 from __future__ import annotations
 
-from srtr.reconciler.edit_transitions import EditTransitions
-from srtr.reconciler.fleet_transitions import FleetTransitions
-from srtr.reconciler.job_transitions import JobTransitions
-from srtr.reconciler.status import (
+from srtr.store.edit_transitions import EditTransitions
+from srtr.store.fleet_transitions import FleetTransitions
+from srtr.store.job_transitions import JobTransitions
+from srtr.store.status import (
     ALIVE,
     FINISHED,
     Condition,
@@ -29,8 +29,8 @@ from srtr.reconciler.status import (
     Phase,
     UserAction,
 )
-from srtr.reconciler.store_base import EventListener
-from srtr.reconciler.transitions import InstanceTransitions
+from srtr.store.store_base import EventListener
+from srtr.store.transitions import InstanceTransitions
 
 __all__ = [
     "ALIVE",

@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from srtr.backends import slurm_grow_cmd as cmd
 from srtr.backends.base import NodeInfo
 from srtr.backends.provision import ProvisionError, RequestPhase, RequestState
-from srtr.backends.slurm import SlurmCommands, SlurmError
-from srtr.backends.slurm_cmd import parse_scontrol_nodes, scontrol_show_node_argv
+from srtr.backends.slurm import grow_cmd as cmd
+from srtr.backends.slurm.backend import SlurmCommands, SlurmError
+from srtr.backends.slurm.cmd import parse_scontrol_nodes, scontrol_show_node_argv
 
 log = logging.getLogger("srtr")
 

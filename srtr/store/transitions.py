@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from srtr.reconciler.status import (
+from srtr.store.status import (
     ALIVE,
     FINISHED,
     InstanceStatus,
     Phase,
     UserAction,
 )
-from srtr.reconciler.store_base import StoreBase
+from srtr.store.store_base import StoreBase
 
 # A launch the backend refused counts as an exit with the shell's "command not found" code:
 # restart policies, critical failures and terminal exit codes treat it like any failed exit.

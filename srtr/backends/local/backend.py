@@ -40,7 +40,7 @@ from srtr.backends.base import (
     ObservationKind,
     host_has_program,
 )
-from srtr.backends.node_tmp import NodeTmp
+from srtr.backends.local.node_tmp import NodeTmp
 from srtr.backends.procgroup import (
     Attempt,
     ExitStatus,

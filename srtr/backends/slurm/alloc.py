@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import tenacity
 
-from srtr.backends import slurm_cmd
 from srtr.backends.base import NodeInfo
 from srtr.backends.pdeathsig import dies_with_us
+from srtr.backends.slurm import cmd as slurm_cmd
 
 log = logging.getLogger("srtr")
 

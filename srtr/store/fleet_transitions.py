@@ -8,9 +8,9 @@ every member alive. The job controller judges failures (`fleet_decisions.fleet_g
 
 from __future__ import annotations
 
-from srtr.reconciler.status_parts import FleetStatus
-from srtr.reconciler.store_base import StoreBase
 from srtr.resources.objects import Stage
+from srtr.store.status_parts import FleetStatus
+from srtr.store.store_base import StoreBase
 
 __all__ = ["FleetStatus", "FleetTransitions"]
 

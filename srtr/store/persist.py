@@ -24,7 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from srtr.reconciler.rundir import (
+from srtr.resources.objects import InstanceSpec, PoolSpec
+from srtr.resources.render import mask
+from srtr.store.rundir import (
     ConditionDoc,
     EventDoc,
     ExporterDoc,
@@ -33,10 +35,8 @@ from srtr.reconciler.rundir import (
     PoolDoc,
     StateDoc,
 )
-from srtr.reconciler.store import Condition, Event, InstanceStatus, Store
-from srtr.reconciler.write_faults import WriteFaults
-from srtr.resources.objects import InstanceSpec, PoolSpec
-from srtr.resources.render import mask
+from srtr.store.store import Condition, Event, InstanceStatus, Store
+from srtr.store.write_faults import WriteFaults
 
 Wall = Callable[[float | None], float | None]  # a store (monotonic) time → wall seconds
 # Events kept in memory while events.jsonl cannot be written; beyond, they are counted.

@@ -18,7 +18,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from srtr import tls
+from srtr.net import tls
 
 KEY_FILE = "job-tls.key"
 CERT_FILE = "job-tls.crt"

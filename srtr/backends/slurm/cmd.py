@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from srtr.backends.slurm_srun import (
+from srtr.backends.slurm.srun import (
     agents_srun_argv,
     check_text,
     parse_pyxis,

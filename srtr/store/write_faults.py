@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from srtr.reconciler.rundir import WriteFaultDoc
+from srtr.store.rundir import WriteFaultDoc
 
 # One fault kind for every instance's log (logs/<instance>.out): a read-only run dir must not
 # record one event per instance of a 4,096-instance job.
