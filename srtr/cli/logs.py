@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.cli import bad
+from srtr.cli.errors import bad
 
 if TYPE_CHECKING:
     from srtr.store.rundir import InstanceDoc, RunState
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 FOLLOW_PERIOD = 0.25  # a CLI tail, not the controller: polling a file here is fine
 
 
-def add_parser(verbs: Any) -> None:
+def add_verbs(verbs: Any) -> None:
     logs = verbs.add_parser(
         "logs",
         help="print an instance's log, or every instance of a service with node prefixes",

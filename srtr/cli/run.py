@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.cli import StoppedBySignal, control_verbs, status, submit
-from srtr.cli import bad as _bad
+from srtr.cli.errors import StoppedBySignal
+from srtr.cli.errors import bad as _bad
 from srtr.cli.run_dir import add_reuse, add_slurm_flags, controller_running, run_dir_path
-from srtr.cli.status import read_run
+from srtr.cli.run_state import read_run
 
 # The planning verbs' imports (pydantic, the recipe model: 0.1-0.3 s) stay in their functions:
 # `srtr status` from a login node must not pay for them (benchmarks/control.py). The run
@@ -39,11 +39,8 @@ def _startup_signals() -> None:
 
 
 def add_verbs(verbs: Any) -> None:
-    """The verbs that run a job (`up`, `submit`) and those that look at one (`cli.status`)."""
+    """`up`, on the CLI's sub-parsers."""
     _add_up(verbs.add_parser("up", help="run a recipe until its job ends"))
-    submit.add_verb(verbs)
-    status.add_verbs(verbs)
-    control_verbs.add_verbs(verbs)
 
 
 def _add_up(up: argparse.ArgumentParser) -> None:

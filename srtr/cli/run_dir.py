@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from srtr.cli import bad
+from srtr.cli.errors import bad
 from srtr.runtime.run_dir_setup import PREVIOUS_RUNS
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def slurm_flags(args: argparse.Namespace) -> SlurmFlags:
 def run_dir_path(args: argparse.Namespace, name: str) -> Path:
     """The run dir a new run of the job `name` will use, refused when another run has it
     (unless --reuse-run-dir and that run ended); not created yet."""
-    from srtr.cli.status import read_run
+    from srtr.cli.run_state import read_run
     from srtr.store.rundir import STATE_FILE
 
     if args.run_dir:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from srtr.cli import bad
+from srtr.cli.errors import bad
 
 if TYPE_CHECKING:
     from srtr.runtime.liveness import Liveness

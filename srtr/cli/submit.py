@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.cli import bad
+from srtr.cli.errors import bad
 from srtr.cli.run_dir import add_reuse, add_slurm_flags, run_dir_path, slurm_flags
 
 if TYPE_CHECKING:
     from srtr.resources.recipe import Recipe
 
 
-def add_verb(verbs: Any) -> None:
+def add_verbs(verbs: Any) -> None:
     submit = verbs.add_parser("submit", help="submit a batch job that runs `srtr up` (sbatch)")
     submit.add_argument("recipe", help="recipe YAML file")
     submit.add_argument(

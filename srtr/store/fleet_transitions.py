@@ -1,4 +1,4 @@
-"""Typed transitions of fleet gates: a stage that waits for a whole cluster (reference S-47).
+"""Typed transitions of fleet gates: a stage that waits for a whole cluster.
 
 A fleet gate opens once every member of its stage is ready (`fleet_opened`); each poll of the
 head's member list is recorded (`fleet_polled`), and the gate is passed once the head sees

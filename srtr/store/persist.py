@@ -61,7 +61,7 @@ def write_atomic(path: Path, text: str) -> None:
 def snapshot(
     store: Store, *, backend: str, controller_pid: int, slurm_job_id: str | None = None
 ) -> StateDoc:
-    """The state.json document (design.md contract; the model is `rundir.StateDoc`)."""
+    """The state.json document (docs/cli.md "The run dir"; the model is `rundir.StateDoc`)."""
     desired = store.desired
     wall = _WallClock(store)
     gate = store.gate_opened_at

@@ -1,6 +1,6 @@
 """The run dir's contract: the model of state.json and events.jsonl, and their one reader.
 
-design.md ("Contracts") says what a run dir holds; this module says it in types, once:
+docs/cli.md ("The run dir") says what a run dir holds; this module says it in types, once:
 
 - `StateDoc` (with `JobDoc`, `NodeDoc`, `PoolDoc`, `InstanceDoc`, `ExporterDoc`) is
   state.json and `EventDoc` one line of events.jsonl. The writer is
@@ -82,7 +82,7 @@ class JobDoc(TypedDict):
     ended_at: float | None
     stages: list[str]
     conditions: list[ConditionDoc]
-    write_faults: list[WriteFaultDoc]  # files srtr cannot write now (absent before issue 16)
+    write_faults: list[WriteFaultDoc]  # files srtr cannot write now (absent from older run dirs)
     # Added by the runner (`srtr.runtime.lifecycle`) on top of the store's snapshot:
     control: NotRequired[str]  # the control socket's path (a same-host fast path; may be absent)
     control_addresses: NotRequired[list[str]]  # HOST:PORT of the control channel (TLS)
