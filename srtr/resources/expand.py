@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from srtr.resources import placeholders
+from srtr.resources import placeholders, pool_refs
 from srtr.resources.carving import CarveError, GrowNeeded, carve
 from srtr.resources.discovery import discovery_env, layered, receives_discovery_env
 from srtr.resources.effective import (
@@ -36,6 +36,7 @@ from srtr.resources.objects import (
     ProbeSpec,
     Stage,
 )
+from srtr.resources.placeholder_lint import rendered
 from srtr.resources.recipe import Recipe, Service
 from srtr.resources.setup_steps import setup_steps
 from srtr.resources.workers import WORKER_KEYS, WorkerSlot, slots_for, worker_slots
@@ -118,6 +119,8 @@ class _Expander:
         self.slots = worker_slots(recipe, nodes)
         self._joined: dict[int, tuple[list[str], str, str]] = {}
         self.discovery = discovery_env(list(self.resolved.values()), self.ip_of)
+        found = pool_refs.wanted(rendered(recipe))  # other pools' addresses, shared by all
+        self.pool_values = dict(pool_refs.values(found, nodes.pools, self.ips))
 
     def ip_of(self, resolved: Resolved) -> str | None:
         members = self.placement_nodes(resolved)
@@ -180,6 +183,7 @@ class _Expander:
             "job_name": self.recipe.name,
             "master_port": str(MOONCAKE_MASTER_PORT),
             "metadata_port": str(MOONCAKE_METADATA_PORT),
+            **self.pool_values,
         }
 
     def node_values(self, shared: dict[str, str], node: str, index: int) -> dict[str, str]:
