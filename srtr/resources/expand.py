@@ -526,12 +526,17 @@ def _instances_by_phase(
                 f"services[{service.name}]: source is cloned but no build_command builds it"
             )
         instances += made
+        # A leader that starts first has a stage of its own, in its phase, before the rest.
+        first = made[0].stage.endswith(".leader")  # a service name holds no dot
+        if first:
+            per_phase[phase].append(Stage(made[0].stage, phase, (made[0].name,)))
+        rest = made[1:] if first else made
         if phase == "with_workers":
-            with_workers += made  # launched with the workers, right before them
-        else:
+            with_workers += rest  # launched with the workers, right before them
+        elif rest:
             fleet = _fleet(resolved, made)
             per_phase[phase].append(
-                Stage(made[0].stage, phase, tuple(s.name for s in made), fleet=fleet)
+                Stage(rest[0].stage, phase, tuple(s.name for s in rest), fleet=fleet)
             )
     workers = [*with_workers, *ex.worker_instances()]
     if workers:

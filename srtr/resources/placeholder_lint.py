@@ -6,7 +6,8 @@ the program as is and rendezvous fails much later. So srtr warns, and never fail
 token is very likely a typo. The rule (docs/recipe.md, "Placeholders"):
 
 - only in fields that are rendered (service `command`, `args`, `env`, `preamble`,
-  `readiness.file.path`, `srun_export_env`; `environment`; a role's `command` and `env`;
+  `readiness.file.path`, `srun_export_env`, and the same of its `leader`; `environment`;
+  a role's `command` and `env`;
   the frontend's `command`);
 - only `{word}` with a lowercase word of letters, digits and `_` (what a placeholder looks
   like), not preceded by `$` (shell `${VAR}`) and not doubled (`{{word}}`, an escaped
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from srtr.resources.errors import Path, Problem
 from srtr.resources.placeholders import KEYS
 from srtr.resources.pool_refs import POOL_KEYS
-from srtr.resources.recipe import Recipe
+from srtr.resources.recipe import Leader, Recipe
 from srtr.resources.workers import WORKER_KEYS
 
 # Every key some instance can see: the common ones, the Mooncake ports, per-worker ones.
@@ -84,6 +85,8 @@ def rendered(recipe: Recipe) -> Iterator[tuple[Path, str]]:
         file_probe = service.readiness.file if service.readiness else None
         if file_probe is not None:
             yield (*base, "readiness", "file", "path"), file_probe.path
+        if service.leader is not None:
+            yield from _leader((*base, "leader"), service.leader)
     yield from _values(("environment",), recipe.environment)
     for name in ("prefill", "decode", "agg"):
         role = getattr(recipe.roles, name, None)
@@ -91,6 +94,15 @@ def rendered(recipe: Recipe) -> Iterator[tuple[Path, str]]:
             yield from _items(("roles", name, "command"), role.command or ())
             yield from _values(("roles", name, "env"), role.env)
     yield from _items(("frontend", "command"), recipe.frontend.command or ())
+
+
+def _leader(base: Path, leader: Leader) -> Iterator[tuple[Path, str]]:
+    yield from _items((*base, "command"), leader.command or ())
+    yield from _items((*base, "args"), leader.args or ())
+    yield from _values((*base, "env"), leader.env)
+    file_probe = leader.readiness.file if leader.readiness else None
+    if file_probe is not None:
+        yield (*base, "readiness", "file", "path"), file_probe.path
 
 
 def _items(path: Path, texts: Sequence[str]) -> Iterable[tuple[Path, str]]:

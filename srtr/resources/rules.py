@@ -296,6 +296,14 @@ def _check_service_fields(at: Path, service: Service) -> list[Problem]:
         problems.append(
             Problem((*at, "replace_lost"), "applies to pool owners (services with nodes) only")
         )
+    if service.leader is not None and service.nodes is None:
+        problems.append(
+            Problem(
+                (*at, "leader"),
+                "applies to pool owners (services with nodes) only: it is what the pool's "
+                "instance 0 runs",
+            )
+        )
     if service.container is not None and not service.container.strip():
         problems.append(Problem((*at, "container"), "must not be empty"))
     return problems
