@@ -7,12 +7,13 @@ verbs that look at a run dir (status, logs, tui, down) are in `status.py`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.base import Backend
     from srtr.backends.certs import JobCert
+    from srtr.backends.loopback import LoopbackBlock
     from srtr.backends.provision import Provisioner, RequestState
     from srtr.backends.slurm import SlurmBackend
     from srtr.backends.slurm_provision import SlurmProvisioner
@@ -392,8 +394,17 @@ def _base_backend(
         slurm_backend, early = _slurm_backend(args, recipe, count, run_dir)
         return slurm_backend, slurm_backend, early
     from srtr.backends.local import LocalBackend
+    from srtr.backends.loopback import NetworkTaken, claim
 
-    return LocalBackend(count), None, None
+    try:
+        block = claim()  # addresses no other local job holds
+    except NetworkTaken as exc:
+        raise _bad("srtr up", str(exc)) from None
+    try:
+        return LocalBackend(count, block=block), None, None
+    except ValueError as exc:
+        block.release()
+        raise _bad("--nodes", str(exc)) from None
 
 
 def _isolate_nodes(backend: Backend, run_dir: Path, recipe: Path | str | None) -> None:
@@ -421,6 +432,7 @@ def _check_theme(name: str | None) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from srtr.backends.local import LocalBackend
     from srtr.cli.pins import decide_pins, write_pins
     from srtr.resources.effective import allocation_size
     from srtr.resources.loading import load_text, read_text
@@ -446,10 +458,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     # Before any allocation: a rev that does not resolve costs no queue time.
     pins = decide_pins(recipe, text, args.recipe, _submitted_pins(run_dir))
     backend, slurm_backend, early_guard = _base_backend(args, kind, recipe, count, run_dir)
+    network = backend.block if isinstance(backend, LocalBackend) else None
     allocation = [(n.name, n.ip) for n in backend.nodes()]
     try:
         _, desired = plan_text_source(text, args.recipe, allocation, pins=pins)
-        provisioner = _provisioner(kind, args, recipe, allocation)
+        provisioner = _provisioner(kind, args, recipe, allocation, network)
         _create_run_dir(run_dir)
         write_pins(run_dir, pins)
         cert = _job_cert(run_dir)
@@ -457,6 +470,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     except BaseException:
         if slurm_backend is not None:  # an allocation srtr made is released even so
             slurm_backend.release_allocation()
+        if network is not None:
+            network.release()
         raise
     prober = None
     if launcher == "agent":
@@ -494,18 +509,35 @@ def cmd_up(args: argparse.Namespace) -> int:
         cert=cert,
         provisioner=provisioner,
         no_grow=_no_grow(kind, launcher, recipe.resources.grow),
+        network=network,
     )
-    if tui:
-        return run_with_tui(
-            run_dir, run_job(desired, run_dir, backend, options, prober), theme=args.theme
-        )
-    import asyncio
+    with _held(network):
+        if tui:
+            return run_with_tui(
+                run_dir, run_job(desired, run_dir, backend, options, prober), theme=args.theme
+            )
+        import asyncio
 
-    return asyncio.run(run_job(desired, run_dir, backend, options, prober))
+        return asyncio.run(run_job(desired, run_dir, backend, options, prober))
+
+
+@contextlib.contextmanager
+def _held(network: LoopbackBlock | None) -> Iterator[None]:
+    """The job's loopback block is given back when the job ends (its guard lets go of its
+    copy when it leaves)."""
+    try:
+        yield
+    finally:
+        if network is not None:
+            network.release()
 
 
 def _provisioner(
-    kind: str, args: argparse.Namespace, recipe: Recipe, allocation: Sequence[tuple[str, str]]
+    kind: str,
+    args: argparse.Namespace,
+    recipe: Recipe,
+    allocation: Sequence[tuple[str, str]],
+    network: LoopbackBlock | None = None,
 ) -> Provisioner | None:
     """Where live edits get nodes past the allocation (`resources.grow: live-edit`): the
     local backend's simulated provider (hollow nodes too: the hollow process starts the new
@@ -515,7 +547,7 @@ def _provisioner(
     from srtr.backends.provision import LocalProvisioner
 
     try:
-        return LocalProvisioner(len(allocation) + 1)
+        return LocalProvisioner(len(allocation) + 1, block=network)
     except ValueError as exc:  # SRTR_LOCAL_PROVISION_DELAY is not a number of seconds
         raise _bad("SRTR_LOCAL_PROVISION_DELAY", str(exc)) from None
 
@@ -709,7 +741,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         file=sys.stderr,
     )
     backend: Backend
-    slurm_job_id = None
+    slurm_job_id, network = None, None
     grow: Mapping[str, Any] = cast(Mapping[str, Any], state.doc.get("grow") or {})
     provisioned = [str(n) for n in grow.get("provisioned", [])]
     requests = [RequestState.from_json(r) for r in grow.get("requests", [])]
@@ -718,7 +750,8 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         slurm_job_id = backend.job_id
     else:
         grown = [NodeInfo(n, ip) for n, ip in allocation if n in set(provisioned)]
-        backend = LocalBackend(len(allocation) - len(grown), grown)
+        network = _adopted_block(run_dir, job)
+        backend = LocalBackend(len(allocation) - len(grown), grown, block=network)
     base = backend
     launcher = str(job.get("launcher") or "")
     _isolate_nodes(backend, run_dir, recipe_path)
@@ -742,7 +775,7 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         )
         prober = AgentProber(agents)
     provisioner = _adopted_provisioner(
-        job, base, backend, run_dir, args, cert.fingerprint, allocation, requests
+        job, base, backend, run_dir, args, cert.fingerprint, allocation, requests, network
     )
     options = JobOptions(
         recipe=None if args.no_watch or not recipe_path else Path(recipe_path),
@@ -759,10 +792,22 @@ def _adopt(args: argparse.Namespace, state: RunState) -> int:
         cert=cert,
         provisioner=provisioner,
         provisioned=provisioned,
+        network=network,
     )
     import asyncio
 
-    return asyncio.run(run_job(desired, run_dir, backend, options, prober))
+    with _held(network):
+        return asyncio.run(run_job(desired, run_dir, backend, options, prober))
+
+
+def _adopted_block(run_dir: Path, job: Mapping[str, Any]) -> LoopbackBlock:
+    """The adopted job's loopback block, taken again: its instances run on its addresses."""
+    from srtr.backends.loopback import NetworkTaken, block_of, reclaim
+
+    try:
+        return reclaim(block_of(cast(str | None, job.get("network"))))
+    except (NetworkTaken, ValueError) as exc:
+        raise _bad(str(run_dir), f"cannot adopt the job: {exc}") from None
 
 
 def _adopted_provisioner(
@@ -774,6 +819,7 @@ def _adopted_provisioner(
     fingerprint: str,
     allocation: Sequence[tuple[str, str]],
     requests: Sequence[RequestState],
+    network: LoopbackBlock | None = None,
 ) -> Provisioner | None:
     """The provider of the adopted job's grow requests, which follows them on (they were
     recorded in state.json) and gives their nodes back, as the crashed controller's did."""
@@ -788,7 +834,7 @@ def _adopted_provisioner(
         return provisioner
     numbers = [int(n[4:]) for n, _ in allocation if n.startswith("node") and n[4:].isdigit()]
     try:
-        local = LocalProvisioner(max(numbers, default=len(allocation)) + 1)
+        local = LocalProvisioner(max(numbers, default=len(allocation)) + 1, block=network)
     except ValueError as exc:
         raise _bad("SRTR_LOCAL_PROVISION_DELAY", str(exc)) from None
     local.restore(requests)

@@ -91,6 +91,7 @@ class JobDoc(TypedDict):
     owns_allocation: NotRequired[bool]  # srtr made the SLURM allocation (and releases it)
     metrics_url: NotRequired[str | None]
     launcher: NotRequired[str]  # process | step | agent: how instances are started
+    network: NotRequired[str]  # a local job's loopback block, 127.B.0.0/16 (backends/loopback.py)
 
 
 class WriteFaultDoc(TypedDict):

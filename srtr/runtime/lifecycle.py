@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from srtr.backends import certs
 from srtr.backends.base import Backend
+from srtr.backends.loopback import LoopbackBlock
 from srtr.backends.prober import Prober
 from srtr.backends.provision import Provisioner
 from srtr.controllers import exporter, manager
@@ -74,6 +75,8 @@ class JobOptions:
     provisioned: the allocation's nodes that came from a grow request (adoption).
     no_grow: why a live edit cannot grow a pool past the allocation (no provisioner), for
         its refusal; "" says nothing more than the numbers.
+    network: a local job's loopback block (`backends.loopback`): recorded in state.json,
+        and held by the guard too, so that it stays the job's while the job can be adopted.
     """
 
     progress: bool = True
@@ -93,6 +96,7 @@ class JobOptions:
     provisioner: Provisioner | None = None
     provisioned: Sequence[str] = ()
     no_grow: str = ""
+    network: LoopbackBlock | None = None
 
 
 class SideTask(Protocol):
