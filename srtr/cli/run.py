@@ -394,17 +394,19 @@ def _base_backend(
         slurm_backend, early = _slurm_backend(args, recipe, count, run_dir)
         return slurm_backend, slurm_backend, early
     from srtr.backends.local import LocalBackend
-    from srtr.backends.loopback import NetworkTaken, claim
+    from srtr.backends.loopback import BLOCK_NODES, NetworkTaken, claim
 
+    if count > BLOCK_NODES:
+        raise _bad(
+            "--nodes",
+            f"must be at most {BLOCK_NODES} on the local backend (the addresses of a job's "
+            f"loopback block); got {count}",
+        )
     try:
         block = claim()  # addresses no other local job holds
     except NetworkTaken as exc:
         raise _bad("srtr up", str(exc)) from None
-    try:
-        return LocalBackend(count, block=block), None, None
-    except ValueError as exc:
-        block.release()
-        raise _bad("--nodes", str(exc)) from None
+    return LocalBackend(count, block=block), None, None
 
 
 def _isolate_nodes(backend: Backend, run_dir: Path, recipe: Path | str | None) -> None:

@@ -5,6 +5,9 @@ takes the block's other slot, so the block is never free in between."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +87,19 @@ def test_block_of_state_json() -> None:
     assert block_of(None) == 0  # recorded before blocks: block 0
     with pytest.raises(ValueError):
         block_of("10.0.0.0/16")
+
+
+def test_up_refuses_more_nodes_than_a_block_before_starting_anything(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("name: r\nservices:\n  - {name: a, nodes: 1, command: [sleep, '1']}\n")
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "srtr", "up", str(recipe), "--headless", "--nodes", "70000"]
+    done = subprocess.run(
+        [*argv, "--run-dir", str(run_dir), "--backend", "local"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--nodes: must be at most 65533 on the local backend" in done.stderr
+    assert not run_dir.exists()
