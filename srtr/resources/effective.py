@@ -171,19 +171,27 @@ def effective_critical(service: Service) -> bool:
 
 
 def _command(service: Service, kind: Kind, index: int) -> list[str]:
-    """The argv of instance `index`: the recipe's command, else the kind's, plus `args`."""
-    base = service.command
+    """The argv of instance `index`: the recipe's command, else the kind's, plus `args`; a
+    pool's leader (instance 0) replaces whichever of the two it gives."""
+    leader = service.leader if index == 0 else None
+    base = leader.command if leader is not None and leader.command is not None else None
+    base = base if base is not None else service.command
     if base is None and kind.instance_command is not None:
         base = kind.instance_command(service.options, index)
     elif base is None and kind.default_command is not None:
         base = kind.default_command(service.options)
-    return [*(base or []), *service.args]
+    args = leader.args if leader is not None and leader.args is not None else service.args
+    return [*(base or []), *args]
 
 
 def per_instance_shape(service: Service) -> bool:
-    """Whether instance 0 differs from the others (a cluster kind's head)."""
+    """Whether instance 0 differs from the others (a cluster kind's head, a pool's leader)."""
     kind = kind_of(service)
-    return kind.instance_command is not None or kind.instance_probe is not None
+    return (
+        kind.instance_command is not None
+        or kind.instance_probe is not None
+        or service.leader is not None
+    )
 
 
 def is_rider(service: Service) -> bool:
@@ -247,7 +255,7 @@ class Resolved:
     metrics: tuple[Metrics, ...]
     container: str | None
     tier: int
-    per_instance_shape: bool  # instance 0 differs from the others (a cluster kind's head)
+    per_instance_shape: bool  # instance 0 differs from the others (a head, a leader)
 
     @property
     def name(self) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from srtr.resources import placeholders
+from srtr.resources import placeholders, pool_refs
 from srtr.resources.carving import CarveError, GrowNeeded, carve
 from srtr.resources.discovery import discovery_env, layered, receives_discovery_env
 from srtr.resources.effective import (
@@ -36,6 +36,7 @@ from srtr.resources.objects import (
     ProbeSpec,
     Stage,
 )
+from srtr.resources.placeholder_lint import rendered
 from srtr.resources.recipe import Recipe, Service
 from srtr.resources.setup_steps import setup_steps
 from srtr.resources.workers import WORKER_KEYS, WorkerSlot, slots_for, worker_slots
@@ -118,6 +119,8 @@ class _Expander:
         self.slots = worker_slots(recipe, nodes)
         self._joined: dict[int, tuple[list[str], str, str]] = {}
         self.discovery = discovery_env(list(self.resolved.values()), self.ip_of)
+        found = pool_refs.wanted(rendered(recipe))  # other pools' addresses, shared by all
+        self.pool_values = dict(pool_refs.values(found, nodes.pools, self.ips))
 
     def ip_of(self, resolved: Resolved) -> str | None:
         members = self.placement_nodes(resolved)
@@ -180,6 +183,7 @@ class _Expander:
             "job_name": self.recipe.name,
             "master_port": str(MOONCAKE_MASTER_PORT),
             "metadata_port": str(MOONCAKE_METADATA_PORT),
+            **self.pool_values,
         }
 
     def node_values(self, shared: dict[str, str], node: str, index: int) -> dict[str, str]:
@@ -522,12 +526,17 @@ def _instances_by_phase(
                 f"services[{service.name}]: source is cloned but no build_command builds it"
             )
         instances += made
+        # A leader that starts first has a stage of its own, in its phase, before the rest.
+        first = made[0].stage.endswith(".leader")  # a service name holds no dot
+        if first:
+            per_phase[phase].append(Stage(made[0].stage, phase, (made[0].name,)))
+        rest = made[1:] if first else made
         if phase == "with_workers":
-            with_workers += made  # launched with the workers, right before them
-        else:
+            with_workers += rest  # launched with the workers, right before them
+        elif rest:
             fleet = _fleet(resolved, made)
             per_phase[phase].append(
-                Stage(made[0].stage, phase, tuple(s.name for s in made), fleet=fleet)
+                Stage(rest[0].stage, phase, tuple(s.name for s in rest), fleet=fleet)
             )
     workers = [*with_workers, *ex.worker_instances()]
     if workers:

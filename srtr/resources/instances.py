@@ -14,7 +14,7 @@ from typing import Any
 from srtr.resources import placeholders
 from srtr.resources.effective import Resolved
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
-from srtr.resources.recipe import Readiness, Recipe, RestartPolicy
+from srtr.resources.recipe import Leader, Readiness, Recipe, RestartPolicy
 from srtr.resources.setup_steps import workdir
 
 
@@ -109,18 +109,29 @@ def instance_kind(resolved: Resolved) -> InstanceKind:
 
 
 def service_env(
-    resolved: Resolved, recipe: Recipe, discovery: Sequence[tuple[str, str]] = ()
+    resolved: Resolved, recipe: Recipe, discovery: Sequence[tuple[str, str]] = (), index: int = 1
 ) -> dict[str, str]:
     """Discovery env < kind default env < recipe env < kind forced env, srtctl's layers
-    (docs/design/srtctl-parity.md, "The environment of an instance")."""
+    (docs/design/srtctl-parity.md, "The environment of an instance"); a leader's env
+    (instance 0's) goes over the recipe's."""
     service, kind = resolved.service, resolved.kind
     env = dict(discovery)
     if kind.default_env:
         env.update(kind.default_env(service, recipe))
     env.update(service.env)
+    if index == 0 and service.leader is not None:
+        env.update(service.leader.env)
     if kind.forced_env:
         env.update(kind.forced_env(service, recipe))
     return env
+
+
+def leader_fields(leader: Leader | None, resolved: Resolved) -> Readiness | None:
+    """Instance 0's probe: the leader's when it gives one, else the service's. (A liveness
+    probe of a service would be picked here the same way.)"""
+    if leader is not None and leader.readiness is not None:
+        return leader.readiness
+    return resolved.readiness
 
 
 def service_common(
@@ -132,7 +143,9 @@ def service_common(
 ) -> ServiceCommon:
     """`index` picks the head's (0) or the others' argv and default probe for a kind whose
     head differs (ray)."""
-    service, kind, readiness = resolved.service, resolved.kind, resolved.readiness
+    service, kind = resolved.service, resolved.kind
+    leader = service.leader if index == 0 else None
+    readiness = leader_fields(leader, resolved)
     node_probe = readiness is not None and readiness.file is not None
     probe = None if node_probe else probe_spec(readiness, {})
     if readiness is None and kind.instance_probe is not None:
@@ -142,13 +155,16 @@ def service_common(
     kind_preamble = kind.default_preamble(service.options) if kind.default_preamble else None
     checkout = workdir(service)  # the service runs in its source checkout
     with_workers = resolved.start == "with_workers"
+    stage = "workers" if with_workers else f"{resolved.start}/{service.name}"
+    if leader is not None and leader.start == "first":  # its own stage, before the others
+        stage, with_workers = f"{resolved.start}/{service.name}.leader", False
     return ServiceCommon(
         readiness=readiness,
         probe=probe,
         argv=[(a, placeholders.template(a, keys)) for a in resolved.command(index)],
         env=[
             (k, v, placeholders.template(v, keys))
-            for k, v in service_env(resolved, recipe, discovery).items()
+            for k, v in service_env(resolved, recipe, discovery, index).items()
         ],
         export_env=[
             (k, v, placeholders.template(v, keys)) for k, v in service.srun_export_env.items()
@@ -163,7 +179,7 @@ def service_common(
             "kind": instance_kind(resolved),
             "type": service.type,
             # with_workers instances launch in the workers stage, probed once all launched
-            "stage": "workers" if with_workers else f"{resolved.start}/{service.name}",
+            "stage": stage,
             "deferred_probe": with_workers,
             "shutdown_tier": resolved.tier,
             "stop_grace_seconds": service.stop_grace_seconds,

@@ -212,6 +212,38 @@ class Autoscale(Spec):
         return self
 
 
+class Leader(Spec):
+    """`leader:` of an owner: what its pool's instance 0 runs instead (a scheduler, a
+    coordinator), as LeaderWorkerSet's leader template. Each field given replaces the
+    service's for instance 0 (`env` is merged over the service's); `start: first` launches
+    the leader and waits for its readiness before the other instances, `together` launches
+    all at once. A probe field the service gains later (liveness) is overridden the same way:
+    one more field here and in `instances.leader_fields`."""
+
+    command: list[Text] | None = None
+    args: list[Text] | None = None
+    env: dict[str, Text] = {}
+    readiness: Readiness | None = None
+    start: Literal["first", "together"] = "first"
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | None) -> list[str] | None:
+        return check_argv(v)
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any(not part for part in v):
+            raise ValueError("leader.args must not contain empty arguments")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_env(v)
+
+
 class Service(Spec):
     """One entry of `services:` (srtctl's keys, plus restart/shutdown_tier/stop_grace)."""
 
@@ -251,6 +283,8 @@ class Service(Spec):
     # `nodes: {min, max, from}` as written; `nodes` is then the pool's size now (`min`
     # until the controller scales it). Not a key of its own in a recipe.
     autoscale: Autoscale | None = None
+    # What the pool's instance 0 runs instead (owners only; rules.py says so).
+    leader: Leader | None = None
 
     @model_validator(mode="before")
     @classmethod

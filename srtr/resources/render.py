@@ -98,6 +98,12 @@ def _key_lines(service: Service) -> list[str]:
             f"(timeout {service.build_timeout_seconds:g}s)"
         )
     lines += [f"    srun_export_env.{k}: {mask(k, v)}" for k, v in service.srun_export_env.items()]
+    if service.leader is not None:
+        waits = "the others wait for its readiness" if service.leader.start == "first" else ""
+        lines.append(
+            f"    leader: instance 0 runs the leader, start={service.leader.start}"
+            + (f" ({waits})" if waits else " (with the others)")
+        )
     return lines
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from srtr.resources import pool_refs
 from srtr.resources.effective import (
     allocation_size,
     effective_per,
@@ -24,6 +25,7 @@ from srtr.resources.errors import Path, Problem
 from srtr.resources.keys_rules import check_keys
 from srtr.resources.kinds import KINDS, get_kind
 from srtr.resources.kinds.base import Requirement
+from srtr.resources.placeholder_lint import rendered
 from srtr.resources.recipe import Recipe, Service
 
 
@@ -38,6 +40,8 @@ def check(recipe: Recipe) -> list[Problem]:
     problems += _check_frontend_and_benchmark(recipe)
     problems += _check_roles(recipe)
     problems += _check_growth(recipe)
+    owners = [s.name for s, _ in effective_services(recipe) if s.nodes is not None]
+    problems += pool_refs.check(rendered(recipe), owners)
     return problems
 
 
@@ -291,6 +295,14 @@ def _check_service_fields(at: Path, service: Service) -> list[Problem]:
     if service.replace_lost and service.nodes is None:
         problems.append(
             Problem((*at, "replace_lost"), "applies to pool owners (services with nodes) only")
+        )
+    if service.leader is not None and service.nodes is None:
+        problems.append(
+            Problem(
+                (*at, "leader"),
+                "applies to pool owners (services with nodes) only: it is what the pool's "
+                "instance 0 runs",
+            )
         )
     if service.container is not None and not service.container.strip():
         problems.append(Problem((*at, "container"), "must not be empty"))

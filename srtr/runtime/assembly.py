@@ -21,6 +21,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 from srtr.backends.base import Backend, NodeInfo
 from srtr.backends.local.backend import LocalBackend
+from srtr.backends.local.loopback import (
+    BLOCK_NODES,
+    LoopbackBlock,
+    NetworkTaken,
+    block_of,
+    claim,
+    reclaim,
+)
 from srtr.backends.provision import LocalProvisioner, Provisioner, RequestState
 from srtr.backends.slurm.backend import SlurmBackend
 from srtr.controllers.context import Prober as CtxProber
@@ -109,22 +117,59 @@ def _submitted_pins(run_dir: Path) -> dict[str, Pin]:
 
 
 def _new_local(request: JobRequest, source: _Source, recipe: Recipe, launcher: str) -> Job:
-    """On simulated nodes; live edits grow onto more of them (`grow: live-edit`), hollow
-    ones too: the hollow process starts the new nodes' agents."""
-    local = LocalBackend(source.count)
-    allocation = _allocation(local)
-    desired = _plan(source, allocation)
-    grows = recipe.resources.grow != "never"
-    provisioner = _local_provisioner(len(allocation) + 1) if grows else None
-    cert = _new_run_dir(request.run_dir, source.pins)
-    _isolate_nodes(local, request.run_dir, source.path)
-    wired = _Wired(local, None, provisioner)
-    if launcher == "agent":
-        agents = _local_agents(local, request, cert, hollow=request.hollow)
-        wired = _with_agents(agents, provisioner)
+    """On simulated nodes, at addresses of a loopback block no other local job holds; live
+    edits grow onto more of them (`grow: live-edit`), hollow ones too: the hollow process
+    starts the new nodes' agents."""
+    block = _claim_block(source.count)
+    try:
+        local = LocalBackend(source.count, block=block)
+        allocation = _allocation(local)
+        desired = _plan(source, allocation)
+        grows = recipe.resources.grow != "never"
+        provisioner = _local_provisioner(len(allocation) + 1, block) if grows else None
+        cert = _new_run_dir(request.run_dir, source.pins)
+        _isolate_nodes(local, request.run_dir, source.path)
+        wired = _Wired(local, None, provisioner)
+        if launcher == "agent":
+            agents = _local_agents(local, request, cert, hollow=request.hollow)
+            wired = _with_agents(agents, provisioner)
+    except BaseException:
+        block.release()
+        raise
     options = _new_options(request, source, allocation, launcher, cert, wired)
-    options = replace(options, no_grow="" if grows else _NEVER)
-    return run_job(desired, request.run_dir, wired.backend, options, wired.prober)
+    options = replace(options, no_grow="" if grows else _NEVER, network=block)
+    return _holding(block, run_job(desired, request.run_dir, wired.backend, options, wired.prober))
+
+
+def _claim_block(count: int) -> LoopbackBlock:
+    """Addresses no other local job holds (a lone job gets 127.0.0.x)."""
+    if count > BLOCK_NODES:
+        raise bad(
+            "--nodes",
+            f"must be at most {BLOCK_NODES} on the local backend (the addresses of a job's "
+            f"loopback block); got {count}",
+        )
+    try:
+        return claim()
+    except NetworkTaken as exc:
+        raise bad("srtr up", str(exc)) from None
+
+
+async def _holding(block: LoopbackBlock, job: Job) -> int:
+    """The job's loopback block is given back when the job ends (its guard lets go of its
+    copy when it leaves)."""
+    try:
+        return await job
+    finally:
+        block.release()
+
+
+def _adopted_block(run_dir: Path, job: Mapping[str, Any]) -> LoopbackBlock:
+    """The adopted job's loopback block, taken again: its instances run on its addresses."""
+    try:
+        return reclaim(block_of(cast(str | None, job.get("network"))))
+    except (NetworkTaken, ValueError) as exc:
+        raise bad(str(run_dir), f"cannot adopt the job: {exc}") from None
 
 
 def _new_on_slurm(request: JobRequest, source: _Source, recipe: Recipe, launcher: str) -> Job:
@@ -216,7 +261,7 @@ def adopted_job(request: JobRequest, state: RunState) -> Job:
     _say_adopting(run_dir, job)
     grown = _Grown.recorded(state)
     launcher = str(job.get("launcher") or "")
-    slurm_job_id = None
+    slurm_job_id, network = None, None
     if job["backend"] == "slurm":
         slurm = slurm_jobs.adopted_allocation(job, state.doc)
         slurm_job_id = slurm.job_id
@@ -224,7 +269,8 @@ def adopted_job(request: JobRequest, state: RunState) -> Job:
         wired = _adopt_on_slurm(slurm, request, cert, launcher, grown)
     else:
         nodes = [NodeInfo(n, ip) for n, ip in allocation if n in set(grown.provisioned)]
-        local = LocalBackend(len(allocation) - len(nodes), nodes)
+        network = _adopted_block(run_dir, job)
+        local = LocalBackend(len(allocation) - len(nodes), nodes, block=network)
         _isolate_nodes(local, run_dir, recipe_path)
         cert = _job_cert(run_dir, adopt=True)
         wired = _adopt_local(local, request, cert, launcher, allocation, grown)
@@ -243,8 +289,10 @@ def adopted_job(request: JobRequest, state: RunState) -> Job:
         cert=cert,
         provisioner=wired.provisioner,
         provisioned=grown.provisioned,
+        network=network,
     )
-    return run_job(desired, run_dir, wired.backend, options, wired.prober)
+    job_run = run_job(desired, run_dir, wired.backend, options, wired.prober)
+    return job_run if network is None else _holding(network, job_run)
 
 
 @dataclass(frozen=True)
@@ -310,7 +358,7 @@ def _adopt_local(
             local, request, cert, hollow=hollow, adopt=True, grown=grown.provisioned
         )
     numbers = [int(n[4:]) for n, _ in allocation if n.startswith("node") and n[4:].isdigit()]
-    provisioner = _local_provisioner(max(numbers, default=len(allocation)) + 1)
+    provisioner = _local_provisioner(max(numbers, default=len(allocation)) + 1, local.block)
     provisioner.restore(grown.requests)
     if agents is None:
         return _Wired(local, None, provisioner)
@@ -404,10 +452,11 @@ def _with_agents(agents: AgentBackend, provisioner: Provisioner | None) -> _Wire
     return _Wired(agents, AgentProber(agents), provisioner)
 
 
-def _local_provisioner(first: int) -> LocalProvisioner:
-    """The local backend's simulated provider, numbering new nodes from `first`."""
+def _local_provisioner(first: int, block: LoopbackBlock) -> LocalProvisioner:
+    """The local backend's simulated provider, numbering new nodes from `first` in the
+    job's loopback block."""
     try:
-        return LocalProvisioner(first)
+        return LocalProvisioner(first, block=block)
     except ValueError as exc:  # SRTR_LOCAL_PROVISION_DELAY is not a number of seconds
         raise bad("SRTR_LOCAL_PROVISION_DELAY", str(exc)) from None
 

@@ -46,6 +46,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -378,11 +379,15 @@ def start(
     mirror: StateMirror | None = None,
     slurm_job: str | None = None,
     salloc_output: int | None = None,
+    hold: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start the guard of the calling controller; `slurm_job`: the allocation srtr made;
-    `salloc_output`: the memfd salloc writes its stderr to, for one srtr is making."""
+    `salloc_output`: the memfd salloc writes its stderr to, for one srtr is making; `hold`:
+    descriptors the guard keeps open until it exits, unread (the local job's loopback block,
+    which must stay the job's as long as its instances may be adopted)."""
     argv = [sys.executable, "-m", "srtr.runtime.guard", str(run_dir), str(os.getpid()), str(window)]
     fds = [fd for fd in (mirror.fd if mirror else None, salloc_output) if fd is not None]
+    fds += hold
     if mirror is not None:
         argv.append(str(mirror.fd))
     if slurm_job is not None:
@@ -400,11 +405,15 @@ def start(
 
 
 def start_mirrored(
-    run_dir: Path, window: float, slurm_job: str | None = None, salloc_output: int | None = None
+    run_dir: Path,
+    window: float,
+    slurm_job: str | None = None,
+    salloc_output: int | None = None,
+    hold: Sequence[int] = (),
 ) -> Started:
     """A guard with its state mirror, for a controller that starts it before its job runs."""
     mirror = StateMirror()
-    return Started(start(run_dir, window, mirror, slurm_job, salloc_output), mirror)
+    return Started(start(run_dir, window, mirror, slurm_job, salloc_output, hold), mirror)
 
 
 def main(argv: list[str]) -> int:

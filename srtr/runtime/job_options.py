@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from srtr.backends.local.loopback import LoopbackBlock
 from srtr.backends.provision import Provisioner
 from srtr.net import certs
 from srtr.resources.pins import Pins
@@ -37,6 +38,9 @@ class JobOptions:
     provisioned: the allocation's nodes that came from a grow request (adoption).
     no_grow: why a live edit cannot grow a pool past the allocation (no provisioner), for
         its refusal; "" says nothing more than the numbers.
+    network: a local job's loopback block (`backends.local.loopback`): recorded in
+        state.json, and held by the guard too, so that it stays the job's while the job can
+        be adopted.
     """
 
     progress: bool = True
@@ -56,3 +60,4 @@ class JobOptions:
     provisioner: Provisioner | None = None
     provisioned: Sequence[str] = ()
     no_grow: str = ""
+    network: LoopbackBlock | None = None

@@ -195,6 +195,8 @@ class StateFile:
         job["metrics_url"] = self.metrics.url if self.metrics else None
         if options.launcher:
             job["launcher"] = options.launcher
+        if options.network is not None:
+            job["network"] = options.network.cidr
         return doc
 
 
@@ -409,7 +411,13 @@ class Guard:
         started = self.options.early_guard
         if started is None:
             owned = self.options.slurm_job_id if self.ctx.backend.owns_allocation else None
-            started = guard.start_mirrored(self.ctx.run_dir, self.options.adopt_window, owned)
+            network = self.options.network
+            started = guard.start_mirrored(
+                self.ctx.run_dir,
+                self.options.adopt_window,
+                owned,
+                hold=network.fds() if network is not None else (),
+            )
         self.state.mirror_to(started.mirror)
         self.process = started.process
 

@@ -91,6 +91,8 @@ class JobDoc(TypedDict):
     owns_allocation: NotRequired[bool]  # srtr made the SLURM allocation (and releases it)
     metrics_url: NotRequired[str | None]
     launcher: NotRequired[str]  # process | step | agent: how instances are started
+    # A local job's loopback block, 127.B.0.0/16 (backends/local/loopback.py).
+    network: NotRequired[str]
 
 
 class WriteFaultDoc(TypedDict):

@@ -4,11 +4,12 @@ It owns the processes it starts and nothing else. Starting, watching (one pidfd 
 leader), signalling and reaping the groups is `procgroup.ProcessGroups`'s; this module says
 which argv and environment start an attempt and what an exit means.
 
-Nodes are simulated: node K is `nodeK` with the loopback IP 127.0.0.1 + K, so services that
-bind to `{node_ip}` do not collide. Once a job has a run dir (`isolate_nodes`), each node also
-gets its own view of the machine where the kernel allows (`node_tmp`): every host path, and
-its own writes under /tmp; one mount namespace per node, which every instance of the node
-enters with one exec.
+Nodes are simulated: node K is `nodeK` with the loopback IP 127.B.0.1 + K, where 127.B.0.0/16
+is the job's own block (`loopback.py`; 127.0.0.1 + K for a job alone), so services that bind
+to `{node_ip}` collide neither with each other nor with another local job's. Once a job has a
+run dir (`isolate_nodes`), each node also gets its own view of the machine where the kernel
+allows (`node_tmp`): every host path, and its own writes under /tmp; one mount namespace per
+node, which every instance of the node enters with one exec.
 The CLI constructs this backend; controllers see it only as
 a `srtr.backends.base.Backend`.
 
@@ -24,7 +25,6 @@ the adoption window, so nothing outlives a crashed controller for long.
 
 from __future__ import annotations
 
-import ipaddress
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +40,7 @@ from srtr.backends.base import (
     ObservationKind,
     host_has_program,
 )
+from srtr.backends.local.loopback import BLOCK_NODES, LoopbackBlock
 from srtr.backends.local.node_tmp import NodeTmp
 from srtr.backends.procgroup import (
     Attempt,
@@ -52,9 +53,6 @@ from srtr.backends.procgroup import (
     kill_group,
 )
 
-_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-_FIRST_IP = ipaddress.ip_address("127.0.0.1")
-
 
 class LocalBackend:
     """Runs instances as process groups on this machine, on simulated loopback nodes."""
@@ -62,17 +60,23 @@ class LocalBackend:
     name = "local"
     capabilities = Capabilities(simulated_nodes=True)
 
-    def __init__(self, node_count: int, grown: Sequence[NodeInfo] = ()) -> None:
-        """Simulate `node_count` nodes: `node1`..`nodeN`, 127.0.0.2 upwards, then `grown`
-        (an adopted job's nodes from grow requests, as its state recorded them).
+    def __init__(
+        self, node_count: int, grown: Sequence[NodeInfo] = (), block: LoopbackBlock | None = None
+    ) -> None:
+        """Simulate `node_count` nodes: `node1`..`nodeN` on the loopback block's addresses
+        (`loopback.py`; none given: block 0, 127.0.0.2 upwards), then `grown` (an adopted
+        job's nodes from grow requests, as its state recorded them).
 
         Raises:
-            ValueError: node_count is below 1 or does not fit in 127.0.0.0/8.
+            ValueError: node_count is below 1 or does not fit in the block.
         """
-        if not 1 <= node_count <= _LOOPBACK.num_addresses - 3:
-            raise ValueError(f"node_count must be between 1 and {_LOOPBACK.num_addresses - 3}")
+        if not 1 <= node_count <= BLOCK_NODES:
+            raise ValueError(
+                f"node_count must be between 1 and {BLOCK_NODES} (a local job's loopback block)"
+            )
+        self.block = block if block is not None else LoopbackBlock()
         self._nodes = [
-            NodeInfo(name=f"node{k}", ip=str(_FIRST_IP + k)) for k in range(1, node_count + 1)
+            NodeInfo(name=f"node{k}", ip=self.block.ip(k)) for k in range(1, node_count + 1)
         ] + list(grown)
         self._listener: Listener | None = None
         self._groups = ProcessGroups(
