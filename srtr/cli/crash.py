@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from srtr.reconciler.rundir import (
+from srtr.runtime import run_lock
+from srtr.store.rundir import (
     GuardDoc,
     Heartbeat,
     RunState,
@@ -17,7 +18,6 @@ from srtr.reconciler.rundir import (
     read_guard,
     read_heartbeat,
 )
-from srtr.runtime import run_lock
 
 
 def _clock(wall: float) -> str:

@@ -19,8 +19,8 @@ import signal
 
 from srtr.controllers import decisions, fleet_decisions
 from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, instance_key
-from srtr.reconciler.store import JobPhase
 from srtr.reconciler.workqueue import Result
+from srtr.store.store import JobPhase
 
 
 def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str) -> None:
@@ -52,10 +52,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
             await ctx.backend.signal(gate.failed, signal.SIGKILL)
         begin_teardown(ctx, exit_code=1, reason=gate.reason)
         return None
-    counted = store.desired_names - alone
-    failure = decisions.critical_failure(
-        store.specs, store.status, counted, spares=bool(store.desired.nodes.spares)
-    ) or decisions.unstartable(store.specs, store.status, counted)
+    failure = _failure(ctx, alone)
     if failure:
         begin_teardown(ctx, exit_code=1, reason=failure)
         return None
@@ -93,6 +90,16 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if end is not None:
         begin_teardown(ctx, exit_code=end.exit_code, reason=end.reason)
     return None
+
+
+def _failure(ctx: Ctx, alone: set[str]) -> str | None:
+    """Why the job fails now, or None; what a live edit added and failed alone (`alone`)
+    is not counted: everything that ran before goes on."""
+    store = ctx.store
+    counted = store.desired_names - alone
+    return decisions.critical_failure(
+        store.specs, store.status, counted, spares=bool(store.desired.nodes.spares)
+    ) or decisions.unstartable(store.specs, store.status, counted)
 
 
 def _gate(ctx: Ctx) -> decisions.Gate:

@@ -24,7 +24,6 @@ None and costs one comparison per reconcile.
 
 from __future__ import annotations
 
-import argparse
 import socket
 import threading
 import time
@@ -32,8 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srtr.reconciler.clock import Clock, TimerHandle
-from srtr.reconciler.store import Event, InstanceStatus, Phase, Store, UserAction
 from srtr.resources.objects import ExporterSpec, InstanceSpec
+from srtr.runtime.metrics_listen import LOOPBACK as LOOPBACK
+from srtr.runtime.metrics_listen import parse_listen as parse_listen
+from srtr.store.store import Event, InstanceStatus, Phase, Store, UserAction
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -45,46 +46,6 @@ REFRESH_PERIOD = 1.0
 PROBE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 RECONCILE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0)
 WILDCARDS = ("", "0.0.0.0", "::")
-LOOPBACK = "127.0.0.1"
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`PORT` or `HOST:PORT` (`[::1]:PORT` for IPv6) → (host, port); argparse's `type=`.
-
-    A bare port listens on loopback only: the endpoint has no authentication, and on a shared
-    login node every user could read it. `HOST:PORT` (or `--metrics-address`) chooses another
-    address, such as 0.0.0.0 for a Prometheus on another machine.
-    """
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host = LOOPBACK
-    host = host.removeprefix("[").removesuffix("]") or LOOPBACK
-    if not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not [HOST:]PORT with a port between 0 and 65535 (0 picks a free one)"
-        )
-    return host, int(port)
-
-
-class ListenAction(argparse.Action):
-    """`--metrics-port [HOST:]PORT` and `--metrics-address HOST`, in either order: the
-    address, when given, replaces the port's host (`metrics_port` holds the (host, port))."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        if self.dest == "metrics_address":
-            host = str(values).removeprefix("[").removesuffix("]")
-            namespace.metrics_address = host
-            if namespace.metrics_port is not None:
-                namespace.metrics_port = (host, namespace.metrics_port[1])
-            return
-        host, port = values
-        namespace.metrics_port = (getattr(namespace, "metrics_address", None) or host, port)
 
 
 class TimedProber:
@@ -112,6 +73,9 @@ class TimedProber:
 
     async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
         return await self.inner.fleet(url, timeout)
+
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        return await self.inner.published(where, timeout)
 
 
 class JobMetrics:

@@ -18,7 +18,7 @@ from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from srtr.listen_gate import Summary, source_of
+from srtr.net.listen_gate import Summary, source_of
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

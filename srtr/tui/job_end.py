@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from srtr.reconciler.rundir import EVENTS_FILE, parse_event
 from srtr.runtime.progress import REASON_WIDTH
+from srtr.store.rundir import EVENTS_FILE, parse_event
 
 READING_WINDOW = 5.0  # a key pressed this recently before the job ended means "reading"
 HANGUP_CODE = 128 + signal.SIGHUP

@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from srtr.reconciler.status import Phase
+from srtr.store.status import Phase
 from srtr.tui.viewmodel.phases import Doc
 from srtr.tui.viewmodel.text import age_since, fmt_age, fmt_exit, last_exit
 
