@@ -25,6 +25,7 @@ from srtr.resources.effective import (
     kind_of,
 )
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
+from srtr.resources.liveness import Liveness
 from srtr.resources.recipe import Readiness, Recipe, RestartPolicy, Service
 from srtr.resources.setup_steps import workdir
 
@@ -37,6 +38,7 @@ def restart_spec(policy: RestartPolicy) -> RestartSpec:
         reset_after_seconds=policy.reset_after_seconds,
         max_restarts=policy.max_restarts,
         window_seconds=policy.window_seconds,
+        scope=policy.scope,
     )
 
 
@@ -46,20 +48,62 @@ NEVER = restart_spec(RestartPolicy(policy="never"))
 def probe_spec(readiness: Readiness | None, values: dict[str, str]) -> ProbeSpec | None:
     if readiness is None:
         return None
-    timing = (readiness.timeout_seconds, readiness.interval_seconds)
-    if readiness.port is not None:
-        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.port)
-    if readiness.tcp is not None:
-        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.tcp.port)
-    if readiness.http is not None:
-        http = readiness.http
-        return ProbeSpec(
-            ProbeKind.HTTP, *timing, port=http.port, path=http.path, status=http.status
-        )
-    if readiness.log is not None:
-        return ProbeSpec(ProbeKind.LOG, *timing, pattern=readiness.log.pattern)
-    assert readiness.file is not None
-    return ProbeSpec(ProbeKind.FILE, *timing, path=placeholders.render(readiness.file.path, values))
+    spec = _target(readiness, values)
+    return ProbeSpec(
+        spec.kind,
+        readiness.timeout_seconds,
+        readiness.interval_seconds,
+        port=spec.port,
+        path=spec.path,
+        status=spec.status,
+        pattern=readiness.log.pattern if readiness.log is not None else None,
+        failure_threshold=readiness.failure_threshold,
+    )
+
+
+def _target(probe: Readiness | Liveness, values: dict[str, str]) -> ProbeSpec:
+    """What the probe kinds of readiness and liveness share: the kind and the target.
+
+    Its timing is a placeholder: the caller builds the probe with its own."""
+    if probe.port is not None:
+        return ProbeSpec(ProbeKind.TCP, 0, 0, port=probe.port)
+    if probe.tcp is not None:
+        return ProbeSpec(ProbeKind.TCP, 0, 0, port=probe.tcp.port)
+    if probe.http is not None:
+        http = probe.http
+        return ProbeSpec(ProbeKind.HTTP, 0, 0, port=http.port, path=http.path, status=http.status)
+    if isinstance(probe, Readiness) and probe.log is not None:
+        return ProbeSpec(ProbeKind.LOG, 0, 0)
+    assert probe.file is not None
+    return ProbeSpec(ProbeKind.FILE, 0, 0, path=placeholders.render(probe.file.path, values))
+
+
+def liveness_spec(liveness: Liveness | None, values: dict[str, str]) -> ProbeSpec | None:
+    """The liveness probe of one instance: its file path and exec command rendered."""
+    if liveness is None:
+        return None
+    timing = {
+        "failure_threshold": liveness.failure_threshold,
+        "initial_delay_seconds": liveness.initial_delay_seconds,
+    }
+    times = (liveness.timeout_seconds, liveness.interval_seconds)
+    if liveness.exec is not None:
+        command = tuple(placeholders.render(a, values) for a in liveness.exec.command)
+        return ProbeSpec(ProbeKind.EXEC, *times, command=command, **timing)
+    if liveness.log is not None:
+        silence = liveness.log.silence_seconds
+        return ProbeSpec(ProbeKind.SILENCE, *times, silence_seconds=silence, **timing)
+    target = _target(liveness, values)
+    age = liveness.file.max_age_seconds if liveness.file is not None else None
+    return ProbeSpec(
+        target.kind,
+        *times,
+        port=target.port,
+        path=target.path,
+        status=target.status,
+        max_age_seconds=age,
+        **timing,
+    )
 
 
 Template = str | None  # a text's placeholder template, None when it names no placeholder
@@ -70,6 +114,7 @@ class ServiceCommon:
     """What every instance of one service shares; `instance` adds the node's part."""
 
     readiness: Readiness | None
+    liveness: Liveness | None
     argv: list[tuple[str, Template]]
     env: list[tuple[str, str, Template]]
     export_env: list[tuple[str, str, Template]]  # srun_export_env (reference T-71)
@@ -108,6 +153,7 @@ class ServiceCommon:
             else (),
             log=f"logs/{name}.out",
             probe=probe_spec(self.readiness, values) if node_probe else self.probe,
+            liveness=liveness_spec(self.liveness, values) if self.liveness else None,
             preamble=preamble or None,
             **self.common,
         )
@@ -156,6 +202,7 @@ def service_common(
     with_workers = effective_start(service) == "with_workers"
     return ServiceCommon(
         readiness=readiness,
+        liveness=service.liveness,
         probe=probe,
         argv=[(a, placeholders.template(a, keys)) for a in effective_command(service, index)],
         env=[

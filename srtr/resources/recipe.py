@@ -11,14 +11,15 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
+
+from srtr.resources.liveness import Liveness
+from srtr.resources.recipe_base import Spec, Text
+from srtr.resources.recipe_base import check_port as _check_port
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 PLACEMENT_NODES = (
@@ -42,32 +43,6 @@ PositiveSeconds = Annotated[float, Field(gt=0)]
 MAX_NODES = 100_000
 
 
-def _scalar_to_str(value: Any) -> Any:
-    # YAML reads `PORT: 8000` and `["sleep", 1]` as numbers; users mean the text.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return getattr(value, "yaml_text", str(value))
-    return value
-
-
-Text = Annotated[
-    str,
-    BeforeValidator(_scalar_to_str),
-    WithJsonSchema({"type": ["string", "number", "boolean"]}),
-]
-
-
-class Spec(BaseModel):
-    """Base of every recipe model: frozen, unknown keys refused."""
-
-    # strict: YAML's `yes` must not become 1 node, nor "8" a port; numbers stay numbers.
-    # allow_inf_nan=False: YAML's `.nan` and `.inf` are floats to pydantic, and a NaN
-    # timeout never expires (every comparison with it is false). Every float field of
-    # every model refuses them (issue 23).
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
 def _check_name(value: str, what: str) -> str:
     if not value.strip():
         raise ValueError(f"{what} must be a non-empty string")
@@ -86,12 +61,6 @@ def _check_argv(value: list[str] | None) -> list[str] | None:
         raise ValueError("if set, must be non-empty (omit it to use the type's default)")
     if any(not part for part in value):
         raise ValueError("command/args must not contain empty arguments")
-    return value
-
-
-def _check_port(value: int, what: str) -> int:
-    if not 1 <= value <= 65535:
-        raise ValueError(f"{what} must be between 1 and 65535; got {value}")
     return value
 
 
@@ -165,6 +134,8 @@ class Readiness(Spec):
     file: FileProbe | None = None
     timeout_seconds: float = 120.0
     interval_seconds: float = 2.0
+    # After the gate: this many failed attempts in a row make a Ready instance NotReady.
+    failure_threshold: int = Field(default=3, ge=1)
 
     @field_validator("port")
     @classmethod
@@ -331,6 +302,8 @@ class RestartPolicy(Spec):
     reset_after_seconds: PositiveSeconds = 600.0
     max_restarts: int = Field(default=10, ge=0)
     window_seconds: PositiveSeconds = 1800.0
+    # `pool`: a failure of any instance of the owner's pool restarts the whole pool.
+    scope: Literal["instance", "pool"] = "instance"
 
     @model_validator(mode="before")
     @classmethod
@@ -427,6 +400,7 @@ class Service(Spec):
     nodes: int | None = None
     start: str | None = None
     readiness: Readiness | None = None
+    liveness: Liveness | None = None
     critical: bool | None = None
     terminal: bool = False
     preamble: str | None = None

@@ -310,6 +310,9 @@ def _plan_doc(recipe: Recipe, state: DesiredState) -> dict[str, Any]:
                 "log": s.log,
                 "stage": s.stage,
                 "probe": s.probe.describe(s.node_ip) if s.probe else None,
+                # Only when set: the plans of recipes without them read as before.
+                **({"liveness": s.liveness.describe(s.node_ip)} if s.liveness else {}),
+                **({"restart_scope": s.restart.scope} if s.restart.scope != "instance" else {}),
                 "config_hash": s.config_hash(),
             }
             for s in state.instances

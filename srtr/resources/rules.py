@@ -20,6 +20,7 @@ from srtr.resources.effective import (
     kind_of,
     roles,
 )
+from srtr.resources import health_rules
 from srtr.resources.errors import Path, Problem
 from srtr.resources.keys_rules import check_keys
 from srtr.resources.kinds import KINDS, get_kind
@@ -125,6 +126,7 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
         problems
         + _check_infra_kind(at, service)
         + _check_service_fields(at, service)
+        + health_rules.check(at, service)
         + check_keys(at, service)
     )
 
