@@ -23,7 +23,7 @@ from srtr.resources.pins import Pins
 
 
 class Prober(Protocol):
-    """Runs one attempt of an instance's readiness probe; never blocks the loop."""
+    """Runs one attempt of an instance's readiness or liveness probe; never blocks the loop."""
 
     async def check(
         self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
@@ -31,6 +31,12 @@ class Prober(Protocol):
 
     def forget(self, name: str) -> None:
         """Drop per-attempt probe state (log offsets) of an instance."""
+        ...
+
+    async def liveness(
+        self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
+    ) -> tuple[bool, str]:
+        """One attempt of an instance's liveness probe, bounded by its `timeout_seconds`."""
         ...
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
@@ -117,6 +123,15 @@ def instance_key(name: str) -> str:
 
 def probe_key(name: str) -> str:
     return f"probe/{name}"
+
+
+def liveness_key(name: str) -> str:
+    return f"liveness/{name}"
+
+
+def gang_key(pool: str) -> str:
+    """A pool that restarts as a whole (`restart.scope: pool`)."""
+    return f"gang/{pool}"
 
 
 def pool_key(name: str) -> str:

@@ -12,8 +12,16 @@ import itertools
 import logging
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
-from srtr.controllers import decisions, replacement, teardown
-from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
+from srtr.controllers import decisions, gang, replacement, teardown
+from srtr.controllers.context import (
+    JOB,
+    TEARDOWN,
+    Ctx,
+    instance_key,
+    liveness_key,
+    pool_key,
+    probe_key,
+)
 from srtr.reconciler.store import Phase, UserAction
 from srtr.reconciler.workqueue import Result
 from srtr.reconciler.write_faults import log_or_null
@@ -44,6 +52,7 @@ def observe(ctx: Ctx, obs: Observation) -> None:
     if lost:
         replacement.note_lost(ctx, obs)
         ctx.queue.add(replacement.KEY)
+        gang.on_lost(ctx, store.spec(obs.name))
     ctx.queue.add("exporters")  # an exited instance's targets leave the targets file
     _enqueue_related(ctx, store.spec(obs.name))
 
@@ -84,6 +93,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         if status.phase in (Phase.BACKOFF, Phase.PENDING) and status.activated:
             store.finished(name, Phase.STOPPED)
         return None
+    if status.gang_held:
+        return None  # its pool's restart relaunches it (`gang.reconcile`)
     if status.user_action is UserAction.RESTART and status.phase is Phase.BACKOFF:
         store.restart_now(name)
     elif status.user_action is UserAction.RESTART and status.phase in RESTARTABLE:
@@ -108,8 +119,11 @@ async def _stop_for_user(ctx: Ctx, spec: InstanceSpec) -> Result | None:
 
 
 def _after_exit(ctx: Ctx, spec: InstanceSpec) -> Result | None:
-    """The instance's process is gone: finished, stopped, or due for a restart."""
+    """The instance's process is gone: finished, stopped, or due for a restart (its own,
+    or its pool's: `gang.on_exit`)."""
     store = ctx.store
+    if gang.on_exit(ctx, spec):
+        return None
     decision = decisions.after_exit(
         spec,
         store.status[spec.name],
@@ -161,13 +175,17 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
         store.identified(launched, ctx.backend.identity(launched) if alive else None)
     attempt = store.launching(spec.name, log_offset=log_offset)
     ctx.prober.forget(spec.name)
+    restarts = store.status[spec.name].restarts
     launch = LaunchSpec(
         name=spec.name,
         node=spec.node,
         node_ip=spec.node_ip,
-        argv=spec.argv,
+        argv=restart_count_in(spec.argv, restarts),
         # srun_export_env travels like env: in the srun client's environment (never argv)
-        env={**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": ctx.run_dir_path},
+        env=with_restart_count(
+            {**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": ctx.run_dir_path},
+            restarts,
+        ),
         log_path=log_or_null(store.write_faults, log_path),  # a log never stops a launch
         attempt=attempt,
         preamble=spec.preamble,
@@ -230,10 +248,28 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
     ctx.queue.add(instance_key(spec.name))  # dead already: decide; alive: identify
     if spec.probe is not None:
         ctx.queue.add(probe_key(spec.name))
+    elif spec.liveness is not None:
+        ctx.queue.add(liveness_key(spec.name))  # no readiness: liveness counts from launch
     _wake_deferred_probes(ctx, spec)
     ctx.queue.add(JOB)
     if spec.pool:
         ctx.queue.add(pool_key(spec.pool))
+
+
+def restart_count_in(argv: tuple[str, ...], restarts: int) -> tuple[str, ...]:
+    """`{restart_count}` is how many times the instance (or its pool) was restarted: only
+    known at launch, so `expand` leaves it as written."""
+    if not any("{restart_count}" in a for a in argv):
+        return argv
+    return tuple(a.replace("{restart_count}", str(restarts)) for a in argv)
+
+
+def with_restart_count(env: dict[str, str], restarts: int) -> dict[str, str]:
+    """The launch env with SRTR_RESTART_COUNT, and `{restart_count}` rendered in its values."""
+    count = str(restarts)
+    if any("{restart_count}" in v for v in env.values()):
+        env = {k: v.replace("{restart_count}", count) for k, v in env.items()}
+    return {**env, "SRTR_RESTART_COUNT": count}
 
 
 def _wake_deferred_probes(ctx: Ctx, spec: InstanceSpec) -> None:

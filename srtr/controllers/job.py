@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import signal
 
-from srtr.controllers import decisions, fleet_decisions
+from srtr.controllers import decisions, fleet_decisions, health_decisions
 from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, instance_key
 from srtr.reconciler.store import JobPhase
 from srtr.reconciler.workqueue import Result
@@ -54,6 +54,10 @@ async def reconcile(ctx: Ctx) -> Result | None:
     ) or decisions.unstartable(store.specs, store.status, store.desired_names)
     if failure:
         begin_teardown(ctx, exit_code=1, reason=failure)
+        return None
+    pool_failed = health_decisions.pool_failure(store.gangs, store.specs)
+    if pool_failed is not None:
+        begin_teardown(ctx, exit_code=pool_failed.exit_code, reason=pool_failed.reason)
         return None
     step = decisions.next_stage(
         store.desired.stages, store.specs, store.status, job.passed_stages, store.fleets_passed()

@@ -7,6 +7,7 @@ here, once per service, so a 1,000-node pool does not redo it 1,000 times. Pure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +25,8 @@ from srtr.resources.effective import (
     is_rider,
     kind_of,
 )
-from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
 from srtr.resources.liveness import Liveness
+from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
 from srtr.resources.recipe import Readiness, Recipe, RestartPolicy, Service
 from srtr.resources.setup_steps import workdir
 
@@ -82,27 +83,20 @@ def liveness_spec(liveness: Liveness | None, values: dict[str, str]) -> ProbeSpe
     """The liveness probe of one instance: its file path and exec command rendered."""
     if liveness is None:
         return None
-    timing = {
-        "failure_threshold": liveness.failure_threshold,
-        "initial_delay_seconds": liveness.initial_delay_seconds,
-    }
-    times = (liveness.timeout_seconds, liveness.interval_seconds)
     if liveness.exec is not None:
         command = tuple(placeholders.render(a, values) for a in liveness.exec.command)
-        return ProbeSpec(ProbeKind.EXEC, *times, command=command, **timing)
-    if liveness.log is not None:
-        silence = liveness.log.silence_seconds
-        return ProbeSpec(ProbeKind.SILENCE, *times, silence_seconds=silence, **timing)
-    target = _target(liveness, values)
-    age = liveness.file.max_age_seconds if liveness.file is not None else None
-    return ProbeSpec(
-        target.kind,
-        *times,
-        port=target.port,
-        path=target.path,
-        status=target.status,
-        max_age_seconds=age,
-        **timing,
+        target = ProbeSpec(ProbeKind.EXEC, 0, 0, command=command)
+    elif liveness.log is not None:
+        target = ProbeSpec(ProbeKind.SILENCE, 0, 0, silence_seconds=liveness.log.silence_seconds)
+    else:
+        target = _target(liveness, values)
+    return dataclasses.replace(
+        target,
+        timeout_seconds=liveness.timeout_seconds,
+        interval_seconds=liveness.interval_seconds,
+        failure_threshold=liveness.failure_threshold,
+        initial_delay_seconds=liveness.initial_delay_seconds,
+        max_age_seconds=liveness.file.max_age_seconds if liveness.file is not None else None,
     )
 
 

@@ -81,9 +81,11 @@ def service_lines(recipe: Recipe) -> list[str]:
         metrics = _metrics_text(service)
         if metrics:
             head += f" metrics={metrics}"
-        head += (
-            f" restart={effective_restart(service).policy} tier={effective_tier(service, by_name)}"
-        )
+        restart = effective_restart(service)
+        scope = "/pool" if restart.scope == "pool" else ""
+        head += f" restart={restart.policy}{scope} tier={effective_tier(service, by_name)}"
+        if service.liveness is not None:
+            head += " liveness"
         lines.append(head)
         if reason:
             lines.append(

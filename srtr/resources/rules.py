@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from srtr.resources import health_rules
 from srtr.resources.effective import (
     allocation_size,
     effective_per,
@@ -20,7 +21,6 @@ from srtr.resources.effective import (
     kind_of,
     roles,
 )
-from srtr.resources import health_rules
 from srtr.resources.errors import Path, Problem
 from srtr.resources.keys_rules import check_keys
 from srtr.resources.kinds import KINDS, get_kind

@@ -84,6 +84,11 @@ class TimedProber:
     def forget(self, name: str) -> None:
         self.inner.forget(name)
 
+    async def liveness(
+        self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
+    ) -> tuple[bool, str]:
+        return await self.inner.liveness(spec, status, run_dir)
+
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await self.inner.scrape(exporter, timeout)
 

@@ -58,7 +58,7 @@ from srtr.backends.base import (
     Observation,
     ObservationKind,
 )
-from srtr.backends.prober import Prober
+from srtr.backends.prober import Prober, probe_env
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
 from srtr.resources.objects import ExporterSpec, InstanceSpec
 
@@ -370,10 +370,17 @@ class AgentBackend:
         return name in self._live
 
     async def probe(
-        self, spec: InstanceSpec, attempt: int, log_offset: int, run_dir: Path
+        self,
+        spec: InstanceSpec,
+        attempt: int,
+        log_offset: int,
+        run_dir: Path,
+        *,
+        liveness: bool = False,
     ) -> tuple[bool, str]:
-        """One probe attempt, run by the agent of the instance's node."""
-        assert spec.probe is not None
+        """One probe attempt (readiness, or `liveness`), run by the agent of its node."""
+        probe = spec.liveness if liveness else spec.probe
+        assert probe is not None
         state = self._nodes[spec.node]
         if state.conn is None:
             return False, f"no agent on {spec.node}: {state.lost or state.failed or 'not yet'}"
@@ -384,15 +391,17 @@ class AgentBackend:
             seq=seq,
             name=spec.name,
             attempt=attempt,
-            probe=spec.probe,
+            probe=probe,
             node_ip=spec.node_ip,
             log_path=str(run_dir / spec.log),
             log_offset=log_offset,
             files_dir=str(run_dir / "logs"),
+            env=probe_env(spec, run_dir) if liveness else {},
+            liveness=liveness,
         )
         state.conn.send(request)
         try:
-            async with asyncio.timeout(max(10.0, 2 * spec.probe.interval_seconds)):
+            async with asyncio.timeout(max(10.0, 2 * probe.interval_seconds)):
                 answer = await future
         except TimeoutError:
             return False, f"the agent on {spec.node} did not answer the probe"
@@ -706,6 +715,15 @@ class AgentProber:
         if not self._backend.on_agent(spec.name):
             return await self._here.check(spec, status, run_dir)
         return await self._backend.probe(spec, status.attempt, status.log_offset, run_dir)
+
+    async def liveness(
+        self, spec: InstanceSpec, status: _Status, run_dir: Path
+    ) -> tuple[bool, str]:
+        if not self._backend.on_agent(spec.name):
+            return await self._here.liveness(spec, status, run_dir)
+        return await self._backend.probe(
+            spec, status.attempt, status.log_offset, run_dir, liveness=True
+        )
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await self._here.scrape(exporter, timeout)

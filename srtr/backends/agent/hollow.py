@@ -46,7 +46,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -228,6 +228,8 @@ class SimulatedProbes:
         log_path: Path,
         log_offset: int,
         files_dir: Path,
+        env: Mapping[str, str] | None = None,
+        liveness: bool = False,
     ) -> tuple[bool, str]:
         return True, f"simulated {probe.kind.value} probe (hollow node)"
 

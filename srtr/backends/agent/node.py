@@ -62,7 +62,7 @@ import ssl
 import sys
 import termios
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -140,6 +140,8 @@ class Probes(Protocol):
         log_path: Path,
         log_offset: int,
         files_dir: Path,
+        env: Mapping[str, str] | None = None,
+        liveness: bool = False,
     ) -> tuple[bool, str]: ...
 
 
@@ -380,6 +382,8 @@ class Agent:
                 log_path=Path(request.log_path),
                 log_offset=request.log_offset,
                 files_dir=Path(request.files_dir),
+                env=request.env,
+                liveness=request.liveness,
             )
         except Exception as exc:  # a probe bug is a failed probe, not a dead agent
             ok, message = False, f"probe error on {self.node}: {exc!r}"

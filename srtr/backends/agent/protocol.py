@@ -151,6 +151,9 @@ class Probe:
     log_path: str
     log_offset: int
     files_dir: str  # relative file probe paths resolve against this (the run's logs/)
+    # A liveness attempt (its timeout bounds it); `env`: an exec probe's environment.
+    env: dict[str, str] = field(default_factory=dict)
+    liveness: bool = False
 
 
 @dataclass(frozen=True)
@@ -278,8 +281,11 @@ def spec_from_json(doc: dict[str, Any]) -> LaunchSpec:
 
 
 def _probe_from_json(doc: dict[str, Any]) -> ProbeSpec:
-    more = tuple(doc.get("more_ports", ()))  # JSON has lists; the spec is frozen and hashable
-    return ProbeSpec(**{**doc, "kind": ProbeKind(doc["kind"]), "more_ports": more})
+    # JSON has lists; the spec is frozen and hashable
+    more, command = tuple(doc.get("more_ports", ())), tuple(doc.get("command", ()))
+    return ProbeSpec(
+        **{**doc, "kind": ProbeKind(doc["kind"]), "more_ports": more, "command": command}
+    )
 
 
 def _plain(value: Any) -> Any:
