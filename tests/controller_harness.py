@@ -24,6 +24,9 @@ class FakeProber:
     def __init__(self) -> None:
         self.ready: set[str] = set()
         self.calls: list[str] = []
+        # Liveness: instances whose liveness probe fails (every other one passes).
+        self.unhealthy: set[str] = set()
+        self.liveness_calls: list[str] = []
         # Scripted fleet answers, one per poll (the last one repeats): live members or None.
         self.fleet_answers: list[int | None] = [None]
         self.fleet_polls = 0
@@ -36,6 +39,12 @@ class FakeProber:
 
     def forget(self, name: str) -> None:
         pass
+
+    async def liveness(
+        self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
+    ) -> tuple[bool, str]:
+        self.liveness_calls.append(spec.name)
+        return spec.name not in self.unhealthy, "scripted: no answer within 1s"
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         # The real GET, as before scrapes went through the prober; exporter tests that want
