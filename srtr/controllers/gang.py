@@ -85,6 +85,8 @@ async def reconcile(ctx: Ctx, pool: str) -> Result | None:
     members = [n for n in store.instances_of_pool(pool) if n not in store.removing]
     now = ctx.clock.now()
     if gang.stopping:
+        if any(n in ctx.launches for n in members):
+            return None  # it may start any moment, and must be stopped too: its answer queues us
         alive = [n for n in members if store.status[n].alive and store.status[n].gang_held]
         if alive:
             return await teardown.stop_all(ctx, alive, now)

@@ -17,6 +17,7 @@ from srtr.controllers.context import (
     JOB,
     TEARDOWN,
     Ctx,
+    gang_key,
     instance_key,
     liveness_key,
     pool_key,
@@ -234,6 +235,13 @@ def _launch_failed(ctx: Ctx, spec: InstanceSpec, exc: LaunchError) -> None:
     ctx.store.launch_failed(spec.name, str(exc))
     ctx.queue.add(instance_key(spec.name))
     ctx.queue.add(JOB)
+    _wake_gang(ctx, spec)
+
+
+def _wake_gang(ctx: Ctx, spec: InstanceSpec) -> None:
+    """A pool restarting as a whole waits for its members' launches in flight."""
+    if spec.pool is not None and spec.pool in ctx.store.gangs:
+        ctx.queue.add(gang_key(spec.pool))
 
 
 def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
@@ -254,6 +262,7 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
     ctx.queue.add(JOB)
     if spec.pool:
         ctx.queue.add(pool_key(spec.pool))
+    _wake_gang(ctx, spec)
 
 
 def restart_count_in(argv: tuple[str, ...], restarts: int) -> tuple[str, ...]:
