@@ -21,7 +21,9 @@ def liveness_due(spec: InstanceSpec, status: InstanceStatus) -> float | None:
     if spec.probe is None:
         start = status.started_at
     else:
-        start = status.ready_at if status.passed_readiness else None
+        # An adopted instance's Ready time is the adoption's (`started_at`).
+        start = status.ready_at if status.ready_at is not None else status.started_at
+        start = start if status.passed_readiness else None
     if start is None:
         return None
     first = start + spec.liveness.initial_delay_seconds

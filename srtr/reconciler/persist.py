@@ -106,6 +106,11 @@ def pool_doc(store: Store, pool: PoolSpec) -> PoolDoc:
     scale = store.extensions.get("autoscale", {}).get(pool.name)
     if scale:
         doc["autoscale"] = dict(scale)
+    gang = store.gangs.get(pool.name)
+    if gang is not None:
+        doc["restarts"] = gang.restarts
+        doc["failed"] = gang.failed
+        doc["first_failure"] = gang.first_failure
     return doc
 
 
@@ -163,12 +168,12 @@ def instance_doc(
     # When a probe that has not passed runs out of time (the probe controller's deadline):
     # the stage gate's, or after the gate the attempt's. The TUI counts it down.
     probe_deadline = None
-    probing = spec.probe is not None and st.alive and not st.ready
+    probing = spec.probe is not None and st.alive and not st.passed_readiness
     if probing and st.phase == "Starting" and spec.probe is not None:
         start = gate_started_at if gate_started_at is not None else st.started_at
         if start is not None:
             probe_deadline = wall(start + spec.probe.timeout_seconds)
-    return {
+    doc: InstanceDoc = {
         "name": spec.name,
         "service": spec.service,
         "kind": str(spec.kind),
@@ -204,6 +209,10 @@ def instance_doc(
         "log_offset": st.log_offset,
         "conditions": [condition_doc(c) for c in st.conditions.values()],
     }
+    if spec.liveness is not None:
+        doc["liveness"] = spec.liveness.describe(spec.node_ip)
+        doc["liveness_message"] = st.liveness_message
+    return doc
 
 
 def condition_doc(condition: Condition) -> ConditionDoc:

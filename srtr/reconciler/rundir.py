@@ -119,6 +119,11 @@ class PoolDoc(TypedDict):
     pending: str | None
     # An autoscaled pool: min, max, size, desired (last published), source, error.
     autoscale: NotRequired[dict[str, Any]]
+    # A pool that restarts as a whole (`restart.scope: pool`), once it first failed: its
+    # pool restarts, whether it is Failed, and its latest failure.
+    restarts: NotRequired[int]
+    failed: NotRequired[bool]
+    first_failure: NotRequired[str]
 
 
 class InstanceDoc(TypedDict):
@@ -149,6 +154,9 @@ class InstanceDoc(TypedDict):
     # probe_gate: that is the stage gate's deadline (missing it fails the job).
     probe_deadline: NotRequired[float | None]
     probe_gate: NotRequired[bool]
+    # Its liveness probe, described, and why it fails now ('' when it passes): only with one.
+    liveness: NotRequired[str]
+    liveness_message: NotRequired[str]
     started_at: float | None  # wall seconds, as every time below
     ready_at: float | None
     stop_grace_seconds: float
