@@ -173,7 +173,7 @@ def instance_doc(
         start = gate_started_at if gate_started_at is not None else st.started_at
         if start is not None:
             probe_deadline = wall(start + spec.probe.timeout_seconds)
-    doc: InstanceDoc = {
+    return {
         "name": spec.name,
         "service": spec.service,
         "kind": str(spec.kind),
@@ -208,11 +208,9 @@ def instance_doc(
         "identity": st.identity,
         "log_offset": st.log_offset,
         "conditions": [condition_doc(c) for c in st.conditions.values()],
+        "liveness": spec.liveness.describe(spec.node_ip) if spec.liveness else None,
+        "liveness_message": st.liveness_message,
     }
-    if spec.liveness is not None:
-        doc["liveness"] = spec.liveness.describe(spec.node_ip)
-        doc["liveness_message"] = st.liveness_message
-    return doc
 
 
 def condition_doc(condition: Condition) -> ConditionDoc:

@@ -154,9 +154,6 @@ class InstanceDoc(TypedDict):
     # probe_gate: that is the stage gate's deadline (missing it fails the job).
     probe_deadline: NotRequired[float | None]
     probe_gate: NotRequired[bool]
-    # Its liveness probe, described, and why it fails now ('' when it passes): only with one.
-    liveness: NotRequired[str]
-    liveness_message: NotRequired[str]
     started_at: float | None  # wall seconds, as every time below
     ready_at: float | None
     stop_grace_seconds: float
@@ -170,6 +167,9 @@ class InstanceDoc(TypedDict):
     identity: dict[str, int] | None  # pid and kernel start time: what adoption checks
     log_offset: int  # where the current attempt's output starts in the log
     conditions: list[ConditionDoc]
+    # Its liveness probe, described (None: none), and why it fails now ('' when it passes).
+    liveness: str | None
+    liveness_message: str
 
 
 class ExporterDoc(TypedDict):
