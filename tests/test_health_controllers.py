@@ -244,3 +244,32 @@ def test_a_failed_launch_restarts_the_pool_and_restart_count_is_rendered(tmp_pat
         )
 
     run(body())
+
+
+def test_probes_its_node_watches_report_transitions_only(tmp_path: Path) -> None:
+    recipe = READY_THEN_LIVE.replace("initial_delay_seconds: 7", "initial_delay_seconds: 0")
+
+    async def body() -> None:
+        h = Harness(recipe, tmp_path)
+        h.prober.on_node = True
+        await h.settle()
+        name = "service_web"
+        h.prober.ready.add(name)
+        await h.advance(1)  # the gate's probe runs here, attempt by attempt
+        assert h.phase(name) == "Ready"
+        assert set(h.prober.watched) == {(name, "readiness"), (name, "liveness")}
+        calls = len(h.prober.calls)
+        await h.advance(30)
+        assert len(h.prober.calls) == calls and h.prober.liveness_calls == []  # the node's
+        h.prober.watched[(name, "readiness")](False, 2, "connection refused")
+        await h.settle()
+        assert not h.store.status[name].ready and "NotReady" in h.reasons()
+        h.prober.watched[(name, "readiness")](True, 0, "connected")
+        await h.settle()
+        assert h.store.status[name].ready
+        h.prober.watched[(name, "liveness")](False, 3, "tcp 127.0.0.2:8000: connection refused")
+        await h.settle()
+        assert "Unhealthy" in h.reasons() and (name, signal.SIGTERM) in h.backend.signals
+        assert h.store.status[name].history[-1]["reason"] == "LivenessFailed"
+
+    run(body())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -159,6 +159,18 @@ class Prober:
             env=probe_env(spec, run_dir),
             liveness=True,
         )
+
+    def watch(
+        self,
+        spec: InstanceSpec,
+        status: _Status,
+        run_dir: Path,
+        *,
+        kind: str,
+        delay: float,
+        report: Callable[[bool, int, str], None],
+    ) -> bool:
+        return False  # the instance runs here: its controller probes it attempt by attempt
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await http_scrape(exporter, timeout)

@@ -21,6 +21,9 @@ from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import ExporterSpec, InstanceSpec
 from srtr.resources.pins import Pins
 
+# A watched probe's transition, as its node reports it: (ok, failures in a row, message).
+Report = Callable[[bool, int, str], None]
+
 
 class Prober(Protocol):
     """Runs one attempt of an instance's readiness or liveness probe; never blocks the loop."""
@@ -37,6 +40,21 @@ class Prober(Protocol):
         self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
     ) -> tuple[bool, str]:
         """One attempt of an instance's liveness probe, bounded by its `timeout_seconds`."""
+        ...
+
+    def watch(
+        self,
+        spec: InstanceSpec,
+        status: InstanceStatus,
+        run_dir: Path,
+        *,
+        kind: str,
+        delay: float,
+        report: Report,
+    ) -> bool:
+        """Have the instance's node run its `kind` probe (`liveness`, or `readiness` after
+        the gate) every interval from `delay` seconds on, and `report` its transitions only.
+        False where probes run on the controller's machine: the controller runs them."""
         ...
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109

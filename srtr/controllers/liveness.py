@@ -5,9 +5,14 @@ Ready (after its launch when it has no readiness probe). Each attempt runs as a 
 own, bounded by `timeout_seconds`. After `failure_threshold` failures in a row the instance
 gets an `Unhealthy` warning and is stopped (SIGTERM, its grace, SIGKILL); its exit is then a
 failure (`LivenessFailed`) for its restart policy, or its pool's, to decide on.
+
+Where a node agent runs the instance (`Prober.watch`), the agent runs the probe loop and
+reports only a failure; the controller then only stops the instance.
 """
 
 from __future__ import annotations
+
+import functools
 
 from srtr.controllers import health_decisions, teardown
 from srtr.controllers.context import Ctx, liveness_key
@@ -27,10 +32,17 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         return await _stop(ctx, name)
     if status.stop_sent_at is not None or status.kill_sent or status.liveness_in_flight:
         return None
+    if status.liveness_on_node:
+        return None  # its node's agent probes it and reports a failure (`_reported`)
     due = health_decisions.liveness_due(spec, status)
     if due is None:
         return None  # not Ready yet: the probe controller queues this key when it is
     now = ctx.clock.now()
+    report = functools.partial(_reported, ctx, name, status.attempt)
+    delay = max(due - now, 0.0)
+    if ctx.prober.watch(spec, status, ctx.run_dir, kind="liveness", delay=delay, report=report):
+        store.watched_on_node(name, "liveness")
+        return None
     if now < due:
         return Result(requeue_after=due - now)
     store.liveness_started(name)
@@ -56,6 +68,19 @@ async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:
         ctx.queue.add(liveness_key(spec.name))  # stops it
         return
     ctx.queue.add_after(liveness_key(spec.name), spec.liveness.interval_seconds)
+
+
+def _reported(ctx: Ctx, name: str, attempt: int, ok: bool, failures: int, message: str) -> None:
+    """The node's agent reports that the liveness probe of `attempt` failed (it reports
+    nothing else: its loop ends there)."""
+    store = ctx.store
+    status = store.status.get(name)
+    if status is None or status.attempt != attempt or not status.alive or ok:
+        return
+    if store.job.teardown_requested or status.stop_sent_at is not None:
+        return
+    store.liveness_reported(name, failures=failures, message=message)
+    ctx.queue.add(liveness_key(name))  # stops it
 
 
 async def _stop(ctx: Ctx, name: str) -> Result | None:

@@ -14,6 +14,7 @@ pass Ready again. It is not restarted for that; liveness is what restarts.
 
 from __future__ import annotations
 
+import functools
 import signal
 
 from srtr.controllers import decisions, health_decisions
@@ -76,8 +77,9 @@ async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:
         _readiness_changed(ctx, spec)
         if spec.liveness is not None:
             ctx.queue.add(liveness_key(spec.name))  # liveness counts from Ready
-    else:
-        store.probe_failed(spec.name, message)
+        ctx.queue.add(probe_key(spec.name))  # watched after the gate (`_watch`) from now
+        return
+    store.probe_failed(spec.name, message)
     ctx.queue.add_after(probe_key(spec.name), spec.probe.interval_seconds)
 
 
@@ -91,14 +93,30 @@ def _readiness_changed(ctx: Ctx, spec: InstanceSpec) -> None:
 def _watch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
     """After the gate: one attempt per interval, to tell Ready from NotReady."""
     status = ctx.store.status[spec.name]
-    if not health_decisions.watches_readiness(spec):
+    if not health_decisions.watches_readiness(spec) or status.readiness_on_node:
         return None
     now = ctx.clock.now()
+    delay = max((status.next_probe_at or now) - now, 0.0)
+    report = functools.partial(_reported, ctx, spec, status.attempt)
+    if ctx.prober.watch(spec, status, ctx.run_dir, kind="readiness", delay=delay, report=report):
+        ctx.store.watched_on_node(spec.name, "readiness")  # its agent reports transitions
+        return None
     if status.next_probe_at is not None and now < status.next_probe_at:
         return Result(requeue_after=status.next_probe_at - now)
     ctx.store.probe_started(spec.name)
     ctx.spawn(_watch_attempt(ctx, spec, status.attempt))
     return None
+
+
+def _reported(
+    ctx: Ctx, spec: InstanceSpec, attempt: int, ok: bool, failures: int, message: str
+) -> None:
+    """A transition of the readiness that the node's agent watches."""
+    status = ctx.store.status.get(spec.name)
+    if status is None or status.attempt != attempt or not status.alive:
+        return
+    if ctx.store.readiness_reported(spec.name, ok=ok, failures=failures, message=message):
+        _readiness_changed(ctx, spec)
 
 
 async def _watch_attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:

@@ -25,6 +25,7 @@ def reset_health(status: InstanceStatus) -> None:
     status.liveness_message = ""
     status.next_liveness_at = None
     status.liveness_failed = False
+    status.readiness_on_node = status.liveness_on_node = False
 
 
 class HealthTransitions(StoreBase):
@@ -43,19 +44,23 @@ class HealthTransitions(StoreBase):
         status, spec = self.status[name], self.specs[name]
         assert spec.probe is not None
         status.next_probe_at = self.clock.now() + spec.probe.interval_seconds
-        if ok:
-            status.readiness_failures = 0
-            status.probe_message = ""
-            if not status.not_ready:
-                return False
+        failures = 0 if ok else status.readiness_failures + 1
+        return self.readiness_reported(name, ok=ok, failures=failures, message=message)
+
+    def readiness_reported(self, name: str, *, ok: bool, failures: int, message: str) -> bool:
+        """Readiness after the gate, as `failures` in a row (0: it passed) say; returns
+        whether the instance flipped (NotReady at the threshold, Ready at a pass)."""
+        status, spec = self.status[name], self.specs[name]
+        assert spec.probe is not None
+        status.readiness_failures = failures
+        status.probe_message = "" if ok else message
+        if ok and status.not_ready:
             status.not_ready = False
             self.set_phase(name, Phase.READY)
             self.set_condition(status.conditions, "Ready", True, "ProbePassed", message)
             self.record(f"instance/{name}", "Ready", f"ready again: {message}")
             return True
-        status.readiness_failures += 1
-        status.probe_message = message
-        if status.not_ready or status.readiness_failures < spec.probe.failure_threshold:
+        if ok or status.not_ready or failures < spec.probe.failure_threshold:
             return False
         status.not_ready = True
         self.set_phase(name, Phase.RUNNING)
@@ -63,10 +68,19 @@ class HealthTransitions(StoreBase):
         self.record(
             f"instance/{name}",
             "NotReady",
-            f"{status.readiness_failures} readiness probe failures in a row: {message}",
+            f"{failures} readiness probe failures in a row: {message}",
             warning=True,
         )
         return True
+
+    def watched_on_node(self, name: str, kind: str) -> None:
+        """The instance's node runs its `kind` probe (`liveness` or `readiness`) from now on,
+        and reports only its transitions."""
+        status = self.status[name]
+        if kind == "liveness":
+            status.liveness_on_node = True
+        else:
+            status.readiness_on_node = True
 
     # -- liveness ------------------------------------------------------------------------
     def liveness_started(self, name: str) -> None:
@@ -88,6 +102,13 @@ class HealthTransitions(StoreBase):
             status.liveness_message = "" if ok else message
             self.changed()
         return status.liveness_failures
+
+    def liveness_reported(self, name: str, *, failures: int, message: str) -> None:
+        """The node reports the liveness probe failed `failures` times in a row."""
+        status = self.status[name]
+        status.liveness_failures = failures
+        status.liveness_message = message
+        self.unhealthy(name, message)
 
     def unhealthy(self, name: str, message: str) -> None:
         """`failure_threshold` liveness failures in a row: an `Unhealthy` warning; srtr stops

@@ -125,6 +125,9 @@ class InstanceStatus:
     # relaunch. `gang_restart`: its next launch is that relaunch (counted, not budgeted).
     gang_held: bool = False
     gang_restart: bool = False
+    # Its node's agent runs these probes and reports their transitions (`Prober.watch`).
+    readiness_on_node: bool = False
+    liveness_on_node: bool = False
 
     @property
     def alive(self) -> bool:

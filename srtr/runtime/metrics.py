@@ -38,7 +38,7 @@ from srtr.resources.objects import ExporterSpec, InstanceSpec
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from srtr.controllers.context import Ctx, Prober
+    from srtr.controllers.context import Ctx, Prober, Report
     from srtr.reconciler.workqueue import WorkQueue
 
 REFRESH_PERIOD = 1.0
@@ -88,6 +88,18 @@ class TimedProber:
         self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
     ) -> tuple[bool, str]:
         return await self.inner.liveness(spec, status, run_dir)
+
+    def watch(
+        self,
+        spec: InstanceSpec,
+        status: InstanceStatus,
+        run_dir: Path,
+        *,
+        kind: str,
+        delay: float,
+        report: Report,
+    ) -> bool:
+        return self.inner.watch(spec, status, run_dir, kind=kind, delay=delay, report=report)
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await self.inner.scrape(exporter, timeout)

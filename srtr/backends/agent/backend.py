@@ -167,6 +167,8 @@ class AgentBackend:
         self._seq = itertools.count(1)
         self._answers: dict[int, tuple[str, asyncio.Future[p.Message]]] = {}
         self._live: dict[str, _Live] = {}
+        # Probes the agents run (`watch`): (instance, kind) → (attempt, whom to tell).
+        self._watches: dict[tuple[str, str], tuple[int, Report]] = {}
         self._on_step: set[str] = set()  # names whose current attempt is an srun step
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
         self._closing = False
@@ -412,6 +414,44 @@ class AgentBackend:
         assert isinstance(answer, p.ProbeResult)
         return answer.ok, answer.message
 
+    def watch(
+        self,
+        spec: InstanceSpec,
+        kind: str,
+        status: _Status,
+        run_dir: Path,
+        delay: float,
+        report: Report,
+    ) -> bool:
+        """Have the agent of the instance's node run its `kind` probe and report its
+        transitions (`p.Watch`, `p.Health`); False when no agent runs the instance."""
+        probe = spec.liveness if kind == "liveness" else spec.probe
+        live = self._live.get(spec.name)
+        state = self._nodes.get(spec.node)
+        if probe is None or live is None or state is None or state.conn is None:
+            return False
+        self._watches[(spec.name, kind)] = (status.attempt, report)
+        state.conn.send(
+            p.Watch(
+                name=spec.name,
+                attempt=status.attempt,
+                kind=kind,
+                probe=probe,
+                node_ip=spec.node_ip,
+                log_path=str(run_dir / spec.log),
+                log_offset=status.log_offset,
+                files_dir=str(run_dir / "logs"),
+                delay=delay,
+                env=probe_env(spec, run_dir) if kind == "liveness" else {},
+            )
+        )
+        return True
+
+    def _health(self, message: p.Health) -> None:
+        watched = self._watches.get((message.name, message.kind))
+        if watched is not None and watched[0] == message.attempt:
+            watched[1](message.ok, message.failures, message.message)
+
     # -- the channel's handler ------------------------------------------------------------
 
     def refuse(self, node: str) -> str | None:
@@ -450,7 +490,11 @@ class AgentBackend:
         elif isinstance(message, p.LaunchFailed | p.ProbeResult):
             self._answer(message.seq, message)
         elif isinstance(message, p.Exited):
+            self._watches.pop((message.name, "liveness"), None)
+            self._watches.pop((message.name, "readiness"), None)
             self._exited(conn, message)
+        elif isinstance(message, p.Health):
+            self._health(message)
         elif not isinstance(message, p.Bye):
             log.warning("agents: %s sent an unexpected %s", conn.node, type(message).__name__)
 
@@ -695,6 +739,10 @@ class AgentBackend:
             asyncio.get_running_loop().call_soon(self._listener, observation)
 
 
+# A watched probe's transition: (ok, failures in a row, message).
+Report = Callable[[bool, int, str], None]
+
+
 class _Status(Protocol):
     attempt: int
     log_offset: int
@@ -724,6 +772,18 @@ class AgentProber:
         return await self._backend.probe(
             spec, status.attempt, status.log_offset, run_dir, liveness=True
         )
+
+    def watch(
+        self,
+        spec: InstanceSpec,
+        status: _Status,
+        run_dir: Path,
+        *,
+        kind: str,
+        delay: float,
+        report: Report,
+    ) -> bool:
+        return self._backend.watch(spec, kind, status, run_dir, delay, report)
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await self._here.scrape(exporter, timeout)

@@ -62,12 +62,13 @@ import ssl
 import sys
 import termios
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from srtr import tls
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent.node_watch import Probes, Watches
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.prober import ProbeRunner
 from srtr.backends.procgroup import (
@@ -78,7 +79,6 @@ from srtr.backends.procgroup import (
     instance_environment,
     process_start_time,
 )
-from srtr.resources.objects import ProbeSpec
 
 log = logging.getLogger("srtr.agent")
 
@@ -124,25 +124,6 @@ class Runner(Protocol):
 
 # Builds a node's runner from the agent's exit report and environment builder.
 RunnerFactory = Callable[[str, ExitReport, EnvironmentOf], Runner]
-
-
-class Probes(Protocol):
-    """Runs readiness probe attempts on the node (`prober.ProbeRunner`, or simulated)."""
-
-    def forget(self, name: str) -> None: ...
-    async def check(
-        self,
-        name: str,
-        probe: ProbeSpec,
-        *,
-        node_ip: str,
-        attempt: int,
-        log_path: Path,
-        log_offset: int,
-        files_dir: Path,
-        env: Mapping[str, str] | None = None,
-        liveness: bool = False,
-    ) -> tuple[bool, str]: ...
 
 
 class _Processes(ProcessGroups):
@@ -191,6 +172,7 @@ class Agent:
         self._inherited = _inherited_env(inherit_all, node)
         self._groups = runner(node, self._exited, self._environment)
         self._probes: Probes = probes if probes is not None else ProbeRunner()
+        self._watches = Watches(node, self._probes, self._send)  # probe loops (`node_watch`)
         self._writer: asyncio.StreamWriter | None = None
         self._beats: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -350,6 +332,8 @@ class Agent:
             live = self._groups.get(message.name)
             if live is not None and message.attempt in (None, live.attempt):
                 self._groups.signal(message.name, message.signum)
+        elif isinstance(message, p.Watch):
+            self._watches.watch(message)
         elif isinstance(message, p.Probe):
             task = asyncio.create_task(self._probe(message))
             self._tasks.add(task)
@@ -363,6 +347,7 @@ class Agent:
             self._send(p.LaunchFailed(seq, spec.name, spec.attempt, why))
             return
         self._probes.forget(spec.name)
+        self._watches.forget(spec.name)
         self._graces[spec.name] = spec.stop_grace_seconds
         try:
             attempt = self._groups.start(spec)
@@ -393,6 +378,7 @@ class Agent:
         code = None if status is None else status.code
         signum = None if status is None else status.signal
         message = "exit status unknown" if status is None else status.message
+        self._watches.forget(attempt.name)
         if self._fenced is not None:
             message = f"{message} (fenced: {self._fenced})"
             log.warning(
@@ -493,6 +479,7 @@ class Agent:
             self._groups.signal(name, signal.SIGKILL)
 
     async def _stop(self) -> None:
+        self._watches.close()
         for task in list(self._tasks):
             task.cancel()
         await self._groups.close()
