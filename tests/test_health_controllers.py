@@ -273,3 +273,20 @@ def test_probes_its_node_watches_report_transitions_only(tmp_path: Path) -> None
         assert h.store.status[name].history[-1]["reason"] == "LivenessFailed"
 
     run(body())
+
+
+def test_a_lost_member_restarts_the_rest_of_its_pool(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(GANG, tmp_path)
+        await h.settle()
+        h.backend.lose(RANKS[2])
+        await h.settle()
+        restarting = [e for e in h.events if e.reason == "PoolRestarting"]
+        assert len(restarting) == 1 and "was lost with its node node3" in restarting[0].message
+        assert h.phase(RANKS[2]) == "Lost"
+        h.backend.launches.clear()
+        await h.advance(2)
+        assert [s.name for s in h.backend.launches if s.name in RANKS] == RANKS[:2]
+        assert all(s.env["SRTR_RESTART_COUNT"] == "1" for s in h.backend.launches)
+
+    run(body())

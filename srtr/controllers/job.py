@@ -49,15 +49,9 @@ async def reconcile(ctx: Ctx) -> Result | None:
             await ctx.backend.signal(gate.failed, signal.SIGKILL)
         begin_teardown(ctx, exit_code=1, reason=gate.reason)
         return None
-    failure = decisions.critical_failure(
-        store.specs, store.status, store.desired_names, spares=bool(store.desired.nodes.spares)
-    ) or decisions.unstartable(store.specs, store.status, store.desired_names)
-    if failure:
-        begin_teardown(ctx, exit_code=1, reason=failure)
-        return None
-    pool_failed = health_decisions.pool_failure(store.gangs, store.specs)
-    if pool_failed is not None:
-        begin_teardown(ctx, exit_code=pool_failed.exit_code, reason=pool_failed.reason)
+    failure = _failure(ctx)
+    if failure is not None:
+        begin_teardown(ctx, exit_code=failure.exit_code, reason=failure.reason)
         return None
     step = decisions.next_stage(
         store.desired.stages, store.specs, store.status, job.passed_stages, store.fleets_passed()
@@ -93,6 +87,18 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if end is not None:
         begin_teardown(ctx, exit_code=end.exit_code, reason=end.reason)
     return None
+
+
+def _failure(ctx: Ctx) -> decisions.EndJob | None:
+    """A failure that ends the job whatever its stage: a critical instance's, a service
+    that cannot start, a terminal or critical pool out of restarts."""
+    store = ctx.store
+    failure = decisions.critical_failure(
+        store.specs, store.status, store.desired_names, spares=bool(store.desired.nodes.spares)
+    ) or decisions.unstartable(store.specs, store.status, store.desired_names)
+    if failure:
+        return decisions.EndJob(1, failure)
+    return health_decisions.pool_failure(store.gangs, store.specs)
 
 
 def _gate(ctx: Ctx) -> decisions.Gate:

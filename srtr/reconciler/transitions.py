@@ -93,6 +93,23 @@ class InstanceTransitions(StoreBase):
                 **({"reason": "LivenessFailed"} if status.liveness_failed else {}),
             }
         )
+        self._exit_event(name, status, exit_code, signal, message, lost, planned)
+        if lost:
+            status.phase = Phase.LOST
+        return True
+
+    def _exit_event(
+        self,
+        name: str,
+        status: InstanceStatus,
+        exit_code: int | None,
+        signal: int | None,
+        message: str,
+        lost: bool,
+        planned: str | None,
+    ) -> None:
+        """`exited`'s Exited (or NodeLost) event and Ready condition: a Warning unless srtr
+        stopped it (a teardown, a planned or a pool's restart, but not a failed liveness)."""
         spec = self.specs[name]
         how = (
             f"signal {signal}"
@@ -101,8 +118,6 @@ class InstanceTransitions(StoreBase):
             if exit_code is not None
             else "unknown status"
         )
-        # srtr stopped it (a teardown, a planned or a pool's restart): no failure, unless
-        # it was stopped for failing its liveness probe.
         expected = self.job.teardown_requested or status.gang_held
         expected = expected or (status.stop_sent_at is not None and not status.liveness_failed)
         text = f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
@@ -117,9 +132,6 @@ class InstanceTransitions(StoreBase):
             warning=(exit_code != 0 or lost or status.liveness_failed) and not expected,
         )
         self.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
-        if lost:
-            status.phase = Phase.LOST
-        return True
 
     # -- launching ----------------------------------------------------------------------------
     def launching(self, name: str, *, log_offset: int) -> int:

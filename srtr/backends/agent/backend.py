@@ -47,6 +47,7 @@ from srtr.backends.agent.starters import (
     TOKEN_FILE,
     Starter,
 )
+from srtr.backends.agent.watched import Report, Watched
 from srtr.backends.base import (
     Backend,
     Capabilities,
@@ -167,8 +168,7 @@ class AgentBackend:
         self._seq = itertools.count(1)
         self._answers: dict[int, tuple[str, asyncio.Future[p.Message]]] = {}
         self._live: dict[str, _Live] = {}
-        # Probes the agents run (`watch`): (instance, kind) → (attempt, whom to tell).
-        self._watches: dict[tuple[str, str], tuple[int, Report]] = {}
+        self._watched = Watched()  # probes the agents run in a loop (`watch`)
         self._on_step: set[str] = set()  # names whose current attempt is an srun step
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
         self._closing = False
@@ -424,33 +424,22 @@ class AgentBackend:
         report: Report,
     ) -> bool:
         """Have the agent of the instance's node run its `kind` probe and report its
-        transitions (`p.Watch`, `p.Health`); False when no agent runs the instance."""
-        probe = spec.liveness if kind == "liveness" else spec.probe
-        live = self._live.get(spec.name)
+        transitions (`watched.py`); False when no agent runs the instance."""
         state = self._nodes.get(spec.node)
-        if probe is None or live is None or state is None or state.conn is None:
+        if spec.name not in self._live or state is None or state.conn is None:
             return False
-        self._watches[(spec.name, kind)] = (status.attempt, report)
-        state.conn.send(
-            p.Watch(
-                name=spec.name,
-                attempt=status.attempt,
-                kind=kind,
-                probe=probe,
-                node_ip=spec.node_ip,
-                log_path=str(run_dir / spec.log),
-                log_offset=status.log_offset,
-                files_dir=str(run_dir / "logs"),
-                delay=delay,
-                env=probe_env(spec, run_dir) if kind == "liveness" else {},
-            )
+        request = self._watched.request(
+            spec,
+            kind,
+            attempt=status.attempt,
+            log_offset=status.log_offset,
+            run_dir=run_dir,
+            delay=delay,
+            report=report,
         )
-        return True
-
-    def _health(self, message: p.Health) -> None:
-        watched = self._watches.get((message.name, message.kind))
-        if watched is not None and watched[0] == message.attempt:
-            watched[1](message.ok, message.failures, message.message)
+        if request is not None:
+            state.conn.send(request)
+        return request is not None
 
     # -- the channel's handler ------------------------------------------------------------
 
@@ -490,11 +479,10 @@ class AgentBackend:
         elif isinstance(message, p.LaunchFailed | p.ProbeResult):
             self._answer(message.seq, message)
         elif isinstance(message, p.Exited):
-            self._watches.pop((message.name, "liveness"), None)
-            self._watches.pop((message.name, "readiness"), None)
+            self._watched.exited(message.name)
             self._exited(conn, message)
         elif isinstance(message, p.Health):
-            self._health(message)
+            self._watched.health(message)
         elif not isinstance(message, p.Bye):
             log.warning("agents: %s sent an unexpected %s", conn.node, type(message).__name__)
 
@@ -737,10 +725,6 @@ class AgentBackend:
         # woken when the answer came), so its exit never overtakes its start.
         if self._listener is not None:
             asyncio.get_running_loop().call_soon(self._listener, observation)
-
-
-# A watched probe's transition: (ok, failures in a row, message).
-Report = Callable[[bool, int, str], None]
 
 
 class _Status(Protocol):
