@@ -5,11 +5,12 @@ a static rendezvous whose one rank crashes is restarted as a whole pool."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
 import pytest
-from e2e_util import Run, events, instance
+from e2e_util import Run, events, instance, wait_for
 
 pytestmark = pytest.mark.e2e
 WORKLOADS = Path(__file__).resolve().parent / "health_workloads.py"
@@ -151,3 +152,57 @@ def test_a_rank_that_always_crashes_ends_the_job_after_max_restarts(
     assert state is not None and state["job"]["phase"] == "Failed"
     assert "pool train failed" in state["job"]["reason"]
     assert "service_train_node2" in state["job"]["reason"]
+
+
+HOLLOW_LIVE = """
+name: hlive
+services:
+  - name: base
+    command: ["sleep", "infinity"]
+    nodes: 4
+    liveness: {exec: {command: ["true"]}, interval_seconds: 0.2, failure_threshold: 2}
+    restart: {policy: on-failure, backoff_seconds: 0.1}
+"""
+
+
+def hollow_control(run: Run, line: str) -> None:
+    """One line to the hollow process's control FIFO (docs/agents.md, "Hollow mode")."""
+    fd = os.open(run.run_dir / "hollow.ctl", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def test_a_hollow_instance_made_unhealthy_is_restarted_by_its_agents_probe_loop(
+    tmp_path: Path,
+) -> None:
+    run = Run(tmp_path, HOLLOW_LIVE, "--hollow")
+    name = "service_base_node2"
+    try:
+        run.wait_state(
+            lambda s: (
+                s["job"]["phase"] == "Running"
+                and all(i["phase"] == "Running" for i in s["instances"])
+            ),
+            what="the pool up",
+        )
+        hollow_control(run, f"unhealthy {name}")
+        wait_for(
+            lambda: any(e["reason"] == "Unhealthy" for e in events(run.run_dir)),
+            what="the Unhealthy event",
+        )
+        hollow_control(run, f"healthy {name}")
+        state = run.wait_state(
+            lambda s: instance(s, name)["attempt"] == 1 and instance(s, name)["phase"] == "Running",
+            what="the instance relaunched",
+        )
+        assert instance(state, name)["history"][0]["reason"] == "LivenessFailed"
+        unhealthy = [e for e in events(run.run_dir) if e["reason"] == "Unhealthy"]
+        assert [e["object"] for e in unhealthy] == [f"instance/{name}"]
+        assert "hollow node, unhealthy" in unhealthy[0]["message"]
+        assert all(i["attempt"] == 0 for i in state["instances"] if i["name"] != name)
+        run.signal()
+        assert finish(run) == 130
+    finally:
+        run.close()
