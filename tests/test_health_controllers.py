@@ -8,6 +8,7 @@ from pathlib import Path
 
 from controller_harness import Harness
 
+from srtr.controllers import manager
 from srtr.reconciler.store import EventType, JobPhase
 
 
@@ -288,5 +289,20 @@ def test_a_lost_member_restarts_the_rest_of_its_pool(tmp_path: Path) -> None:
         await h.advance(2)
         assert [s.name for s in h.backend.launches if s.name in RANKS] == RANKS[:2]
         assert all(s.env["SRTR_RESTART_COUNT"] == "1" for s in h.backend.launches)
+
+    run(body())
+
+
+def test_members_held_for_a_pool_restart_end_stopped_with_the_job(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(GANG, tmp_path)
+        await h.settle()
+        h.exit(RANKS[0], 1)
+        await h.settle()
+        assert all(h.phase(n) == "BackOff" for n in RANKS)  # the pool's backoff
+        manager.request_stop(h.ctx, signal.SIGINT)
+        await h.settle()
+        assert all(h.phase(n) == "Stopped" for n in RANKS)
+        assert h.ctx.done.is_set()
 
     run(body())

@@ -80,9 +80,13 @@ def _apply(ctx: Ctx, spec: InstanceSpec, verdict: health_decisions.GangVerdict) 
 async def reconcile(ctx: Ctx, pool: str) -> Result | None:
     store = ctx.store
     gang = store.gangs.get(pool)
-    if gang is None or store.job.teardown_requested:
+    if gang is None:
         return None
     members = [n for n in store.instances_of_pool(pool) if n not in store.removing]
+    if store.job.teardown_requested:
+        for name in health_decisions.held_members(members, store.status):
+            ctx.queue.add(instance_key(name))  # no timer of theirs will: they end Stopped
+        return None
     now = ctx.clock.now()
     if gang.stopping:
         if any(n in ctx.launches for n in members):

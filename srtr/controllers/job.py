@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 
 from srtr.controllers import decisions, fleet_decisions, health_decisions
-from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, instance_key
+from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, gang_key, instance_key
 from srtr.reconciler.store import JobPhase
 from srtr.reconciler.workqueue import Result
 
@@ -30,6 +30,8 @@ def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str) -> None:
     """
     if ctx.store.begin_teardown(exit_code=exit_code, reason=reason):
         ctx.queue.add(TEARDOWN)
+        for pool in ctx.store.gangs:  # members held for a pool restart end now
+            ctx.queue.add(gang_key(pool))
 
 
 async def reconcile(ctx: Ctx) -> Result | None:
