@@ -45,7 +45,8 @@ def chatty() -> None:
 def rank(index: int, size: int, crash: str) -> None:
     """A static rendezvous: every rank checks in under its restart count and waits for all
     `size`; rank 1 then crashes (`once`: on the first attempt only; `always`). The others
-    would wait forever for a relaunched rank 1 alone: only a pool restart brings them on."""
+    would wait forever for a relaunched rank 1 alone: only a pool restart brings them on.
+    `hold`: every rank runs on after its first rendezvous, until a pool restart."""
     run_dir = Path(os.environ["SRTR_RUN_DIR"])
     rdv = run_dir / "rdv" / str(RESTARTS)
     rdv.mkdir(parents=True, exist_ok=True)
@@ -56,6 +57,8 @@ def rank(index: int, size: int, crash: str) -> None:
     print(f"rank {index} checked in (restart {RESTARTS})", flush=True)
     while len(list(rdv.iterdir())) < size:
         time.sleep(0.05)
+    if crash == "hold" and RESTARTS == 0:
+        time.sleep(1000)  # a long first run, which a lost node cuts short
     seen = run_dir / "seen"
     seen.mkdir(exist_ok=True)
     (seen / f"rank{index}").write_text(str(RESTARTS))

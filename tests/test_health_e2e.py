@@ -206,3 +206,35 @@ def test_a_hollow_instance_made_unhealthy_is_restarted_by_its_agents_probe_loop(
         assert finish(run) == 130
     finally:
         run.close()
+
+
+@LAUNCHERS
+def test_a_lost_node_is_replaced_by_a_spare_and_the_pool_relaunches(
+    tmp_path: Path, launcher: tuple[str, ...]
+) -> None:
+    from srtr.runtime.control import send
+
+    recipe = rendezvous("hold", 2).replace(
+        "stop_grace_seconds: 1", "stop_grace_seconds: 1\n        replace_lost: true"
+    )
+    run = Run(tmp_path, recipe, "--nodes", "4", *launcher)
+    try:
+        wait_for(
+            lambda: len(list((run.run_dir / "rdv" / "0").glob("rank*"))) == 3,
+            what="the first rendezvous",
+        )
+        send(run.run_dir, "lose-node", node="node2")
+        code = finish(run, timeout=60)
+    finally:
+        run.close()
+    assert code == 0, run.out + run.err
+    seen = {p.name: p.read_text() for p in (run.run_dir / "seen").iterdir()}
+    assert seen == {"rank0": "1", "rank1": "1", "rank2": "1"}
+    found = events(run.run_dir)
+    restarting = [e for e in found if e["reason"] == "PoolRestarting"]
+    assert len(restarting) == 1 and "was lost with its node node2" in restarting[0]["message"]
+    assert ("Replaced", "pool/train") in [(e["reason"], e["object"]) for e in found]
+    state = run.state()
+    assert state is not None
+    spare = instance(state, "service_train_node4")
+    assert spare["index"] == 1 and spare["phase"] == "Succeeded"

@@ -12,7 +12,7 @@ import itertools
 import logging
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
-from srtr.controllers import decisions, gang, replacement, teardown
+from srtr.controllers import decisions, gang, health_decisions, replacement, teardown
 from srtr.controllers.context import (
     JOB,
     TEARDOWN,
@@ -176,7 +176,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
         store.identified(launched, ctx.backend.identity(launched) if alive else None)
     attempt = store.launching(spec.name, log_offset=log_offset)
     ctx.prober.forget(spec.name)
-    restarts = store.status[spec.name].restarts
+    restarts = _restart_count(ctx, spec)
     launch = LaunchSpec(
         name=spec.name,
         node=spec.node,
@@ -263,6 +263,15 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
     if spec.pool:
         ctx.queue.add(pool_key(spec.pool))
     _wake_gang(ctx, spec)
+
+
+def _restart_count(ctx: Ctx, spec: InstanceSpec) -> int:
+    """How many times the instance was restarted; for a member of a pool restarted as a
+    whole, its pool's restarts, which a spare that replaced a lost member shares too."""
+    gang_ = ctx.store.gangs.get(spec.pool) if spec.pool is not None else None
+    if gang_ is not None and health_decisions.gang_scoped(spec):
+        return gang_.restarts
+    return ctx.store.status[spec.name].restarts
 
 
 def restart_count_in(argv: tuple[str, ...], restarts: int) -> tuple[str, ...]:
