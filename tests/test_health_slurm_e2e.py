@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import slurm_util
-from e2e_util import events, instance
-from slurm_launchers import LAUNCHERS, finish, no_job_left, start, up
+from e2e_util import Run, events, instance, wait_for
+from slurm_launchers import LAUNCHERS, drain, finish, no_job_left, start, up
 from test_health_e2e import command, rendezvous
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
@@ -93,3 +93,35 @@ def test_a_static_rendezvous_on_separate_hosts_is_gang_restarted(
         assert code == 1, run.out + run.err
         state = run.state()
         assert state is not None and "pool train failed" in state["job"]["reason"]
+
+
+@LAUNCHERS
+def test_a_drained_node_is_replaced_and_the_pool_relaunches(tmp_path: Path, launcher: str) -> None:
+    """SLURM drains a node of a gang-scoped pool (its loss): the others are stopped, a spare
+    takes the lost one's place and index, and the whole pool's second rendezvous succeeds."""
+    recipe = rendezvous("hold", 2).replace(
+        "stop_grace_seconds: 1", "stop_grace_seconds: 1\n        replace_lost: true"
+    )
+    run = Run(tmp_path, recipe, *up(launcher, "--nodes", "4"), env=slurm_util.outside_env())
+    victim = None
+    try:
+        state = run.wait_state(lambda s: s["carve"]["pools"].get("train"), 60, "the carve")
+        victim = state["carve"]["pools"]["train"][1]
+        wait_for(
+            lambda: len(list((run.run_dir / "rdv" / "0").glob("rank*"))) == 3,
+            90,
+            "the first rendezvous",
+        )
+        drain(victim)
+        code = finish(run)
+    finally:
+        run.close()
+        if victim is not None:
+            drain(victim, "resume")
+    no_job_left("srtr-rdv")
+    assert code == 0, run.out + run.err
+    seen = {p.name: p.read_text() for p in (run.run_dir / "seen").iterdir()}
+    assert seen == {"rank0": "1", "rank1": "1", "rank2": "1"}
+    found = events(run.run_dir)
+    assert [e["reason"] for e in found].count("PoolRestarting") == 1
+    assert "Replaced" in [e["reason"] for e in found]
