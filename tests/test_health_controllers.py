@@ -8,8 +8,11 @@ from pathlib import Path
 
 from controller_harness import Harness
 
-from srtr.controllers import manager
+from srtr.controllers import edits, manager
 from srtr.reconciler.store import EventType, JobPhase
+from srtr.resources.diff import diff
+from srtr.resources.expand import local_allocation
+from srtr.resources.planning import plan_text_source
 
 
 def run(coro: object) -> None:
@@ -304,5 +307,24 @@ def test_members_held_for_a_pool_restart_end_stopped_with_the_job(tmp_path: Path
         await h.settle()
         assert all(h.phase(n) == "Stopped" for n in RANKS)
         assert h.ctx.done.is_set()
+
+    run(body())
+
+
+def test_a_liveness_probe_added_by_a_live_edit_starts_watching(tmp_path: Path) -> None:
+    plain = "name: t\nservices:\n  - name: web\n    command: [serve]\n"
+    edited = plain + "    liveness: {exec: {command: [check]}, interval_seconds: 5}\n"
+
+    async def body() -> None:
+        h = Harness(plain, tmp_path)
+        await h.settle()
+        _, new = plan_text_source(edited, "recipe.yaml", local_allocation(1))
+        plan = diff(h.store.desired, new, launched=frozenset({"service_web"}))
+        assert not plan.restart and [c.name for c in plan.hot] == ["service_web"]
+        edits.apply(h.ctx, new, plan, edited)
+        await h.settle()
+        assert h.prober.liveness_calls == ["service_web"]
+        await h.advance(5)
+        assert h.prober.liveness_calls == ["service_web"] * 2
 
     run(body())
