@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import signal
 
-from srtr.controllers import decisions, fleet_decisions
-from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, instance_key
+from srtr.controllers import decisions, fleet_decisions, health_decisions
+from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, gang_key, instance_key
 from srtr.reconciler.workqueue import Result
 from srtr.store.store import JobPhase
 
@@ -30,6 +30,8 @@ def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str) -> None:
     """
     if ctx.store.begin_teardown(exit_code=exit_code, reason=reason):
         ctx.queue.add(TEARDOWN)
+        for pool in ctx.store.gangs:  # members held for a pool restart end now
+            ctx.queue.add(gang_key(pool))
 
 
 async def reconcile(ctx: Ctx) -> Result | None:
@@ -53,8 +55,8 @@ async def reconcile(ctx: Ctx) -> Result | None:
         begin_teardown(ctx, exit_code=1, reason=gate.reason)
         return None
     failure = _failure(ctx, alone)
-    if failure:
-        begin_teardown(ctx, exit_code=1, reason=failure)
+    if failure is not None:
+        begin_teardown(ctx, exit_code=failure.exit_code, reason=failure.reason)
         return None
     step = decisions.next_stage(
         store.desired.stages, store.specs, store.status, job.passed_stages, store.fleets_passed()
@@ -92,14 +94,18 @@ async def reconcile(ctx: Ctx) -> Result | None:
     return None
 
 
-def _failure(ctx: Ctx, alone: set[str]) -> str | None:
-    """Why the job fails now, or None; what a live edit added and failed alone (`alone`)
-    is not counted: everything that ran before goes on."""
+def _failure(ctx: Ctx, alone: set[str]) -> decisions.EndJob | None:
+    """A failure that ends the job whatever its stage: a critical instance's, a service
+    that cannot start, a terminal or critical pool out of restarts. What a live edit added
+    and failed alone (`alone`) is not counted: everything that ran before goes on."""
     store = ctx.store
     counted = store.desired_names - alone
-    return decisions.critical_failure(
+    failure = decisions.critical_failure(
         store.specs, store.status, counted, spares=bool(store.desired.nodes.spares)
     ) or decisions.unstartable(store.specs, store.status, counted)
+    if failure:
+        return decisions.EndJob(1, failure)
+    return health_decisions.pool_failure(store.gangs, store.specs)
 
 
 def _gate(ctx: Ctx) -> decisions.Gate:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from srtr.store.health_transitions import reset_health
 from srtr.store.status import (
     ALIVE,
     FINISHED,
@@ -89,8 +90,26 @@ class InstanceTransitions(StoreBase):
                 "at": round(self.clock.wall(), 3),
                 "message": message,
                 **({"planned": planned} if planned and not lost else {}),
+                **({"reason": "LivenessFailed"} if status.liveness_failed else {}),
             }
         )
+        self._exit_event(name, status, exit_code, signal, message, lost, planned)
+        if lost:
+            status.phase = Phase.LOST
+        return True
+
+    def _exit_event(
+        self,
+        name: str,
+        status: InstanceStatus,
+        exit_code: int | None,
+        signal: int | None,
+        message: str,
+        lost: bool,
+        planned: str | None,
+    ) -> None:
+        """`exited`'s Exited (or NodeLost) event and Ready condition: a Warning unless srtr
+        stopped it (a teardown, a planned or a pool's restart, but not a failed liveness)."""
         spec = self.specs[name]
         how = (
             f"signal {signal}"
@@ -99,20 +118,20 @@ class InstanceTransitions(StoreBase):
             if exit_code is not None
             else "unknown status"
         )
-        expected = self.job.teardown_requested or status.stop_sent_at is not None
+        expected = self.job.teardown_requested or status.gang_held
+        expected = expected or (status.stop_sent_at is not None and not status.liveness_failed)
         text = f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
+        if status.liveness_failed and not lost:
+            text += " (LivenessFailed)"
         if planned and not lost:
             text = f"stopped on {spec.node} for a planned restart: {planned} ({how})"
         self.record(
             f"instance/{name}",
             "NodeLost" if lost else "Exited",
             text + (f": {message}" if lost and message else ""),
-            warning=(exit_code != 0 or lost) and not expected,
+            warning=(exit_code != 0 or lost or status.liveness_failed) and not expected,
         )
         self.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
-        if lost:
-            status.phase = Phase.LOST
-        return True
 
     # -- launching ----------------------------------------------------------------------------
     def launching(self, name: str, *, log_offset: int) -> int:
@@ -126,7 +145,15 @@ class InstanceTransitions(StoreBase):
         assert status.phase in (Phase.PENDING, Phase.BACKOFF), status.phase
         now = self.clock.now()
         attempt = status.attempt + 1
-        if attempt > 0 and status.planned is not None:
+        if attempt > 0 and status.gang_restart:
+            status.restarts += 1  # its pool's restart: counted, on the pool's budget
+            self.record(
+                f"instance/{name}",
+                "Restarting",
+                f"pool restart: attempt {attempt} on {self.specs[name].node} "
+                f"(restart {status.restarts})",
+            )
+        elif attempt > 0 and status.planned is not None:
             self.record(
                 f"instance/{name}",
                 "Restarting",
@@ -141,6 +168,8 @@ class InstanceTransitions(StoreBase):
                 f"attempt {attempt} on {self.specs[name].node} (restart {status.restarts})",
             )
         status.planned = None
+        status.gang_restart = False
+        reset_health(status)
         status.log_offset = log_offset
         status.attempt = attempt
         status.step = None  # the backend reports the new attempt's step once it has one
@@ -286,6 +315,7 @@ class InstanceTransitions(StoreBase):
         status.ready_attempt = status.attempt
         status.ready_at = now
         status.probe_message = ""
+        status.next_probe_at = now + spec.probe.interval_seconds  # it keeps being watched
         self.set_phase(name, Phase.READY)
         self.set_condition(
             status.conditions, "Ready", True, "ProbePassed", spec.probe.describe(spec.node_ip)
