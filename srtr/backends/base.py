@@ -81,6 +81,9 @@ class Observation:
     signal: int | None = None
     message: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
+    # What ended it, when the backend knows more than the code: OOMKilled (the kernel's OOM
+    # killer, seen in the instance's memory cgroup or SLURM's step state); '' otherwise.
+    reason: str = ""
 
 
 Listener = Callable[[Observation], None]

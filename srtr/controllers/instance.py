@@ -39,6 +39,7 @@ def observe(ctx: Ctx, obs: Observation) -> None:
         signal=obs.signal,
         message=obs.message,
         lost=lost,
+        reason=obs.reason,
     ):
         return
     if lost:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from srtr.reconciler import causes
 from srtr.reconciler.rundir import (
     ConditionDoc,
     EventDoc,
@@ -147,6 +148,7 @@ def job_doc(
         "stages": [s.name for s in store.desired.stages],
         "conditions": [condition_doc(c) for c in job.conditions.values()],
         "write_faults": store.write_faults.to_json(),
+        "cause": causes.cause_doc(job.cause),
     }
 
 
@@ -197,7 +199,7 @@ def instance_doc(
         "stop_grace_seconds": spec.stop_grace_seconds,
         "stop_deadline": stop_deadline,
         "next_start_at": wall(st.next_start_at) if st.phase == "BackOff" else None,
-        "history": st.history[-20:],
+        "history": causes.kept_history(st.history),
         "attempt": st.attempt,
         "activated": st.activated,
         "identity": st.identity,

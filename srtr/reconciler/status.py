@@ -134,6 +134,25 @@ class InstanceStatus:
         return self.ready_attempt is not None and self.ready_attempt == self.attempt
 
 
+@dataclass(frozen=True)
+class Cause:
+    """The job's first failure: the first exit (or lost node, or failed launch) that srtr
+    did not cause itself, whatever came after it. `reason` classifies it (`causes.py`:
+    OOMKilled, LivenessFailed, NodeLost, LaunchFailed, Error); `at` is wall seconds;
+    `log_offset` is where that attempt's output starts in `log` (relative to the run dir)."""
+
+    instance: str
+    node: str
+    attempt: int
+    at: float
+    reason: str
+    exit_code: int | None
+    signal: int | None
+    message: str
+    log: str
+    log_offset: int
+
+
 @dataclass
 class JobStatus:
     phase: JobPhase = JobPhase.PENDING
@@ -150,6 +169,7 @@ class JobStatus:
     started_at: float | None = None
     ended_at: float | None = None
     conditions: dict[str, Condition] = field(default_factory=dict)
+    cause: Cause | None = None  # the first failure (set once, never by a teardown's exits)
 
 
 @dataclass(frozen=True)

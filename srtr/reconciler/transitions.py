@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from srtr.reconciler import causes
+from srtr.reconciler.cause_transitions import CauseTransitions
 from srtr.reconciler.status import (
     ALIVE,
     FINISHED,
@@ -23,7 +25,6 @@ from srtr.reconciler.status import (
     Phase,
     UserAction,
 )
-from srtr.reconciler.store_base import StoreBase
 
 # A launch the backend refused counts as an exit with the shell's "command not found" code:
 # restart policies, critical failures and terminal exit codes treat it like any failed exit.
@@ -35,8 +36,8 @@ _REQUESTED = {
 }
 
 
-class InstanceTransitions(StoreBase):
-    """Transitions of `InstanceStatus`, mixed into `Store`."""
+class InstanceTransitions(CauseTransitions):
+    """Transitions of `InstanceStatus`, mixed into `Store` (with the job's first failure)."""
 
     def _current(self, name: str, attempt: int) -> InstanceStatus | None:
         status = self.status.get(name)
@@ -63,11 +64,15 @@ class InstanceTransitions(StoreBase):
         signal: int | None,
         message: str = "",
         lost: bool = False,
+        reason: str = "",
     ) -> bool:
         """The attempt ended (or its node was `lost`): Exited/NodeLost, Ready False.
 
         The phase stays where it was (the instance controller decides what follows), except
-        for a lost node: Lost. Returns False, changing nothing, for a stale attempt.
+        for a lost node: Lost. `reason` is what ended it when the backend or a controller
+        knows (OOMKilled, LivenessFailed). A failure srtr did not cause is a Warning, keeps
+        its class in the history, and may be the job's first failure (`job.cause`).
+        Returns False, changing nothing, for a stale attempt.
         """
         status = self._current(name, attempt)
         if status is None:
@@ -76,6 +81,9 @@ class InstanceTransitions(StoreBase):
         status.exit_code = exit_code
         status.exit_signal = signal
         status.exited_at = self.clock.now()
+        failure = self.failure(
+            status, exit_code=exit_code, signal=signal, reported=reason, lost=lost
+        )
         planned = (
             status.restart_reason
             if status.user_action is UserAction.RESTART and status.stop_sent_at is not None
@@ -89,8 +97,11 @@ class InstanceTransitions(StoreBase):
                 "at": round(self.clock.wall(), 3),
                 "message": message,
                 **({"planned": planned} if planned and not lost else {}),
+                **({"reason": failure} if failure else {}),
             }
         )
+        if failure:
+            self.note_failure(name, failure, exit_code=exit_code, signal=signal, message=message)
         spec = self.specs[name]
         how = (
             f"signal {signal}"
@@ -99,15 +110,16 @@ class InstanceTransitions(StoreBase):
             if exit_code is not None
             else "unknown status"
         )
-        expected = self.job.teardown_requested or status.stop_sent_at is not None
         text = f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
+        if failure in causes.REPORTED:
+            text += f" ({failure})"
         if planned and not lost:
             text = f"stopped on {spec.node} for a planned restart: {planned} ({how})"
         self.record(
             f"instance/{name}",
             "NodeLost" if lost else "Exited",
             text + (f": {message}" if lost and message else ""),
-            warning=(exit_code != 0 or lost) and not expected,
+            warning=failure is not None,
         )
         self.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
         if lost:
@@ -196,6 +208,10 @@ class InstanceTransitions(StoreBase):
         status.exit_code = LAUNCH_FAILED_EXIT_CODE
         status.launch_error = error
         self.record(f"instance/{name}", "LaunchFailed", error, warning=True)
+        if not self.job.teardown_requested:
+            self.note_failure(
+                name, causes.LAUNCH_FAILED, exit_code=None, signal=None, message=error
+            )
 
     # -- after an exit ------------------------------------------------------------------------
     def restart_now(self, name: str) -> None:
