@@ -61,7 +61,9 @@ services:
 
 
 @LAUNCHERS
-def test_terminal_pool_ends_the_job_with_the_failed_members_code(tmp_path: Path, launcher: str) -> None:
+def test_terminal_pool_ends_the_job_with_the_failed_members_code(
+    tmp_path: Path, launcher: str
+) -> None:
     run = Run(tmp_path, TERMINAL, "--launcher", launcher)
     assert finish(run) == 3
     state = run.state()

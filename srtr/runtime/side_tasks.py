@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from srtr.backends import certs
 from srtr.controllers import exporter, instance, intents, manager
 from srtr.controllers.context import Ctx
+from srtr.reconciler.cause_block import failed_job_block
 from srtr.reconciler.persist import snapshot, write_atomic
 from srtr.reconciler.rundir import (
     HEARTBEAT_FILE,
@@ -89,6 +90,8 @@ class Progress:
     async def stop(self) -> None:
         if self.printer is not None:
             run_dir = self.ctx.run_dir
+            for line in failed_job_block(run_dir, self.ctx.store.job):
+                self.printer.print(line)
             self.printer.print(f"run dir: {run_dir}  (srtr status {run_dir})")
             self.printer.close()
 

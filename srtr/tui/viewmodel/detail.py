@@ -8,9 +8,17 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from srtr.reconciler.rundir import ready_now
 from srtr.reconciler.status import Phase
 from srtr.tui.viewmodel.phases import Doc
-from srtr.tui.viewmodel.text import age_since, fmt_age, fmt_exit, last_exit
+from srtr.tui.viewmodel.text import (
+    age_since,
+    attempt_end,
+    fmt_age,
+    fmt_exit,
+    instance_age,
+    last_exit,
+)
 
 RECENT_EVENTS = 8
 # Phases that end an instance without a failure: a probe failure from before is stale.
@@ -81,9 +89,10 @@ def _facts(inst: Doc, now: float) -> list[tuple[str, str]]:
 def _status(inst: Doc, now: float) -> str:
     """`Ready · ready yes · up 3m`, with the next start (BackOff) or the SIGKILL to come."""
     phase = str(inst.get("phase", ""))
-    status = f"{phase} · ready {'yes' if inst.get('ready') else 'no'}"
+    status = f"{phase} · ready {'yes' if ready_now(inst) else 'no'}"
     if inst.get("started_at") is not None:
-        status += f" · up {age_since(inst.get('started_at'), now)}"
+        ran = "ran" if attempt_end(inst) is not None else "up"
+        status += f" · {ran} {instance_age(inst, now)}"
     if phase == Phase.BACKOFF and inst.get("next_start_at") is not None:
         status += f" · next start in {fmt_age(inst['next_start_at'] - now)}"
     if inst.get("stop_deadline") is not None:
