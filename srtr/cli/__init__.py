@@ -238,6 +238,9 @@ def build_parser(*, run_verbs: bool = True) -> argparse.ArgumentParser:
     except ImportError:  # pragma: no cover - only during bootstrapping
         return parser
     cli_run.add_verbs(verbs)
+    from srtr.cli import wait
+
+    wait.add_verbs(verbs)
     return parser
 
 
