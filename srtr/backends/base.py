@@ -56,6 +56,8 @@ class LaunchSpec:
     # SIGTERM to SIGKILL: what a node agent that fences itself gives the attempt (it decides
     # alone, cut off from the controller that keeps the grace).
     stop_grace_seconds: float = 30.0
+    # `limits.memory` in bytes: a memory cgroup of its own (local, agent); srun's --mem.
+    memory_limit: int | None = None
 
 
 class ObservationKind(enum.StrEnum):

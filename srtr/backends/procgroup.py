@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import logging
 import os
@@ -37,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from srtr.backends.base import Identity, LaunchError, LaunchSpec, Observation, ObservationKind
+from srtr.backends.cgroups import MemoryCgroups
 from srtr.backends.exit_watch import exit_watcher
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ class ExitStatus:
     code: int
     signal: int | None
     message: str
+    reason: str = ""  # OOMKilled: the kernel's OOM killer ended it (`cgroups.py`)
 
 
 # Told about every reaped attempt; the status is None for an adopted one (not our child).
@@ -129,6 +132,7 @@ def exited(attempt: Attempt, status: ExitStatus | None) -> Observation:
         exit_code=status.code,
         signal=status.signal,
         message=status.message,
+        reason=status.reason,
     )
 
 
@@ -143,6 +147,7 @@ class ProcessGroups:
         environment: EnvironmentBuilder,
         owner: str,
         die_with_parent: bool = False,
+        memory_cgroups: bool = True,
     ) -> None:
         """
         Args:
@@ -153,6 +158,9 @@ class ProcessGroups:
             die_with_parent: each leader gets SIGKILL when this process dies (Linux's
                 parent-death signal), so a node agent killed by `kill -9` takes its
                 instances' leaders with it. Members a leader forked are not covered.
+            memory_cgroups: attempts with a memory limit run in a memory cgroup of their
+                own, and OOM kills are told apart (`cgroups.py`); False where the attempts
+                are not the instances (the SLURM backend's srun clients).
         """
         self._on_exit = on_exit
         self._command = command
@@ -161,6 +169,7 @@ class ProcessGroups:
         self._preexec = _parent_death_hook() if die_with_parent else None
         if self._preexec is None:
             close_inherited_on_exec()  # `_spawn` has no close_fds
+        self._cgroups = MemoryCgroups(enabled=memory_cgroups)
         self._watcher = exit_watcher()  # started here, not in a launch inside a node's view
         self._live: dict[str, Attempt] = {}
         # Groups whose leader was reaped while other members (grandchildren) remained. Only
@@ -218,7 +227,8 @@ class ProcessGroups:
                 )
                 _append(fd, marker)
             try:
-                argv, env = self._command(spec), self._environment(spec)
+                argv = self._cgroups.argv(spec, self._command(spec))
+                env = self._environment(spec)
                 if self._preexec is None and spec.cwd is None:
                     attempt = _attempt(spec, _spawn(spec, fd, argv, env), None, loop)
                 else:
@@ -237,6 +247,7 @@ class ProcessGroups:
         attempt = self._live.get(name)
         if attempt is None:
             return
+        self._cgroups.signalled(name, signum)
         # The leader is not reaped yet, so its pid (the group id) cannot have been reused.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(attempt.pgid, signum)
@@ -295,13 +306,13 @@ class ProcessGroups:
         for pgid in self._lingering:
             kill_group(pgid)
         self._lingering.clear()
-        if not self._live:
-            return
-        try:
-            async with asyncio.timeout(CLOSE_TIMEOUT):
-                await self._idle.wait()
-        except TimeoutError:
-            self._abandon()
+        if self._live:
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await self._idle.wait()
+            except TimeoutError:
+                self._abandon()
+        self._cgroups.close()
 
     def _register_child(self, attempt: Attempt) -> None:
         """`_register` a child just started; one whose exit cannot be watched is killed."""
@@ -337,6 +348,8 @@ class ProcessGroups:
         # unreaped leader keeps the group id from being reused, so this cannot hit a stranger.
         kill_group(attempt.pgid)
         status = _reap(attempt.pid)
+        oom = self._cgroups.reason(attempt.name, status)
+        status = dataclasses.replace(status, reason=oom) if oom else status
         if attempt.popen is not None:
             attempt.popen.returncode = -status.signal if status.signal is not None else status.code
         if self._live.get(attempt.name) is attempt:

@@ -179,6 +179,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
         srun_options=dict(spec.srun_options),
         export_env=dict(spec.export_env),
         stop_grace_seconds=spec.stop_grace_seconds,
+        memory_limit=spec.memory_limit,
     )
     if limit > 0:
         ctx.launches.begin(spec.name)

@@ -147,6 +147,8 @@ class InstanceSpec:
     deferred_probe: bool = False
     # srun_export_env: reaches the instance through srun's --export, never through argv.
     export_env: tuple[tuple[str, str], ...] = ()
+    # `limits.memory` in bytes: the instance's memory cgroup (and srun's --mem).
+    memory_limit: int | None = None
 
     def config_hash(self) -> str:
         """What decides a restart on a live edit: rendered argv, env, preamble and probe target.
@@ -178,6 +180,7 @@ class InstanceSpec:
                     else []
                 ),
                 *([self.export_env] if self.export_env else []),
+                *([self.memory_limit] if self.memory_limit else []),
             ],
             sort_keys=True,
         )

@@ -20,6 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from srtr.resources.limits import Limits
+
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 PLACEMENT_NODES = (
     "head",
@@ -433,6 +435,7 @@ class Service(Spec):
     cpus_per_task: int | None = None
     cpu_bind: str | None = None
     srun_options: dict[str, Text] = {}
+    limits: Limits | None = None  # per instance (`limits.py`)
     enabled: bool = True
     options: dict[str, Any] = {}
     metrics: list[Metrics] = []

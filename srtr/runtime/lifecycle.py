@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from srtr.backends import certs
 from srtr.backends.base import Backend
+from srtr.backends.cgroups import limits_warning
 from srtr.backends.prober import Prober
 from srtr.backends.provision import Provisioner
 from srtr.controllers import exporter, manager
@@ -246,6 +247,10 @@ def _announce(store: Store, desired: DesiredState, backend: Backend, run_dir: Pa
                 "backend runs these instances on the host",
                 warning=True,
             )
+    limited = sorted({s.service for s in desired.instances if s.memory_limit})
+    unenforced = limits_warning(limited, backend.capabilities.simulated_nodes)
+    if unenforced:
+        store.record("job", "NoMemoryLimits", unenforced, warning=True)
     store.record(
         "job",
         "Started",

@@ -580,6 +580,7 @@ class AgentBackend:
             exit_code=message.exit_code,
             signal=message.signal,
             message=message.message,
+            reason=message.reason,
         )
         self._deliver(observation)
 
