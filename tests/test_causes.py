@@ -181,3 +181,46 @@ def test_restarts_keep_the_first_crash_in_the_history(tmp_path: Path) -> None:
         assert len(history) == causes.HISTORY_KEPT
 
     run(body())
+
+
+LIVE = """
+name: live
+services:
+  - name: web
+    command: [sleep, inf]
+    restart: {policy: on-failure, backoff_seconds: 1}
+"""
+
+
+def test_a_liveness_stop_is_a_failure_though_srtr_sent_it(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(LIVE, tmp_path)
+        await h.settle()
+        name = "service_web"
+        status = h.store.status[name]
+        # What a liveness controller does: mark the stop as a failure, then stop it.
+        status.stop_reason = "LivenessFailed"
+        h.store.terminating(name, at=h.clock.now())
+        await h.ctx.backend.signal(name, signal.SIGTERM)
+        await h.settle()
+        cause = h.store.job.cause
+        assert cause is not None and cause.reason == "LivenessFailed"
+        assert status.history[-1]["reason"] == "LivenessFailed"
+        exited = [e for e in h.events if e.reason == "Exited"]
+        assert exited[-1].type == "Warning" and "(LivenessFailed)" in exited[-1].message
+
+    run(body())
+
+
+def test_a_users_stop_is_no_failure(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(LIVE, tmp_path)
+        await h.settle()
+        name = "service_web"
+        h.store.terminating(name, at=h.clock.now())
+        await h.ctx.backend.signal(name, signal.SIGTERM)
+        await h.settle()
+        assert h.store.job.cause is None
+        assert "reason" not in h.store.status[name].history[-1]
+
+    run(body())

@@ -29,10 +29,11 @@ class CauseTransitions(StoreBase):
 
         Ends during a teardown are never failures; nor is the end of an attempt srtr sent a
         stop (a user's stop, a planned restart), unless what ended it was not that stop (a
-        liveness kill, the kernel's OOM killer).
+        liveness kill, whose stop carries `stop_reason`; the kernel's OOM killer).
         """
         if self.job.teardown_requested:
             return None
+        reported = reported or status.stop_reason
         if status.stop_sent_at is not None and reported not in causes.ALWAYS_FAILURES:
             return None
         return causes.classify(exit_code, signal, reported=reported, lost=lost)

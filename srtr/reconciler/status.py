@@ -97,6 +97,9 @@ class InstanceStatus:
     restart_times: deque[float] = field(default_factory=deque)
     stop_sent_at: float | None = None
     kill_sent: bool = False
+    # Why srtr stopped this attempt when the stop is a failure, not a plan: LivenessFailed.
+    # Its exit is then classified so (`causes.py`), though srtr sent the signal.
+    stop_reason: str = ""
     probe_message: str = ""
     probe_in_flight: bool = False
     next_probe_at: float | None = None

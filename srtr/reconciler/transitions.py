@@ -89,32 +89,20 @@ class InstanceTransitions(CauseTransitions):
             if status.user_action is UserAction.RESTART and status.stop_sent_at is not None
             else None
         )
+        entry: dict[str, Any] = {"attempt": attempt, "exit_code": exit_code, "signal": signal}
+        entry |= {"at": round(self.clock.wall(), 3), "message": message}
         status.history.append(
-            {
-                "attempt": attempt,
-                "exit_code": exit_code,
-                "signal": signal,
-                "at": round(self.clock.wall(), 3),
-                "message": message,
-                **({"planned": planned} if planned and not lost else {}),
-                **({"reason": failure} if failure else {}),
-            }
+            entry | ({"planned": planned} if planned and not lost else {}) | _failed(failure)
         )
         if failure:
             self.note_failure(name, failure, exit_code=exit_code, signal=signal, message=message)
-        spec = self.specs[name]
-        how = (
-            f"signal {signal}"
-            if signal
-            else f"code {exit_code}"
-            if exit_code is not None
-            else "unknown status"
-        )
-        text = f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
+        node = self.specs[name].node
+        how = _how(exit_code, signal)
+        text = f"{'lost' if lost else 'exited with ' + how} on {node}"
         if failure in causes.REPORTED:
             text += f" ({failure})"
         if planned and not lost:
-            text = f"stopped on {spec.node} for a planned restart: {planned} ({how})"
+            text = f"stopped on {node} for a planned restart: {planned} ({how})"
         self.record(
             f"instance/{name}",
             "NodeLost" if lost else "Exited",
@@ -159,6 +147,7 @@ class InstanceTransitions(CauseTransitions):
         status.exit_code = status.exit_signal = None
         status.stop_sent_at = status.next_probe_at = None
         status.kill_sent = False
+        status.stop_reason = ""
         status.probe_message = ""
         status.launch_error = None
         status.started_at = now
@@ -415,6 +404,18 @@ class InstanceTransitions(CauseTransitions):
         reason, message = _REQUESTED[action]
         status.restart_reason = message if action is UserAction.RESTART else None
         self.record(f"instance/{name}", reason, message)
+
+
+def _failed(failure: str | None) -> dict[str, Any]:
+    """The history entry's `reason`: the failure class of an exit srtr did not cause."""
+    return {"reason": failure} if failure else {}
+
+
+def _how(exit_code: int | None, signal: int | None) -> str:
+    """`signal 9`, `code 3` or `unknown status`: how an attempt ended, in its events."""
+    if signal:
+        return f"signal {signal}"
+    return f"code {exit_code}" if exit_code is not None else "unknown status"
 
 
 def _forget_restarts(status: InstanceStatus, window_start: float) -> None:
