@@ -200,4 +200,11 @@ def test_slurms_oom_words_are_recognised() -> None:
     old = "slurmstepd: error: Detected 2 oom-kill event(s) in step 12.3 cgroup."
     assert slurm_cmd.parse_srun_oom("x\n" + new + "\nsrun: error: n1: task 0: Out Of Memory\n")
     assert slurm_cmd.parse_srun_oom(old)
+    # What the test cluster's SLURM says (its log, as the step's output file has it).
+    seen = (
+        "allocating\nslurmstepd-node1: error: Detected 1 oom-kill event(s) in StepId=7.0. "
+        "Some of your processes may have been killed by the cgroup out-of-memory handler.\n"
+    )
+    assert slurm_cmd.parse_srun_oom(seen)
+    assert slurm_cmd.parse_srun_oom("srun: error: node1: task 0: Out Of Memory\n")
     assert not slurm_cmd.parse_srun_oom("srun: error: n1: task 0: Exited with exit code 1")

@@ -27,8 +27,12 @@ from pathlib import PurePath
 _STEERING_PREFIXES = ("SLURM", "SRUN_", "SALLOC_", "SBATCH_", "PMI_", "PMIX_", "LD_", "GLIBC_")
 _OPTION_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _NODE_FAILURE_RE = re.compile(r"srun: error: Node failure on (\S+)")
-# slurmstepd's words when the step's cgroup saw the OOM killer (SLURM 20.11+ and older).
-_OOM_RE = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event")
+# srun's and slurmstepd's words when the step's cgroup saw the OOM killer (the step state
+# OUT_OF_MEMORY), in the wordings of several SLURM versions.
+_OOM_RE = re.compile(
+    r"srun: error: \S+: tasks? [0-9,-]+: Out Of Memory"
+    r"|slurmstepd(?:-\S+)?: .*(?:Detected \d+ oom[-_]kill event|out-of-memory handler)"
+)
 _MIB = 1024 * 1024
 
 # Options srun_argv sets itself; srun_options may not override them (the backend relies on them).
