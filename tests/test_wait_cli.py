@@ -115,3 +115,31 @@ def watching(pid: int) -> bool:
 def test_a_submitted_job_is_waited_for_until_it_starts(tmp_path: Path) -> None:
     (tmp_path / "submit.sh").write_text("#!/bin/sh\n")
     assert main(["wait", str(tmp_path), "--timeout", "0.2"]) == 124
+
+
+def test_up_after_the_tui_prints_the_first_failure_with_its_log_tail(tmp_path: Path) -> None:
+    from srtr.tui.job_end import summary_lines
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "service_train_node3.out").write_text("older\nrank 2: boom\n")
+    (tmp_path / "events.jsonl").write_text(
+        json.dumps(
+            {
+                "ts": 1.0,
+                "type": "Warning",
+                "reason": "JobFailed",
+                "object": "job",
+                "message": "exit code 1: it broke",
+                "generation": 1,
+            }
+        )
+        + "\n"
+    )
+    write_state(tmp_path, phase="Failed", exit_code=1, reason="it broke", cause=CAUSE)
+    lines = summary_lines(tmp_path)
+    assert "JobFailed" in lines[0] and lines[0].endswith("job: exit code 1: it broke")
+    assert lines[1].startswith("first failure: service_train_node3 on node3")
+    assert lines[-2] == "  | rank 2: boom" and "older" not in "\n".join(lines)
+    assert lines[-1].startswith("run dir: ")
+    write_state(tmp_path, phase="Succeeded", exit_code=0, reason="fine", cause=CAUSE)
+    assert not any("first failure" in line for line in summary_lines(tmp_path))
