@@ -63,6 +63,9 @@ def test_a_reason_naming_another_instance_gets_the_first_failure_appended() -> N
     assert causes.with_first_failure(same, _cause()) == same  # names it already
     oom = causes.with_first_failure(same, _cause(reason="OOMKilled", signal=9))
     assert oom.startswith(same + "; first failure at ") and oom.endswith("OOMKilled (SIGKILL)")
+    lost = _cause(reason="NodeLost", instance="service_rider_node3", exit_code=None)
+    critical = "critical instance service_owner_node3 was lost with its node node3"
+    assert causes.with_first_failure(critical, lost) == critical  # one loss, one failure
     # service_train_node3 is not service_train_node30
     other = "service_train_node30 exited"
     assert "first failure: service_train_node3 " in causes.with_first_failure(other, _cause())

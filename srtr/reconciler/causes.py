@@ -95,11 +95,14 @@ def summary(cause: Cause) -> str:
 def with_first_failure(reason: str, cause: Cause | None) -> str:
     """A failed job's reason, naming its first failure in full when the reason names
     another instance. One that names it already says its exit and log: only a class its
-    exit code does not tell (OOMKilled, LivenessFailed, NodeLost) is added, with the time."""
+    exit code does not tell (OOMKilled, LivenessFailed) is added, with the time. A node's
+    loss is one failure, whichever of its instances was reported first."""
     if cause is None:
         return reason
-    if re.search(rf"\b{re.escape(cause.instance)}\b", reason):
-        if cause.reason in (ERROR, LAUNCH_FAILED):
+    if cause.reason == NODE_LOST and "lost" in reason and _names(reason, cause.node):
+        return reason
+    if _names(reason, cause.instance):
+        if cause.reason not in REPORTED:
             return reason
         stamp = time.strftime("%H:%M:%S", time.localtime(cause.at))
         name = signal_name(cause.signal)
@@ -107,6 +110,11 @@ def with_first_failure(reason: str, cause: Cause | None) -> str:
             f" ({name})" if name else ""
         )
     return f"{reason}; first failure: {summary(cause)}"
+
+
+def _names(text: str, word: str) -> bool:
+    """`text` names `word` whole (service_x_node3 is not service_x_node30)."""
+    return re.search(rf"\b{re.escape(word)}\b", text) is not None
 
 
 def cause_doc(cause: Cause | None) -> CauseDoc | None:
