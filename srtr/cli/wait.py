@@ -1,6 +1,6 @@
 """`srtr wait RUN_DIR [--timeout S]`: block until the job ends; exit with its code.
 
-What a CI script needs after `srtr up --detach` or `srtr submit`. A reader of the run dir,
+What a CI script needs after `srtr up` in the background or `srtr submit`. A reader of the run dir,
 as `srtr status` is, so it works from any host that sees it: it watches state.json
 (inotify where the kernel sees the writes, and one stat a second for a shared file system
 whose writes come from another host), never the controller's pid.
