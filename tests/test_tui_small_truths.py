@@ -76,3 +76,16 @@ def test_the_header_names_the_instance_of_the_first_failure() -> None:
     cause = {"instance": "service_train_node3", "summary": "x"}
     assert header(job(phase="Failed", cause=cause), NOW).cause_instance == "service_train_node3"
     assert header(job(), NOW).cause_instance == ""
+
+
+def test_the_detail_history_names_each_failures_class() -> None:
+    inst = failed(
+        history=[
+            {"attempt": 0, "exit_code": 137, "signal": 9, "at": NOW - 90, "reason": "OOMKilled"},
+            {"attempt": 1, "exit_code": 0, "signal": None, "at": NOW - 30},
+        ],
+        attempt=1,
+    )
+    lines = vm.detail(inst, NOW).history
+    assert lines[0] == "#1 exit 0 · 30s ago"
+    assert lines[1] == "#0 exit 137 (SIGKILL) · 90s ago · OOMKilled"

@@ -138,10 +138,13 @@ def _gate_left(inst: Doc, now: float) -> str:
 
 
 def _history(inst: Doc, now: float) -> list[str]:
-    """Its exits, newest first: `#1 exit 137 (SIGKILL) · 3s ago · OOM`."""
+    """Its exits, newest first: `#1 exit 137 (SIGKILL) · 3s ago · OOMKilled · killed by
+    SIGKILL`, with the class of a failure (the first one stays, at the end)."""
     return [
         f"#{h.get('attempt', '?')} exit {fmt_exit(h.get('exit_code'), h.get('signal')) or '?'}"
-        f" · {age_since(h.get('at'), now)} ago" + (f" · {h['message']}" if h.get("message") else "")
+        f" · {age_since(h.get('at'), now)} ago"
+        + (f" · {h['reason']}" if h.get("reason") else "")
+        + (f" · {h['message']}" if h.get("message") else "")
         for h in reversed(inst.get("history") or [])
     ]
 
