@@ -208,3 +208,11 @@ def test_slurms_oom_words_are_recognised() -> None:
     assert slurm_cmd.parse_srun_oom(seen)
     assert slurm_cmd.parse_srun_oom("srun: error: node1: task 0: Out Of Memory\n")
     assert not slurm_cmd.parse_srun_oom("srun: error: n1: task 0: Exited with exit code 1")
+
+
+def test_the_start_warning_names_the_services_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cgroups, "unavailable", lambda root=cgroups.CGROUP_ROOT: "no way")
+    text = cgroups.limits_warning(["train", "api"], simulated_nodes=True)
+    assert text == "limits.memory of train, api is not enforced: no way; they run without it"
+    monkeypatch.setattr(cgroups, "unavailable", lambda root=cgroups.CGROUP_ROOT: None)
+    assert cgroups.limits_warning(["train"], simulated_nodes=True) is None
