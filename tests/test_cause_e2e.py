@@ -6,8 +6,10 @@ Run under the e2e lock: `flock /tmp/srtr-e2e.lock python3 -m pytest -q tests/tes
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,32 @@ def test_srtr_wait_times_out_then_returns_the_jobs_code(tmp_path: Path) -> None:
     finally:
         run.close()
     wait_for(lambda: not run.leftovers(), 15, "every process of the run to be gone")
+
+
+UNLIMITED = OOM.replace("    limits: {memory: 64Mi}\n", "")
+
+
+def test_an_oom_kill_without_a_limit_is_seen_in_the_kernels_log(tmp_path: Path) -> None:
+    """The whole run in a memory cgroup of 400Mi (as a job in a SLURM allocation is), the
+    hog without a limit of its own: the kernel's OOM killer picks it, srtr names it."""
+    group = Path("/sys/fs/cgroup/memory") / f"srtr-test-{uuid.uuid4().hex[:8]}"
+    if not Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() or os.geteuid():
+        pytest.skip("needs the cgroup v1 memory controller as root")
+    group.mkdir()
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(400 * 1024 * 1024))
+        procs = str(group / "cgroup.procs")
+
+        def enter() -> None:  # in the child, before srtr up starts
+            with open(procs, "w") as handle:
+                handle.write(str(os.getpid()))
+
+        run = Run(tmp_path, UNLIMITED, preexec=enter)
+        assert run.finish(timeout=120) == 137, run.err
+        state = run.state()
+        assert state is not None
+        cause = state["job"]["cause"]
+        assert cause["instance"] == "service_hog" and cause["reason"] == "OOMKilled", cause
+    finally:
+        wait_for(lambda: not (group / "tasks").read_text().strip(), 30, "the cgroup empty")
+        group.rmdir()

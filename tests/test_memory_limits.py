@@ -153,17 +153,31 @@ def test_a_limited_attempt_joins_its_cgroup_before_its_program(tmp_path: Path) -
     assert groups.reason("service_a", ExitStatus(137, 9, "killed by SIGKILL")) == "OOMKilled"
 
 
-def test_without_a_limit_an_unexplained_sigkill_with_an_oom_kill_counted_is_oom() -> None:
+def test_without_a_limit_the_kernels_log_names_the_oom_killers_victim(tmp_path: Path) -> None:
+    log = tmp_path / "kmsg"
+    log.write_text("6,1,1,-;an old record: Killed process 4242 (old) before we looked\n")
     groups = cgroups.MemoryCgroups()
-    groups._vmstat = -1  # the kernel's count rose since srtr last looked
+    groups._kernel_log = cgroups.KernelLog(str(log))  # opened at its end, as /dev/kmsg
+    with log.open("a") as handle:
+        handle.write(
+            "3,2,2,-;Memory cgroup out of memory: Killed process 8986 (python3) "
+            "total-vm:82212kB, anon-rss:65104kB\n"
+            "3,3,3,-;Out of memory: Killed process 77 (java) total-vm:1kB\n"
+        )
     killed = ExitStatus(137, signal.SIGKILL, "killed by SIGKILL")
-    assert groups.reason("service_a", killed) == "OOMKilled"
-    groups._vmstat = -1
-    groups.signalled("service_a", signal.SIGKILL)  # srtr's own SIGKILL
-    assert groups.reason("service_a", killed) == ""
-    groups._vmstat = -1
-    assert groups.reason("service_a", ExitStatus(1, None, "exited with code 1")) == ""
-    assert cgroups.MemoryCgroups(enabled=False).reason("service_a", killed) == ""
+    assert groups.reason("service_a", killed, 8986) == "OOMKilled"
+    assert groups.reason("service_b", killed, 4242) == ""  # logged before we looked
+    groups.signalled("service_c", signal.SIGKILL)  # srtr's own SIGKILL, whatever the log says
+    assert groups.reason("service_c", killed, 77) == ""
+    assert groups.reason("service_d", ExitStatus(1, None, "exited with code 1"), 77) == ""
+    assert cgroups.MemoryCgroups(enabled=False).reason("service_a", killed, 8986) == ""
+    assert cgroups.oom_victims("Killed process 12 (x) total-vm") == [12]
+    groups.close()
+
+
+def test_an_unreadable_kernel_log_is_no_oom(tmp_path: Path) -> None:
+    unreadable = cgroups.KernelLog(str(tmp_path / "missing"))
+    assert not unreadable.oom_killed(1)
 
 
 def test_where_cgroups_cannot_be_made_the_instance_runs_without_its_limit(

@@ -21,11 +21,12 @@ the runtime warns once at the job's start (`limits_warning`) and the instances r
 their limit.
 
 An OOM kill is recognised from what the kernel counts: the instance cgroup's `oom_kill`
-(v1 `memory.oom_control`, v2 `memory.events`), exact. An instance without a cgroup (no
-limit) can still be OOM-killed by the kernel when the machine runs out of memory: its
-leader's SIGKILL that srtr did not send, while the kernel's count of OOM kills
-(`/proc/vmstat` `oom_kill`) rose since srtr last looked, is taken for one (best effort: an
-unrelated OOM kill in the same interval and a stranger's `kill -9` would look the same).
+(v1 `memory.oom_control`, v2 `memory.events`). An instance without a cgroup (no limit) can
+still be OOM-killed, when the machine or a cgroup srtr itself runs in is out of memory:
+when its leader dies of a SIGKILL srtr did not send, the kernel's log (`/dev/kmsg`, read
+from where it stood when the runner started) is searched for the OOM killer's `Killed
+process <pid>` of that leader. Where the log cannot be read (not root, or the kernel's pids
+are not ours: another pid namespace), such a kill stays a plain SIGKILL.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal as signals
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,7 +165,7 @@ class MemoryCgroups:
         self._groups: dict[str, Path] = {}  # instance name → its live attempt's cgroup
         self._stale: list[Path] = []  # cgroups of ended attempts not yet empty
         self._sigkilled: set[str] = set()  # sent SIGKILL by srtr: not the OOM killer's
-        self._vmstat = oom_kills(_read(Path("/proc/vmstat"))) if enabled else 0
+        self._kernel_log = KernelLog() if enabled else None
 
     def argv(self, spec: LaunchSpec, argv: list[str]) -> list[str]:
         """`argv`, joining the attempt's new memory cgroup first when it has a limit.
@@ -182,9 +184,9 @@ class MemoryCgroups:
         if signum == signals.SIGKILL:
             self._sigkilled.add(name)
 
-    def reason(self, name: str, status: Exit) -> str:
-        """OOMKilled when the kernel's OOM killer ended the attempt of `name`, else ''; its
-        cgroup goes (now, or once its last process is gone)."""
+    def reason(self, name: str, status: Exit, pid: int = 0) -> str:
+        """OOMKilled when the kernel's OOM killer ended the attempt of `name` (its leader
+        `pid`), else ''; its cgroup goes (now, or once its last process is gone)."""
         if not self.enabled:
             return ""
         group = self._groups.pop(name, None)
@@ -195,14 +197,14 @@ class MemoryCgroups:
             if status.code != 0 and oom_kills(_read(group / self._layout.oom_file)) > 0:
                 oom = OOM_KILLED
             self._remove(group)
-        elif status.signal == signals.SIGKILL and not killed:
-            now = oom_kills(_read(Path("/proc/vmstat")))
-            oom = OOM_KILLED if now > self._vmstat else ""
-            self._vmstat = now
+        elif status.signal == signals.SIGKILL and not killed and self._kernel_log is not None:
+            oom = OOM_KILLED if self._kernel_log.oom_killed(pid) else ""
         return oom
 
     def close(self) -> None:
         """Remove every cgroup made, and their parent (once their processes are gone)."""
+        if self._kernel_log is not None:
+            self._kernel_log.close()
         for group in [*self._groups.values(), *self._stale]:
             with contextlib.suppress(OSError):
                 group.rmdir()
@@ -254,3 +256,57 @@ class MemoryCgroups:
             except OSError:
                 left.append(group)
         self._stale = left
+
+
+class KernelLog:
+    """The kernel's log from now on (`/dev/kmsg`), searched for the OOM killer's victims.
+
+    Opened at once, at its end: what the kernel logs later is read only when a leader died
+    of a SIGKILL nobody here sent, and kept (a few records) for the next question."""
+
+    def __init__(self, path: str = "/dev/kmsg") -> None:
+        self._victims: set[int] = set()
+        try:
+            self._fd: int | None = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.lseek(self._fd, 0, os.SEEK_END)
+        except OSError:
+            self._fd = None
+
+    def oom_killed(self, pid: int) -> bool:
+        """Whether the OOM killer logged `Killed process <pid>` since the log was opened."""
+        self._read()
+        if pid in self._victims:
+            self._victims.discard(pid)
+            return True
+        return False
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _read(self) -> None:
+        while self._fd is not None:
+            try:
+                record = os.read(self._fd, 8192)  # /dev/kmsg: one record per read
+            except BlockingIOError:
+                return  # nothing more
+            except BrokenPipeError:
+                continue  # records were overwritten before we read them: go on
+            except OSError:
+                self.close()
+                return
+            if not record:
+                return
+            self._victims.update(oom_victims(record.decode(errors="replace")))
+
+
+# The OOM killer's line, in every kernel's wording (`Out of memory: Killed process 12 (x)`,
+# `Memory cgroup out of memory: Killed process 12 (x)`, older kernels' bare line).
+_VICTIM = re.compile(r"\bKilled process (\d+) \(")
+
+
+def oom_victims(text: str) -> list[int]:
+    """The pids the OOM killer's lines in `text` name (`... out of memory: Killed process
+    8986 (python3) total-vm:...`)."""
+    return [int(pid) for pid in _VICTIM.findall(text)]

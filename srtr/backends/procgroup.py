@@ -348,7 +348,7 @@ class ProcessGroups:
         # unreaped leader keeps the group id from being reused, so this cannot hit a stranger.
         kill_group(attempt.pgid)
         status = _reap(attempt.pid)
-        oom = self._cgroups.reason(attempt.name, status)
+        oom = self._cgroups.reason(attempt.name, status, attempt.pid)
         status = dataclasses.replace(status, reason=oom) if oom else status
         if attempt.popen is not None:
             attempt.popen.returncode = -status.signal if status.signal is not None else status.code
