@@ -248,7 +248,7 @@ def another_host(run_dir: Path, view: Path, argv: str) -> list[str]:
     The private /tmp would also hide a venv or a checkout that lives under /tmp (a clone
     there: "No module named srtr"): those are held aside and bound back, as a cluster's
     shared filesystem shows them. Sockets sit at /tmp's top level, so they stay out of
-    reach. (tests/test_control_channel.py runs `srtr` there too.)"""
+    reach. (tests/runtime/test_control_channel.py runs `srtr` there too.)"""
     import srtr
 
     tmp = Path("/tmp").resolve()

@@ -55,10 +55,9 @@ class Count:
 async def join(where: Path, nodes: int, encrypted: bool) -> tuple[float, float, float]:
     """(controller CPU seconds, wall seconds) until `nodes` hollow agents are admitted, and
     the controller's CPU % of one core while they are idle."""
-    from srtr import tls
-    from srtr.backends import certs
     from srtr.backends.agent import protocol as p
     from srtr.backends.agent.channel import AgentServer
+    from srtr.net import certs, tls
 
     cert = certs.create(where / "job.crt", where / "job.key")
     handler = Count(nodes)

@@ -1,4 +1,4 @@
-"""Shared test setup: helper imports, and strict mode.
+"""Shared test setup: xdist groups, the SLURM cluster fixture, and strict mode.
 
 With SRTR_TEST_STRICT=1 (set by .ci/run), a skipped test is a failed test: CI must not be
 green with whole parts untested because a daemon or a binary was missing. The failure names
@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-# Test helpers (harness, workload) live next to the tests and are imported by name.
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent / "chaos"))
+# The end-to-end folders: a test there shares the machine-wide resource even when a marker
+# was forgotten.
+E2E = Path(__file__).resolve().parent / "e2e"
 
 STRICT = os.environ.get("SRTR_TEST_STRICT") == "1"
 
@@ -29,12 +28,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Under pytest-xdist (`scripts/test` runs `-n 3 --dist loadgroup`), tests that share a
     machine-wide resource run one at a time on one worker: the SLURM tests share the test
     cluster's nodes, and the local end-to-end tests share the simulated nodes' loopback
-    IPs and the fixed ports their recipes (the examples, as written) listen on. The other
+    IPs and the fixed ports their recipes (the examples, as written) listen on. A test is in
+    a group by its marker or by its folder (tests/e2e/slurm, tests/e2e/local). The other
     tests spread over the workers."""
     for item in items:
-        if item.get_closest_marker("slurm") is not None:
+        folder = item.path.resolve().parent
+        if item.get_closest_marker("slurm") is not None or folder.is_relative_to(E2E / "slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif item.get_closest_marker("e2e") is not None:
+        elif item.get_closest_marker("e2e") is not None or folder.is_relative_to(E2E / "local"):
             item.add_marker(pytest.mark.xdist_group("local"))
 
 
@@ -44,7 +45,7 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
     here and stopped at the end unless another session still uses it (`slurm_util.hold`).
     Skips (a failure in strict mode) only when SLURM cannot be installed at all. Yields the
     environment to run SLURM commands with."""
-    import slurm_util
+    from tests.support import slurm_util
 
     held = slurm_util.hold()
     started = False
@@ -67,7 +68,7 @@ def tmp_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
     if request.node.get_closest_marker("slurm") is None:
         yield tmp_path
         return
-    import slurm_util
+    from tests.support import slurm_util
 
     shared = slurm_util.shared_dir(request.node.name)
     yield shared

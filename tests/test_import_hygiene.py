@@ -47,7 +47,7 @@ def probe(code: str, *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("package", ["srtr.resources", "srtr.reconciler"])
+@pytest.mark.parametrize("package", ["srtr.resources", "srtr.reconciler", "srtr.store"])
 def test_pure_rooms_do_not_load_textual_or_watchfiles(package: str) -> None:
     loaded = probe(PROBE, package)
     assert "textual" not in loaded and "watchfiles" not in loaded
@@ -60,8 +60,10 @@ import contextlib, io, json, sys
 from srtr.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["plan", sys.argv[1]])
-machinery = ("srtr.reconciler", "srtr.controllers", "srtr.backends", "srtr.runtime", "srtr.tui")
+machinery = ("srtr.reconciler", "srtr.store", "srtr.controllers", "srtr.backends", "srtr.runtime")
+machinery += ("srtr.tui", "srtr.net")
 machinery += ("srtr.cli.run", "srtr.cli.status", "srtr.cli.logs", "srtr.cli.control_verbs")
+machinery += ("srtr.cli.run_state", "srtr.cli.submit", "srtr.cli.run_dir", "srtr.cli.wait")
 heavy = ("rich", "textual")
 loaded = [m for m in sys.modules if m.startswith(machinery) or m.split(".")[0] in heavy]
 print(json.dumps({"code": code, "loaded": sorted(loaded)}))
@@ -70,6 +72,21 @@ print(json.dumps({"code": code, "loaded": sorted(loaded)}))
 
 def test_plan_loads_no_run_machinery() -> None:
     """`srtr plan` builds only srtr.cli's own verbs' parsers (cli.build_parser), and what
-    it loads must not drag the run dir's modules (srtr.reconciler) or rich into its start-up
+    it loads must not drag the run dir's modules (srtr.store) or rich into its start-up
     (nor srtr.cli.run's parsers, which `srtr up` builds)."""
     assert probe(PLAN_PROBE, str(ROOT / "examples" / "pools.yaml")) == {"code": 0, "loaded": []}
+
+
+def test_no_import_circle_in_srtr() -> None:
+    """No two modules of srtr import each other, however indirectly: a circle is where a
+    room's rule starts to bend (the TYPE_CHECKING imports count too, as grimp reads them)."""
+    import grimp
+
+    graph = grimp.build_graph("srtr")
+    circles = sorted(
+        (module, other)
+        for module in graph.modules
+        for other in graph.find_modules_directly_imported_by(module)
+        if graph.chain_exists(importer=other, imported=module)
+    )
+    assert circles == [], f"import circles (module -> module that leads back): {circles}"

@@ -1,8 +1,9 @@
 """The narrow interface between controllers and whatever really runs processes.
 
-Controllers import only this module. `local.py` runs instances as process groups on this
-machine, `slurm.py` as srun steps, and `fake.py` scripts exits for controller tests. A backend
-reports what happened through the listener it was given; it never decides anything.
+Controllers import only this module. `local/` runs instances as process groups on this
+machine, `slurm/` as srun steps, `agent/` through a node agent per node, and `fake.py`
+scripts exits for controller tests. A backend reports what happened through the listener it
+was given; it never decides anything.
 
 Everything the controllers and the runtime ask of a backend is in `Backend`; what only some
 backends can do is declared in their `Capabilities`, never found out by probing for methods.
@@ -11,6 +12,8 @@ backends can do is declared in their `Capabilities`, never found out by probing 
 from __future__ import annotations
 
 import enum
+import importlib.util
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,6 +126,14 @@ class LaunchError(Exception):
     """
 
 
+def host_has_program(what: str, name: str) -> bool:
+    """`Backend.has_program` as this host answers it (the controller's host: where the local
+    backend runs everything, and what a cluster's nodes are taken to share)."""
+    if what == "module":
+        return importlib.util.find_spec(name) is not None
+    return shutil.which(name) is not None
+
+
 class Backend(Protocol):
     """What controllers may ask of a backend. All methods are called on the event loop."""
 
@@ -180,6 +191,11 @@ class Backend(Protocol):
 
         Only backends with `capabilities.walltime` ever return a time.
         """
+        ...
+
+    def has_program(self, what: str, name: str) -> bool:
+        """Whether the nodes can run `name`: a binary on PATH (`what` "binary") or a
+        top-level Python package (`what` "module"). Asked once per program per job."""
         ...
 
     def lose_node(self, node: str) -> list[str]:

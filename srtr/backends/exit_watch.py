@@ -153,72 +153,100 @@ class ExitWatcher:
             raise
 
     def _serve(self, rx: int) -> None:
-        unshare = ctypes.CDLL(None, use_errno=True).unshare
-        # Its own cwd and root too: a thread sharing them with the launching thread would
-        # make that thread's setns(2) into a node's view and back fail (EINVAL).
-        unshare(ctypes.c_int(_CLONE_FS))
-        if unshare(ctypes.c_int(_CLONE_FILES)) == 0:
-            # A copy of every fd the process had: drop them, or a socket the controller
-            # closes would stay open here (its peer would never see the end).
-            os.closerange(3, rx)
-            os.closerange(rx + 1, 0x7FFFFFFF)
-            self.private = True
+        self.private = _own_tables(rx)
         self._started.set()
-        sock = socket.socket(fileno=rx)
-        epoll = select.epoll()
-        epoll.register(rx, select.EPOLLIN)
-        watched: dict[int, tuple[int, int]] = {}  # pidfd (in this table) → (key, channel)
-        pidfds: dict[int, int] = {}  # key → pidfd
-        channels: dict[int, _Reports] = {}  # channel number → its end here
-        writable: dict[int, _Reports] = {}  # fd → a channel waiting to be writable
+        _Thread(rx).serve()
+
+
+def _own_tables(rx: int) -> bool:
+    """Give the calling thread a cwd, root and fd table of its own; whether it got the fd
+    table (then it holds only `rx` and what it opens later)."""
+    unshare = ctypes.CDLL(None, use_errno=True).unshare
+    # Its own cwd and root too: a thread sharing them with the launching thread would
+    # make that thread's setns(2) into a node's view and back fail (EINVAL).
+    unshare(ctypes.c_int(_CLONE_FS))
+    if unshare(ctypes.c_int(_CLONE_FILES)) != 0:
+        return False
+    # A copy of every fd the process had: drop them, or a socket the controller
+    # closes would stay open here (its peer would never see the end).
+    os.closerange(3, rx)
+    os.closerange(rx + 1, 0x7FFFFFFF)
+    return True
+
+
+class _Thread:
+    """The watcher thread's side: its epoll over the pidfds, the loops' report sockets
+    (writable ones waited for when full), and the socket the pidfds arrive on."""
+
+    def __init__(self, rx: int) -> None:
+        self.rx = rx
+        self.sock = socket.socket(fileno=rx)
+        self.epoll = select.epoll()
+        self.epoll.register(rx, select.EPOLLIN)
+        self.watched: dict[int, tuple[int, int]] = {}  # pidfd (in this table) → (key, channel)
+        self.pidfds: dict[int, int] = {}  # key → pidfd
+        self.channels: dict[int, _Reports] = {}  # channel number → its end here
+        self.writable: dict[int, _Reports] = {}  # fd → a channel waiting to be writable
+
+    def serve(self) -> None:
+        """Until the process exits: report each exit to its loop's socket."""
         while True:
             exited: set[_Reports] = set()
-            for fd, _ in epoll.poll():
-                if fd in writable:  # a loop's socket has room again
-                    epoll.unregister(fd)
-                    exited.add(writable.pop(fd))
-                    continue
-                if fd != rx:
-                    epoll.unregister(fd)
-                    os.close(fd)
-                    key, channel = watched.pop(fd)
-                    del pidfds[key]
-                    reports = channels.get(channel)
-                    if reports is not None:
-                        reports.keys.append(key)
-                        exited.add(reports)
-                    continue
-                while True:
-                    try:
-                        data, ancillary, _, _ = sock.recvmsg(_MESSAGE.size, _FD_SPACE, _NOWAIT)
-                    except BlockingIOError:
-                        break
-                    if not data:  # the process is exiting: nothing more to watch
-                        return
-                    op, key, channel = _MESSAGE.unpack(data)
-                    fds = array.array("i")
-                    for _level, _type, payload in ancillary:
-                        fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-                    if op == _CHANNEL:
-                        channels[key] = _Reports(key, socket.socket(fileno=fds[0]))
-                    elif op == _WATCH:
-                        watched[fds[0]] = (key, channel)
-                        pidfds[key] = fds[0]
-                        epoll.register(fds[0], select.EPOLLIN)
-                    elif key in pidfds:  # unwatched before its exit was seen
-                        pidfd = pidfds.pop(key)
-                        del watched[pidfd]
-                        epoll.unregister(pidfd)
-                        os.close(pidfd)
+            for fd, _ in self.epoll.poll():
+                if fd in self.writable:  # a loop's socket has room again
+                    self.epoll.unregister(fd)
+                    exited.add(self.writable.pop(fd))
+                elif fd != self.rx:
+                    self._exited(fd, exited)
+                elif not self._receive():
+                    return
             for reports in exited:
-                match reports.flush():
-                    case "full":  # the loop is busy: send the rest once it has read
-                        if reports.sock.fileno() not in writable:
-                            writable[reports.sock.fileno()] = reports
-                            epoll.register(reports.sock.fileno(), select.EPOLLOUT)
-                    case "gone":  # its loop was closed: nobody is left to tell
-                        del channels[reports.number]
-                        reports.sock.close()
+                self._flush(reports)
+
+    def _exited(self, pidfd: int, exited: set[_Reports]) -> None:
+        self.epoll.unregister(pidfd)
+        os.close(pidfd)
+        key, channel = self.watched.pop(pidfd)
+        del self.pidfds[key]
+        reports = self.channels.get(channel)
+        if reports is not None:
+            reports.keys.append(key)
+            exited.add(reports)
+
+    def _receive(self) -> bool:
+        """Take every message waiting on the socket; False once the process is exiting."""
+        while True:
+            try:
+                data, ancillary, _, _ = self.sock.recvmsg(_MESSAGE.size, _FD_SPACE, _NOWAIT)
+            except BlockingIOError:
+                return True
+            if not data:  # the process is exiting: nothing more to watch
+                return False
+            op, key, channel = _MESSAGE.unpack(data)
+            fds = array.array("i")
+            for _level, _type, payload in ancillary:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            if op == _CHANNEL:
+                self.channels[key] = _Reports(key, socket.socket(fileno=fds[0]))
+            elif op == _WATCH:
+                self.watched[fds[0]] = (key, channel)
+                self.pidfds[key] = fds[0]
+                self.epoll.register(fds[0], select.EPOLLIN)
+            elif key in self.pidfds:  # unwatched before its exit was seen
+                pidfd = self.pidfds.pop(key)
+                del self.watched[pidfd]
+                self.epoll.unregister(pidfd)
+                os.close(pidfd)
+
+    def _flush(self, reports: _Reports) -> None:
+        match reports.flush():
+            case "full":  # the loop is busy: send the rest once it has read
+                if reports.sock.fileno() not in self.writable:
+                    self.writable[reports.sock.fileno()] = reports
+                    self.epoll.register(reports.sock.fileno(), select.EPOLLOUT)
+            case "gone":  # its loop was closed: nobody is left to tell
+                del self.channels[reports.number]
+                reports.sock.close()
 
 
 class _Reports:

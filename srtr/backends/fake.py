@@ -35,6 +35,10 @@ class FakeBackend:
         self.live: dict[str, LaunchSpec] = {}
         self.ignore_term: set[str] = set()
         self.fail_launch: set[str] = set()
+        # Programs the nodes lack (`has_program`), and every program asked about.
+        self.missing_programs: set[str] = set()
+        self.looked: list[tuple[str, str]] = []
+        self.walltime_end: float | None = None  # `end_time`, with `capabilities.walltime`
         self._pid = 1000
 
     def nodes(self) -> list[NodeInfo]:
@@ -101,7 +105,11 @@ class FakeBackend:
         return False
 
     async def end_time(self) -> float | None:
-        return None
+        return self.walltime_end
+
+    def has_program(self, what: str, name: str) -> bool:
+        self.looked.append((what, name))
+        return name not in self.missing_programs
 
     def lose_node(self, node: str) -> list[str]:
         raise ValueError(f"the {self.name} backend has no simulated nodes to lose")

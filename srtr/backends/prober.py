@@ -104,9 +104,15 @@ class Prober:
     async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
         # Here, not at the top: the node agent imports this module for ProbeRunner, and
         # urllib.request (http.client, email) is a fifth of what its start costs.
-        from srtr.backends.fleet import alive_members
+        from srtr.net.fleet import alive_members
 
         return await alive_members(url, timeout)
+
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        """The count an autoscaled pool publishes (imported here for the same reason)."""
+        from srtr.net.published import read_count
+
+        return await read_count(where, timeout)
 
 
 async def http_scrape(exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109

@@ -9,9 +9,9 @@ goes to the `on_exit` handler it was given, after the attempt has left the live 
 signal reaches the whole group. Exits are seen through one pidfd per live leader, all held
 by one thread (`exit_watch`: in its own fd table, so that the table every launch copies
 stays small), not a thread per child: asyncio's default child watcher on Python 3.11 starts
-one per child, which does not scale to thousands of instances (see "Facts measured on this
-machine" in the design notes). Costs worth knowing: one pidfd per live attempt (the
-controller's open-file limit bounds the job).
+one per child, which does not scale to thousands of instances. Costs worth knowing: one
+pidfd per live attempt (the controller's open-file limit bounds the job). How one process
+is started, reaped and described is `spawn`'s.
 
 An attempt an earlier controller started can be taken over (`adopt`) by pid and kernel start
 time; it is not our child, so its exit status is unknown (`on_exit` gets None).
@@ -24,22 +24,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import logging
 import os
-import shutil
-import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from srtr.backends.base import Identity, LaunchError, LaunchSpec, Observation, ObservationKind
 from srtr.backends.cgroups import MemoryCgroups
 from srtr.backends.exit_watch import exit_watcher
+from srtr.backends.spawn import ExitStatus as ExitStatus
+from srtr.backends.spawn import (
+    append_note,
+    close_inherited_on_exec,
+    environ_of,
+    group_exists,
+    open_log,
+    parent_death_hook,
+    reap,
+    spawn,
+    start_popen,
+)
+from srtr.backends.spawn import kill_group as kill_group
+from srtr.backends.spawn import process_start_time as process_start_time
 
 log = logging.getLogger(__name__)
 
@@ -54,26 +64,8 @@ def inherited_environment() -> dict[str, str]:
     return {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
 
 
-_PR_SET_PDEATHSIG = 1
 # Below this many lingering groups, pruning is not worth a syscall per group.
 _PRUNE_MIN = 64
-
-
-def process_start_time(pid: int) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot), or None if it is gone."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)  # one read: the file is one short line
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # The command name may hold spaces and parentheses: fields start after the last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
 
 
 @dataclass(slots=True)
@@ -95,16 +87,6 @@ class Attempt:
     popen: subprocess.Popen[bytes] | None
     loop: asyncio.AbstractEventLoop
     watch: int = 0  # its key in the exit watcher, once watched
-
-
-@dataclass(frozen=True)
-class ExitStatus:
-    """How a reaped leader ended: `code` in the shell convention (128+n for signal n)."""
-
-    code: int
-    signal: int | None
-    message: str
-    reason: str = ""  # OOMKilled: the kernel's OOM killer ended it (`cgroups.py`)
 
 
 # Told about every reaped attempt; the status is None for an adopted one (not our child).
@@ -166,9 +148,9 @@ class ProcessGroups:
         self._command = command
         self._environment = environment
         self._owner = owner
-        self._preexec = _parent_death_hook() if die_with_parent else None
+        self._preexec = parent_death_hook() if die_with_parent else None
         if self._preexec is None:
-            close_inherited_on_exec()  # `_spawn` has no close_fds
+            close_inherited_on_exec()  # `spawn` has no close_fds
         self._cgroups = MemoryCgroups(enabled=memory_cgroups)
         self._watcher = exit_watcher()  # started here, not in a launch inside a node's view
         self._live: dict[str, Attempt] = {}
@@ -215,28 +197,28 @@ class ProcessGroups:
                 f" (pid {previous.pid}) has not exited yet"
             )
         loop = asyncio.get_running_loop()
-        fd = _open_log(spec.log_path)
+        fd = open_log(spec.log_path)
         try:
             if spec.attempt > 0:
                 # Here, not at the top: rundir (and the status model) weighs on every node
                 # agent's start, and only a restart writes a marker.
-                from srtr.reconciler.rundir import restart_marker
+                from srtr.store.rundir import restart_marker
 
                 marker = restart_marker(
                     instance=spec.name, attempt=spec.attempt, node=spec.node, at=datetime.now(UTC)
                 )
-                _append(fd, marker)
+                append_note(fd, marker)
             try:
                 argv = self._cgroups.argv(spec, self._command(spec))
                 env = self._environment(spec)
                 if self._preexec is None and spec.cwd is None:
-                    attempt = _attempt(spec, _spawn(spec, fd, argv, env), None, loop)
+                    attempt = _attempt(spec, spawn(spec, fd, argv, env), None, loop)
                 else:
-                    popen = _start(spec, fd, argv, env, self._preexec)
+                    popen = start_popen(spec, fd, argv, env, self._preexec)
                     attempt = _attempt(spec, popen.pid, popen, loop)
                 self._register_child(attempt)
             except LaunchError as exc:
-                _append(fd, f"==== srtr: {exc} ====\n")
+                append_note(fd, f"==== srtr: {exc} ====\n")
                 raise
         finally:
             os.close(fd)
@@ -273,7 +255,7 @@ class ProcessGroups:
             adopted = Attempt(
                 name=name,
                 attempt=attempt,
-                node=_environ(pid).get("SRTR_NODE", ""),
+                node=environ_of(pid).get("SRTR_NODE", ""),
                 pid=pid,
                 pgid=os.getpgid(pid),
                 child=False,
@@ -324,7 +306,7 @@ class ProcessGroups:
             if attempt.popen is not None:
                 attempt.popen.wait()
             else:
-                _reap(attempt.pid)
+                reap(attempt.pid)
             raise LaunchError(f"cannot watch {attempt.name!r} (pid {attempt.pid}): {exc}") from exc
 
     def _register(self, attempt: Attempt) -> None:
@@ -347,7 +329,7 @@ class ProcessGroups:
         # group (a backgrounded child holding a port) would break the next attempt. The
         # unreaped leader keeps the group id from being reused, so this cannot hit a stranger.
         kill_group(attempt.pgid)
-        status = _reap(attempt.pid)
+        status = reap(attempt.pid)
         oom = self._cgroups.reason(attempt.name, status, attempt.pid)
         status = dataclasses.replace(status, reason=oom) if oom else status
         if attempt.popen is not None:
@@ -370,11 +352,11 @@ class ProcessGroups:
         # its own group id, so forget empty groups as soon as we notice them. The check right
         # after reaping is exact; the amortised prune keeps each exit O(1) on average. After
         # close() every group has been SIGKILLed already.
-        if self._closed or not _group_exists(pgid):
+        if self._closed or not group_exists(pgid):
             return
         self._lingering.add(pgid)
         if len(self._lingering) >= self._prune_at:
-            self._lingering = {g for g in self._lingering if _group_exists(g)}
+            self._lingering = {g for g in self._lingering if group_exists(g)}
             self._prune_at = max(_PRUNE_MIN, 2 * len(self._lingering))
 
     def _abandon(self) -> None:
@@ -427,160 +409,6 @@ def instance_environment(spec: LaunchSpec, inherited: Mapping[str, str]) -> dict
     return env
 
 
-def _parent_death_hook() -> Callable[[], None]:
-    """A preexec hook that asks for SIGKILL when the starting process dies.
-
-    libc's prctl is looked up here, before any fork; the child only calls it. A child whose
-    parent died before the call (no signal would ever come) exits at once.
-    """
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return hook
-
-
-def close_inherited_on_exec() -> None:
-    """Mark close-on-exec every fd above 2 this process holds (what its parent left open,
-    and any a library opened without the flag): `_spawn`'s children then inherit none,
-    as Popen's close_fds ensures for its own. The fds we open later carry the flag already
-    (Python's default, PEP 446; see node_tmp's received fds for the one exception)."""
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) > 2:
-            # EBADF: listdir's own fd, closed by now.
-            with contextlib.suppress(OSError):
-                os.set_inheritable(int(name), False)
-
-
-def kill_group(pgid: int) -> None:
-    """SIGKILL process group `pgid`; a group that is gone or out of reach is no error."""
-    # EPERM means no member could be signalled (all became set-uid); nothing more we can do,
-    # and close() must go on with the other groups.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _open_log(path: Path) -> int:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # O_APPEND and never O_TRUNC: one log spans every attempt, and writes by the child and
-        # by us interleave without overwriting each other.
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise LaunchError(f"cannot open log {path}: {exc.strerror}") from exc
-
-
-def _append(fd: int, text: str) -> None:
-    # Best effort: a full disk must not turn into a second, more confusing error.
-    with contextlib.suppress(OSError):
-        os.write(fd, text.encode())
-
-
-# Popen restores these to SIG_DFL in its children (Python ignores SIGPIPE): so do we.
-_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
-
-
-def _spawn(spec: LaunchSpec, log_fd: int, argv: list[str], env: dict[str, str]) -> int:
-    """Start `argv` in a new session with posix_spawn(3), its output on `log_fd`; the pid.
-
-    The same child as `_start` makes without preexec hook and cwd, at half the cost from a
-    large controller (glibc's clone(CLONE_VM|CLONE_VFORK) and no error pipe; measured from a
-    90 MB process: 0.6-0.7 ms per launch against Popen's 1.4 ms), which is most of the time a
-    job of thousands of instances takes to start. Every fd of ours is close-on-exec (PEP 446)
-    and so does not reach the child, as Popen's close_fds ensures.
-    """
-    path = env.get("PATH", os.defpath)
-    try:
-        return _posix_spawn(_program(argv[0], path), argv, env, log_fd)
-    except FileNotFoundError as exc:
-        if "/" in argv[0] or (argv[0], path) not in _FOUND:
-            raise LaunchError(f"cannot start {argv[0]!r}: [Errno 2] {exc.strerror}") from exc
-        del _FOUND[argv[0], path]  # moved or removed since: look again, once
-        try:
-            return _posix_spawn(_program(argv[0], path), argv, env, log_fd)
-        except FileNotFoundError as exc:
-            raise LaunchError(f"cannot start {argv[0]!r}: [Errno 2] {exc.strerror}") from exc
-    except OSError as exc:
-        raise LaunchError(f"cannot start {argv[0]!r}: [Errno {exc.errno}] {exc.strerror}") from exc
-    except ValueError as exc:  # a NUL byte in argv or env
-        raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
-
-
-# Where a program name was found on a PATH, as a shell's `hash` remembers it: the PATH walk
-# (an access(2) per directory) is left out of all but the first of a job's launches.
-_FOUND: dict[tuple[str, str], str] = {}
-
-
-def _program(name: str, path: str) -> str:
-    """`name` as posix_spawn needs it: a path (Popen searches `env`'s PATH, so do we).
-
-    Raises:
-        FileNotFoundError: no executable of that name on `path`.
-    """
-    if "/" in name:
-        return name
-    found = _FOUND.get((name, path))
-    if found is None:
-        found = shutil.which(name, path=path)
-        if found is None:
-            raise FileNotFoundError(2, "No such file or directory", name)
-        _FOUND[name, path] = found
-    return found
-
-
-def _posix_spawn(program: str, argv: list[str], env: dict[str, str], log_fd: int) -> int:
-    return os.posix_spawn(
-        program,
-        argv,
-        env,
-        file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, log_fd, 1),
-            (os.POSIX_SPAWN_DUP2, log_fd, 2),
-        ],
-        setsid=True,
-        setsigmask=(),
-        setsigdef=_DEFAULT_SIGNALS,
-    )
-
-
-def _start(
-    spec: LaunchSpec,
-    log_fd: int,
-    argv: list[str],
-    env: dict[str, str],
-    preexec: Callable[[], None] | None,
-) -> subprocess.Popen[bytes]:
-    try:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            # The log fd itself, not a pipe: nothing of ours sits between the child and the
-            # file, so no line is lost when the controller stops or falls behind.
-            stdout=log_fd,
-            stderr=log_fd,
-            cwd=spec.cwd,
-            env=env,
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
-    except OSError as exc:
-        where = ""
-        if spec.cwd is not None and exc.filename is not None:
-            if os.fsdecode(exc.filename) == os.fsdecode(spec.cwd):
-                where = f" in {os.fsdecode(spec.cwd)!r}"
-        raise LaunchError(
-            f"cannot start {argv[0]!r}{where}: [Errno {exc.errno}] {exc.strerror}"
-        ) from exc
-    except (subprocess.SubprocessError, ValueError) as exc:
-        # ValueError: a NUL byte in argv, env or cwd. SubprocessError: the preexec hook failed.
-        raise LaunchError(f"cannot start {argv[0]!r}: {exc}") from exc
-
-
 def _attempt(
     spec: LaunchSpec,
     pid: int,
@@ -597,45 +425,3 @@ def _attempt(
         popen=popen,
         loop=loop,
     )
-
-
-def _reap(pid: int) -> ExitStatus:
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        # Someone else in this process reaped it (a stray waitpid(-1)); the status is lost.
-        return ExitStatus(255, None, "exit status lost: reaped elsewhere")
-    return _describe(status)
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def _describe(status: int) -> ExitStatus:
-    """A wait status → the exit code in the shell convention, the signal number, a message."""
-    if os.WIFSIGNALED(status):
-        signum = os.WTERMSIG(status)
-        try:
-            signame = signal.Signals(signum).name
-        except ValueError:
-            signame = f"signal {signum}"
-        return ExitStatus(128 + signum, signum, f"killed by {signame}")
-    code = os.WEXITSTATUS(status)
-    return ExitStatus(code, None, f"exited with code {code}")
-
-
-def _group_exists(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

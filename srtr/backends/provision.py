@@ -1,4 +1,5 @@
-"""Provisioners: where a run gets nodes beyond its allocation, and gives them back (issue 24).
+"""Provisioners: where a run gets nodes beyond its allocation, and gives them back (what a
+user sees of it: docs/recipe.md, "Growing past the allocation").
 
 A live edit that grows a pool past the spare nodes asks the backend's provisioner for the
 missing nodes (`request`), follows the request (`state`: Pending with the provider's reason,
@@ -8,14 +9,14 @@ growing lives here; planning only says how many nodes are missing (`carving.Grow
 
 `LocalProvisioner` simulates a provider for the local backend: a request is a pending job
 that is granted after a delay (`SRTR_LOCAL_PROVISION_DELAY` seconds, default 2), with new
-simulated nodes on the next loopback addresses; `SRTR_LOCAL_PROVISION_REFUSE` makes every
-request refused with that message, as a provider's limit would.
+simulated nodes on the next addresses of the job's loopback block;
+`SRTR_LOCAL_PROVISION_REFUSE` makes every request refused with that message, as a provider's
+limit would.
 """
 
 from __future__ import annotations
 
 import enum
-import ipaddress
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,12 +24,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from srtr.backends.base import NodeInfo
+from srtr.backends.local.loopback import BLOCK_NODES, LoopbackBlock
 
 DELAY_ENV = "SRTR_LOCAL_PROVISION_DELAY"
 REFUSE_ENV = "SRTR_LOCAL_PROVISION_REFUSE"
 DEFAULT_DELAY = 2.0
-
-_FIRST_IP = ipaddress.ip_address("127.0.0.1")
 
 
 class RequestPhase(enum.StrEnum):
@@ -134,8 +134,9 @@ class _Simulated:
 
 class LocalProvisioner:
     """Simulated provider for the local backend: requests are granted after `delay` seconds
-    with nodes `node<K>` on 127.0.0.1 + K, numbered after every node seen so far (names are
-    never reused within a run, so a released node's logs stay its own)."""
+    with nodes `node<K>` on the job's loopback block's K-th address, numbered after every node
+    seen so far (names are never reused within a run, so a released node's logs stay its
+    own)."""
 
     provider = "local"
 
@@ -146,8 +147,11 @@ class LocalProvisioner:
         delay: float | None = None,
         refuse: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        block: LoopbackBlock | None = None,
     ) -> None:
-        """`first_index`: the number of the first new node (the allocation's size + 1)."""
+        """`first_index`: the number of the first new node (the allocation's size + 1);
+        `block`: the job's loopback block, where the new nodes' addresses are (default 0)."""
+        self._block = block if block is not None else LoopbackBlock()
         self._next = first_index
         self._delay = delay if delay is not None else delay_from_env()
         self._refuse = refuse if refuse is not None else os.environ.get(REFUSE_ENV) or None
@@ -160,10 +164,15 @@ class LocalProvisioner:
             raise ValueError("a grow request asks for at least one node")
         if self._refuse:
             raise ProvisionError(self._refuse)
+        if self._next + count - 1 > BLOCK_NODES:
+            raise ProvisionError(
+                f"the job's loopback block {self._block.cidr} has no room for {count} more "
+                f"node(s) (a local job has at most {BLOCK_NODES})"
+            )
         self._count += 1
         rid = f"{run}-grow-{self._count}"
         nodes = tuple(
-            NodeInfo(f"node{k}", str(_FIRST_IP + k)) for k in range(self._next, self._next + count)
+            NodeInfo(f"node{k}", self._block.ip(k)) for k in range(self._next, self._next + count)
         )
         self._next += count
         reason = f"Resources (simulated, granted {self._delay:g}s after the request)"

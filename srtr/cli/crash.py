@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from srtr.reconciler.rundir import (
+from srtr.store.rundir import (
     GuardDoc,
     Heartbeat,
     RunState,

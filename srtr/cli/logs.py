@@ -27,15 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.cli import bad
+from srtr.cli.errors import bad
 
 if TYPE_CHECKING:
-    from srtr.reconciler.rundir import InstanceDoc, RunState
+    from srtr.store.rundir import InstanceDoc, RunState
 
 FOLLOW_PERIOD = 0.25  # a CLI tail, not the controller: polling a file here is fine
 
 
-def add_parser(verbs: Any) -> None:
+def add_verbs(verbs: Any) -> None:
     logs = verbs.add_parser(
         "logs",
         help="print an instance's log, or every instance of a service with node prefixes",
@@ -141,7 +141,7 @@ def attempts(data: bytes) -> list[Attempt]:
 def _marker_bytes() -> re.Pattern[bytes]:
     """The marker, searched for in bytes: offsets are byte offsets, and a log need not be
     UTF-8. Compiled on first use: every verb imports this module to build its parser."""
-    from srtr.reconciler.rundir import RESTART_MARKER
+    from srtr.store.rundir import RESTART_MARKER
 
     return re.compile(RESTART_MARKER.pattern.encode(), re.M)
 
@@ -240,7 +240,7 @@ def _prefixes(chosen: list[InstanceDoc]) -> dict[str, str]:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from srtr.cli.status import read_run
+    from srtr.cli.run_state import read_run
 
     run_dir = Path(args.run_dir)
     state = read_run(run_dir)
@@ -333,7 +333,7 @@ def _follow(
 
 def _runs(run_dir: Path) -> bool:
     """The job's controller still beats (heartbeat, from any host): -f goes on."""
-    from srtr.cli.status import check_liveness, read_run
+    from srtr.cli.run_state import check_liveness, read_run
 
     state = read_run(run_dir)
     return not state.ended and check_liveness(run_dir, state, slurm=False).running

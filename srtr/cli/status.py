@@ -1,10 +1,9 @@
-"""The verbs that look at a run dir: status, logs (`cli.logs`), tui, and down (which asks its
-job to end).
+"""`srtr status`: a run's pools and instances, once or on every change (`--watch`).
 
-They read state.json through the run dir's one reader (`srtr.reconciler.rundir`);
-`read_run` is its CLI face, which turns a missing, torn or foreign file into an exit-2
-line instead of a traceback. `srtr up` uses it too, on a run dir it is asked to reuse or
-to adopt. `status -o json` prints state.json exactly as written.
+It and the other verbs that look at a run dir (`cli.logs`, `cli.control_verbs`) read
+state.json through the run dir's one reader (`srtr.store.rundir`); `cli.run_state.read_run`
+is its CLI face, which turns a missing, torn or foreign file into an exit-2 line instead of
+a traceback. `status -o json` prints state.json exactly as written.
 """
 
 from __future__ import annotations
@@ -16,18 +15,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.cli import bad
+from srtr.cli.run_state import check_liveness as check_liveness
+from srtr.cli.run_state import read_run as read_run
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from srtr.reconciler.rundir import RunState
     from srtr.runtime.liveness import Liveness
+    from srtr.store.rundir import RunState
 
 
 def add_verbs(verbs: Any) -> None:
-    """`status`, `logs`, `tui` and `down`, on the CLI's sub-parsers."""
+    """`status`, on the CLI's sub-parsers."""
     status = verbs.add_parser("status", help="show a run's pools and instances")
     status.add_argument("run_dir", metavar="RUN_DIR")
     status.add_argument("-o", "--output", choices=("text", "json"), default="text")
@@ -38,42 +38,6 @@ def add_verbs(verbs: Any) -> None:
         help="print again whenever state.json changes, until Ctrl+C",
     )
     status.set_defaults(func=cmd_status)
-
-    from srtr.cli import logs
-
-    logs.add_parser(verbs)
-
-    tui = verbs.add_parser(
-        "tui",
-        help="watch and drive a running job from another terminal; a finished one read-only",
-    )
-    tui.add_argument("run_dir", metavar="RUN_DIR")
-    tui.add_argument(
-        "--theme",
-        metavar="NAME",
-        help="dark (default), light, terminal (its own colours), or a Textual theme; "
-        "default $SRTR_THEME",
-    )
-    tui.set_defaults(func=cmd_tui)
-
-    down = verbs.add_parser("down", help="ask a running `srtr up` to tear down gracefully")
-    down.add_argument("run_dir", metavar="RUN_DIR")
-    down.add_argument("--now", action="store_true", help="SIGKILL everything at once")
-    down.set_defaults(func=cmd_down)
-
-
-def read_run(run_dir: Path) -> RunState:
-    """`run_dir`'s state.json. Raises RecipeError (exit 2) when it cannot be read."""
-    from srtr.reconciler.rundir import StateFileError, read_state
-
-    try:
-        return read_state(run_dir)
-    except StateFileError as exc:
-        if exc.missing:
-            raise bad(str(run_dir), "no state.json here; is this a run dir of `srtr up`?") from None
-        if exc.foreign:
-            raise bad(str(exc.path), "not an srtr state file") from None
-        raise bad(str(exc.path), f"cannot read the state file: {exc}") from None
 
 
 # -- status ---------------------------------------------------------------------------------
@@ -125,7 +89,7 @@ def print_status(
     console.print(_instances_table(state, now))
     _print_exporters(console, state)
     if state.ended:  # a running job's first failure may yet be healed by its restarts
-        from srtr.reconciler.cause_block import block, job_cause
+        from srtr.store.cause_block import block, job_cause
 
         for line in block(run_dir, job_cause(state)):
             console.print(Text(line, style="red" if line.startswith("first") else ""))
@@ -320,63 +284,3 @@ def _watch(run_dir: Path, output: str) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
-
-
-# -- logs, tui, down ------------------------------------------------------------------------
-
-
-def cmd_tui(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    read_run(run_dir)  # a clear error for a path that is not a run dir
-    try:
-        from srtr.tui.launch import attach
-        from srtr.tui.themes import ThemeError, resolve
-    except ImportError as exc:
-        raise bad("srtr tui", f"the TUI is not available: {exc}") from None
-    try:
-        resolve(args.theme)
-    except ThemeError as exc:
-        raise bad("srtr tui", str(exc)) from None
-    return attach(run_dir, theme=args.theme)
-
-
-def cmd_down(args: argparse.Namespace) -> int:
-    """Ask the job to tear down over its control channel. Never signals a pid: one read
-    from state.json may be anyone's process on this host. When no controller answers, say
-    what is known and how to end the job without it (exit 1)."""
-    run_dir = Path(args.run_dir)
-    state = read_run(run_dir)
-    job = state.job
-    if state.ended:
-        raise bad(str(run_dir), f"the job is not running (phase {job['phase']})")
-    from srtr.runtime.control import ControlError, Unreachable, send
-
-    try:
-        message = send(run_dir, "kill" if args.now else "teardown")
-    except Unreachable as exc:
-        print(f"srtr down: {exc}", file=sys.stderr)
-        print(f"srtr down: {down_advice(check_liveness(run_dir, state))}", file=sys.stderr)
-        return 1
-    except ControlError as exc:
-        raise bad(str(run_dir), f"the job refused: {exc}") from None
-    print(f"{job['name']}: {message}; follow with `srtr status {args.run_dir}`")
-    return 0
-
-
-def check_liveness(run_dir: Path, state: RunState, *, slurm: bool = True) -> Liveness:
-    from srtr.runtime.liveness import check
-
-    return check(run_dir, state, slurm=slurm)
-
-
-def down_advice(liveness: Liveness) -> str:
-    """What `srtr down` knows of a job it cannot reach, and the way out."""
-    known = liveness.describe()
-    if liveness.slurm_job_id and liveness.slurm_state != "":
-        return (
-            f"{known}. To end the job without its controller, cancel srtr's SLURM job: "
-            f"`scancel {liveness.slurm_job_id}`"
-        )
-    if liveness.running:
-        return f"{known}: the controller beats but does not answer from here; try again"
-    return f"{known}: nothing of srtr's is known to run"

@@ -6,7 +6,7 @@ as `srtr status` is, so it works from any host that sees it: it watches state.js
 whose writes come from another host), never the controller's pid.
 
 It prints the job's end (phase, exit code, reason) and, for a failed job, its first failure
-with the last lines of that attempt's log (`reconciler.cause_block`). Exit codes: the job's;
+with the last lines of that attempt's log (`store.cause_block`). Exit codes: the job's;
 124 when `--timeout` passed first (as timeout(1)); 2 for a run dir that is not one; 1 when
 the job can never end because its controller died and its guard killed what was left.
 """
@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from srtr.cli import bad
+from srtr.cli.errors import bad
 
 if TYPE_CHECKING:
-    from srtr.reconciler.rundir import RunState
+    from srtr.store.rundir import RunState
 
 EXIT_TIMEOUT = 124
 # A batch job's run dir (`srtr submit`) has its script before the job starts and writes
@@ -57,7 +57,7 @@ def _seconds(text: str) -> float:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    from srtr.cli.status import read_run
+    from srtr.cli.run_state import read_run
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -84,7 +84,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 def _report(run_dir: Path, state: RunState) -> int:
     """Print the ended job's reason (and first failure); its exit code."""
-    from srtr.reconciler.cause_block import block, job_cause
+    from srtr.store.cause_block import block, job_cause
 
     job = state.job
     code = job.get("exit_code")
@@ -107,7 +107,7 @@ def _doomed(run_dir: Path, state: RunState) -> str | None:
 
 
 def _phase(run_dir: Path) -> str:
-    from srtr.reconciler.rundir import StateFileError, read_state
+    from srtr.store.rundir import StateFileError, read_state
 
     try:
         return str(read_state(run_dir).job.get("phase", "?"))

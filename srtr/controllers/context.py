@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from srtr.backends.base import Backend
+from srtr.backends.provision import Provisioner
 from srtr.reconciler.clock import Clock
-from srtr.reconciler.store import InstanceStatus, Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import ExporterSpec, InstanceSpec
 from srtr.resources.pins import Pins
+from srtr.store.store import InstanceStatus, Store
 
 
 class Prober(Protocol):
@@ -39,6 +40,11 @@ class Prober(Protocol):
 
     async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
         """Live members a cluster's head lists at `url`; None (and why) when it cannot say."""
+        ...
+
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        """The count an autoscaled pool's instance 0 publishes at `where` (a URL or a path);
+        None (and why) when there is none to read."""
         ...
 
 
@@ -77,7 +83,7 @@ class Launches:
 
 
 def default_jitter() -> float:
-    # ±20 %: restarts of many riders that died together spread out (peers.md §10.2).
+    # ±20 %: restarts of many riders that died together spread out instead of landing at once.
     return random.uniform(0.8, 1.2)
 
 
@@ -98,6 +104,8 @@ class Ctx:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     # The job's source pins: every re-planning of its recipe applies them (resources/pins.py).
     source_pins: Pins = field(default_factory=dict)
+    # Where live edits get nodes beyond the allocation (the `grow` key); None: nowhere.
+    provisioner: Provisioner | None = None
 
     @functools.cached_property
     def run_dir_path(self) -> str:
@@ -127,5 +135,11 @@ def fleet_key(stage: str) -> str:
     return f"fleet/{stage}"
 
 
+def scale_key(pool: str) -> str:
+    return f"scale/{pool}"
+
+
 JOB = "job"
 TEARDOWN = "teardown"
+RECIPE = "recipe"
+GROW = "grow"

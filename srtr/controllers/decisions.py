@@ -3,7 +3,7 @@
 A controller reads the store, calls one of these, and applies the outcome through the store's
 transitions and the backend ("plan, then act"). Nothing here imports a backend, asyncio or
 the store: statuses are read, never written, and time and randomness come in as arguments,
-so each decision is tested with plain values (tests/test_decisions.py).
+so each decision is tested with plain values (tests/controllers/test_decisions.py).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from srtr.reconciler.status import FINISHED, InstanceStatus, Phase, UserAction
 from srtr.resources.objects import InstanceKind, InstanceSpec, Stage
 from srtr.resources.setup_steps import STEP_TEXT
+from srtr.store.status import FINISHED, InstanceStatus, Phase, UserAction
 
 # --- after an instance's attempt ended ---------------------------------------------------------
 
@@ -193,21 +193,10 @@ def next_stage(
     for number, stage in enumerate(stages, 1):
         pending = [n for n in stage.instances if not statuses[n].activated]
         if stage.name in passed:
-            if held:
-                continue  # its new members wait for the earlier stages' new ones
-            activate += pending
-            late += pending
-            for name in stage.instances:
-                status = statuses[name]
-                if not status.late:
-                    continue
-                # Up, or ended for good (no gate is open to fail the job for it: holding
-                # would stop the job from ever ending).
-                if stage_done(specs[name], status) or status.phase in FINISHED:
-                    settled.append(name)
-                else:
-                    held = True
-            held = held or bool(pending)
+            if not held:  # else its new members wait for the earlier stages' new ones
+                activate += pending
+                late += pending
+                held = _settle_late(stage, specs, statuses, settled) or bool(pending)
             continue
         if held:
             return step()
@@ -222,7 +211,23 @@ def next_stage(
     return step(all_up=not held)
 
 
-# --- the stage gate (srtctl's readiness gate, reference S-61) -------------------------------------
+def _settle_late(stage: Stage, specs: Specs, statuses: Statuses, settled: list[str]) -> bool:
+    """Add the stage's late members that are up, or ended for good, to `settled` (no gate is
+    open to fail the job for one that ended: holding would stop the job from ever ending);
+    whether any late member is still on its way."""
+    waiting = False
+    for name in stage.instances:
+        status = statuses[name]
+        if not status.late:
+            continue
+        if stage_done(specs[name], status) or status.phase in FINISHED:
+            settled.append(name)
+        else:
+            waiting = True
+    return waiting
+
+
+# --- the stage gate (srtctl's readiness gate) ----------------------------------------------------
 
 
 def owner_text(spec: InstanceSpec) -> str:
@@ -304,7 +309,7 @@ def could_not_start_text(spec: InstanceSpec, status: InstanceStatus) -> str:
 def unstartable(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> str | None:
     """Why the job fails because a service cannot start at all, or None: every desired
     instance of one service never ran (`could_not_start`), critical or not. srtctl lets a
-    non-critical service without a probe die silently (reference G-2); a service none of
+    non-critical service without a probe die silently; a service none of
     whose instances could start is a broken recipe or install, not a running job."""
     by_service: dict[str, list[str]] = {}
     for name in desired:
@@ -371,7 +376,7 @@ def stage_gate(
 
 
 def setup_step_failed(spec: InstanceSpec, status: InstanceStatus) -> str:
-    """srtctl's message for a clone or build step that ended badly (reference S-57)."""
+    """srtctl's message for a clone or build step that ended badly."""
     code = "unknown" if status.exit_code is None else status.exit_code
     how = f"signal {status.exit_signal}" if status.exit_signal else f"exit {code}"
     return f"{owner_text(spec)} {STEP_TEXT[spec.type]} failed ({how}); see {spec.log}"
@@ -425,7 +430,7 @@ def _readiness_gate(
 
 def deferred_probe_waits(stage: Stage, statuses: Statuses) -> bool:
     """A `with_workers` instance's probe waits until every member of its stage (the workers
-    included) has been launched (reference S-62): True while one is still to launch."""
+    included) has been launched: True while one is still to launch."""
     return any(
         statuses[n].attempt < 0 or statuses[n].phase is Phase.PENDING for n in stage.instances
     )

@@ -3,42 +3,40 @@
 One key, `exporters`, stands for the whole targets file: the file is one Prometheus
 `file_sd` document, so reconciling it per exporter would only rewrite it more often. The
 reconcile is level-triggered: it recomputes which of `store.desired.exporters` belong to an
-instance that is alive and Ready, writes the file (atomically) only when that set changed, and
+instance that is alive and Ready, puts the file's new text in the store (`ExporterStatus.text`;
+the targets-file side task in `runtime/` writes it) only when that set changed, and
 schedules scrape-health checks. Probe, instance and edit controllers enqueue the key whenever
 readiness, liveness or the desired state changes.
 
 Scrape health is a plain HTTP GET of each listed target (`ctx.prober.scrape`, unless a test
-sets `ExporterState.scrape`), run off the queue like a probe attempt, every `SCRAPE_INTERVAL`
+sets `ExporterStatus.scrape`), run off the queue like a probe attempt, every `SCRAPE_INTERVAL`
 seconds per target. Results go to state.json's `exporters` rows (see `rows`) and a flip to
 failing (or back) is an event.
 
-Kinds whose binary is missing at run time (a node without `prometheus-node-exporter`, any
-machine without `dcgm-exporter`, or a GPU kind's program such as `mooncake_master` or the
-`gpu_memory_service` Python module) are skipped here rather than failing to launch: `start`
-(called by the runner before the loop) and `desired_changed` (called by a live edit) mark
-their instances finished before the job controller can activate them. Doing it in the store
-at the edges, rather than in `expand`, keeps `expand` pure (it must not look at PATH: a plan
-is made on a laptop for a cluster) and keeps the instance controller free of special cases.
+Kinds whose program the backend lacks at run time (`Backend.has_program`: a node without
+`prometheus-node-exporter`, any machine without `dcgm-exporter`, or a GPU kind's program such
+as `mooncake_master` or the `gpu_memory_service` Python module) are skipped here rather than
+failing to launch: `start` (called by the runner before the loop) and `desired_changed`
+(called by a live edit) mark their instances finished before the job controller can activate
+them. Doing it in the store at the edges, rather than in `expand`, keeps `expand` pure (it
+must not look at PATH: a plan is made on a laptop for a cluster) and keeps the instance
+controller free of special cases.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import shutil
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from srtr.controllers.context import Ctx
-from srtr.reconciler.persist import write_atomic
-from srtr.reconciler.store import Phase, Store
 from srtr.reconciler.workqueue import Result
 from srtr.resources.kinds import get_kind
 from srtr.resources.objects import ExporterSpec, InstanceSpec
+from srtr.store.persist import exporter_rows
+from srtr.store.status_parts import ExporterStatus, Health
+from srtr.store.store import Phase, Store
 
 KEY = "exporters"
 TARGETS_FILE = "prometheus/targets.json"
@@ -52,113 +50,51 @@ STARTUP_RETRY = 0.5
 # Bursts of Ready instances (a 4,096-node pool coming up) would otherwise rewrite and fsync a
 # megabyte-sized file once per instance; at most one write per period is plenty for file_sd.
 WRITE_PERIOD = 0.2
-WRITE_RETRY = 1.0  # while the targets file cannot be written (a full disk)
 # Scrapes of many targets fall due together after a large stage; a bound keeps the number of
 # open sockets (and the loop's work per tick) small.
 MAX_CONCURRENT_SCRAPES = 64
 
-Scrape = Callable[[ExporterSpec, float], Awaitable[tuple[bool, str]]]
-Which = Callable[[str], str | None]
-HasModule = Callable[[str], bool]
 
-
-def has_module(name: str) -> bool:
-    """Whether this host's Python can import top-level package `name` (without importing it)."""
-    return importlib.util.find_spec(name) is not None
-
-
-@dataclass
-class Health:
-    """What the last scrape of one target said; `up` is None until scraped while listed."""
-
-    up: bool | None = None
-    last_error: str | None = None
-    last_scrape: float | None = None  # wall clock, for readers
-    next_at: float = 0.0  # monotonic; 0: scrape as soon as listed
-    listed_at: float | None = None  # monotonic; None while not in the targets file
-    in_flight: bool = False
-
-
-@dataclass
-class ExporterState:
-    """Per-job bookkeeping of this controller, kept beside the store (see `state_of`)."""
-
-    scrape: Scrape | None = None  # None: the prober's HTTP GET (`ctx.prober.scrape`)
-    interval: float = SCRAPE_INTERVAL
-    timeout: float = SCRAPE_TIMEOUT
-    grace: float = STARTUP_GRACE
-    retry: float = STARTUP_RETRY
-    which: Which | None = None  # None: never skip (tests with a fake backend)
-    module_found: HasModule = has_module
-    # (binary|module, name) → present; each checked once
-    found: dict[tuple[str, str], bool] = field(default_factory=dict)
-    listed: tuple[ExporterSpec, ...] = ()
-    listed_set: frozenset[ExporterSpec] = frozenset()
-    written: str | None = None
-    writes: int = 0
-    last_write: float | None = None
-    health: dict[ExporterSpec, Health] = field(default_factory=dict)
-    skipped: set[str] = field(default_factory=set)
-    run_files: set[str] = field(default_factory=set)  # kind run files written (run-dir paths)
-    limit: asyncio.Semaphore | None = None
-
-
-def state_of(store: Store) -> ExporterState:
-    """This controller's job-wide state (scrape results, what it last wrote), in the store."""
-    state = store.extensions.get("exporter")
-    if state is None:
-        state = store.extensions["exporter"] = ExporterState()
-        store.status_views["exporters"] = lambda: rows(store)
-    assert isinstance(state, ExporterState)
-    return state
+def state_of(store: Store) -> ExporterStatus:
+    """This controller's job-wide state (scrape results, what the file lists), in the store."""
+    if store.exporters is None:
+        store.exporters = ExporterStatus(
+            interval=SCRAPE_INTERVAL,
+            timeout=SCRAPE_TIMEOUT,
+            grace=STARTUP_GRACE,
+            retry=STARTUP_RETRY,
+        )
+    return store.exporters
 
 
 # --- missing binaries -------------------------------------------------------------------------
 
 
-def start(ctx: Ctx, which: Which | None = shutil.which) -> None:
-    """Before the loop runs: remember how to look binaries up, and skip what cannot run.
-
-    Also writes the (empty) targets file at once, so Prometheus can be pointed at it before
-    anything is Ready.
-    """
-    state_of(ctx.store).which = which
-    write_run_files(ctx)
+def start(ctx: Ctx) -> None:
+    """Before the loop runs: skip what cannot run, and list the targets (the first reconcile
+    makes the (empty) targets file, so Prometheus can be pointed at it before anything is
+    Ready)."""
+    state_of(ctx.store)
     skip_missing(ctx)
     ctx.queue.add(KEY)
 
 
 def desired_changed(ctx: Ctx) -> None:
     """A live edit replaced the desired state: skip new instances that cannot run, re-list."""
-    write_run_files(ctx)
     skip_missing(ctx)
     ctx.queue.add(KEY)
 
 
-def write_run_files(ctx: Ctx) -> None:
-    """Write the config files the job's kinds name in their commands (the process exporter's
-    group file) into the run dir, once each, before any instance of those kinds launches.
-
-    A write that fails is a write fault (an event), not a crash: the exporter that needs the
-    file then fails to start and says why in its log.
-    """
-    state = state_of(ctx.store)
+def run_files(store: Store) -> dict[str, str]:
+    """The config files the job's kinds name in their commands (the process exporter's
+    group file), by run-dir path: the targets-file writer writes them before any instance
+    of those kinds launches."""
     wanted: dict[str, str] = {}
-    for spec in ctx.store.specs.values():
+    for spec in store.specs.values():
         kind = get_kind(spec.type)
         if kind is not None:
             wanted.update(kind.run_files)
-    for path, text in wanted.items():
-        if path in state.run_files:
-            continue
-        target = ctx.run_dir / path
-
-        def write(target: Path = target, text: str = text) -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(target, text)
-
-        if ctx.store.write_faults.attempt(path, write):
-            state.run_files.add(path)
+    return wanted
 
 
 def _program(spec: InstanceSpec) -> tuple[str, str] | None:
@@ -184,15 +120,13 @@ def _missing_text(program: tuple[str, str]) -> str:
 
 
 def skip_missing(ctx: Ctx) -> None:
-    """Mark never-started instances of kinds whose program is not on PATH as skipped.
+    """Mark never-started instances of kinds whose program the backend lacks as skipped.
 
     A skipped instance is Succeeded without ever launching (its Ready condition says why), so
     its stage passes and nothing restarts it; one warning per kind says how many were skipped.
     """
     store = ctx.store
     state = state_of(store)
-    if state.which is None:
-        return
     skipped: dict[tuple[str, tuple[str, str]], list[str]] = {}
     for name, spec in store.specs.items():
         program = _program(spec)
@@ -203,11 +137,7 @@ def skip_missing(ctx: Ctx) -> None:
             continue
         found = state.found.get(program)
         if found is None:
-            found = state.found[program] = (
-                state.module_found(program[1])
-                if program[0] == "module"
-                else state.which(program[1]) is not None
-            )
+            found = state.found[program] = ctx.backend.has_program(*program)
         if found:
             continue
         state.skipped.add(name)
@@ -228,7 +158,7 @@ def skip_missing(ctx: Ctx) -> None:
 # --- the targets file ---------------------------------------------------------------------------
 
 
-def _listed(store: Store) -> tuple[ExporterSpec, ...]:
+def listed(store: Store) -> tuple[ExporterSpec, ...]:
     """Desired exporters whose instance is alive and Ready (and not on its way out)."""
     out = []
     for exporter in store.desired.exporters:
@@ -281,41 +211,8 @@ def targets_document(store: Store, listed: tuple[ExporterSpec, ...]) -> list[dic
     return out
 
 
-def _write(ctx: Ctx, state: ExporterState, text: str) -> bool:
-    """Write the targets file; False (a write fault, reported) when it cannot be written."""
-    path = ctx.run_dir / TARGETS_FILE
-
-    def write() -> None:
-        path.parent.mkdir(exist_ok=True)  # a vanished run dir is recreated by the faults
-        write_atomic(path, text)
-
-    if not ctx.store.write_faults.attempt(TARGETS_FILE, write):
-        return False
-    state.written = text
-    state.writes += 1
-    state.last_write = ctx.clock.now()
-    return True
-
-
-def finish(ctx: Ctx) -> None:
-    """After the job: list only what still runs (nothing, normally), so Prometheus lets go."""
-    state = state_of(ctx.store)
-    text = _text(ctx.store, _listed(ctx.store))
-    if state.written is not None and text != state.written:
-        _write(ctx, state, text)
-
-
-def rewrite(ctx: Ctx) -> None:
-    """The run dir was recreated: write the targets file again (if the job has one)."""
-    state = state_of(ctx.store)
-    state.run_files.clear()
-    write_run_files(ctx)
-    if state.written is not None:
-        state.written = None
-        ctx.queue.add(KEY)
-
-
-def _text(store: Store, listed: tuple[ExporterSpec, ...]) -> str:
+def targets_text(store: Store, listed: tuple[ExporterSpec, ...]) -> str:
+    """The targets file's text for `listed`."""
     return json.dumps(targets_document(store, listed), indent=1) + "\n"
 
 
@@ -323,22 +220,22 @@ async def reconcile(ctx: Ctx) -> Result | None:
     store = ctx.store
     state = state_of(store)
     now = ctx.clock.now()
-    listed = _listed(store)
+    now_listed = listed(store)
     wake: float | None = None
-    if listed != state.listed or state.written is None:
-        text = _text(store, listed)
+    if now_listed != state.listed or state.text is None:
+        text = targets_text(store, now_listed)
         # No file for a job that never had an exporter; an empty list once it had some.
-        if text != state.written and (store.desired.exporters or state.written is not None):
+        if text != state.text and (store.desired.exporters or state.text is not None):
             due = (state.last_write or -WRITE_PERIOD) + WRITE_PERIOD
             if now < due:
                 return Result(requeue_after=due - now)
-            if not _write(ctx, state, text):
-                return Result(requeue_after=WRITE_RETRY)  # the file lists what it listed
-        state.listed, state.listed_set = listed, frozenset(listed)
-        _forget_unlisted(ctx, state, listed)
+            state.text, state.last_write = text, now  # the targets-file writer writes it
+            store.changed()
+        state.listed, state.listed_set = now_listed, frozenset(now_listed)
+        _forget_unlisted(ctx, state, now_listed)
     if store.job.teardown_requested:
         return None  # nothing new gets scraped while the job goes away
-    for exporter in listed:
+    for exporter in now_listed:
         health = state.health.setdefault(exporter, Health())
         if health.listed_at is None:
             health.listed_at = now
@@ -352,7 +249,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
     return Result(requeue_after=max(wake - now, 0.0)) if wake is not None else None
 
 
-def _forget_unlisted(ctx: Ctx, state: ExporterState, listed: tuple[ExporterSpec, ...]) -> None:
+def _forget_unlisted(ctx: Ctx, state: ExporterStatus, listed: tuple[ExporterSpec, ...]) -> None:
     """Targets that left the file are not scraped: their health goes back to unknown."""
     keep = state.listed_set
     desired = set(ctx.store.desired.exporters)
@@ -370,7 +267,7 @@ def _forget_unlisted(ctx: Ctx, state: ExporterState, listed: tuple[ExporterSpec,
         ctx.store.changed()
 
 
-async def _scrape(ctx: Ctx, state: ExporterState, exporter: ExporterSpec, health: Health) -> None:
+async def _scrape(ctx: Ctx, state: ExporterStatus, exporter: ExporterSpec, health: Health) -> None:
     if state.limit is None:
         state.limit = asyncio.Semaphore(MAX_CONCURRENT_SCRAPES)
     try:
@@ -429,22 +326,4 @@ async def _scrape(ctx: Ctx, state: ExporterState, exporter: ExporterSpec, health
 
 def rows(store: Store) -> list[dict[str, Any]]:
     """state.json's `exporters`: every desired target with its listing and scrape health."""
-    state = store.extensions.get("exporter")
-    listed = state.listed_set if state is not None else frozenset()
-    out = []
-    for exporter in store.desired.exporters:
-        health = state.health.get(exporter) if state is not None else None
-        out.append(
-            {
-                "service": exporter.service,
-                "node": exporter.node,
-                "instance": exporter.instance,
-                "name": exporter.name,
-                "url": exporter.url,
-                "listed": exporter in listed,
-                "up": health.up if health else None,
-                "last_error": health.last_error if health else None,
-                "last_scrape": health.last_scrape if health else None,
-            }
-        )
-    return out
+    return [dict(row) for row in exporter_rows(store)]

@@ -1,4 +1,4 @@
-"""Fleet controller: poll a cluster's head until every member is alive (reference S-47).
+"""Fleet controller: poll a cluster's head until every member is alive.
 
 The job controller enqueues `fleet/<stage>` once every member of a stage with a fleet gate is
 ready. This controller opens the gate (its timeout counts from then), polls the head every

@@ -1,4 +1,4 @@
-"""Pure decisions of the fleet gate (reference S-47, T-109, T-110): values in, a verdict out.
+"""Pure decisions of the fleet gate: values in, a verdict out.
 
 A stage with a fleet gate (a `ray` service) passes only once every member is ready *and* the
 head lists every member alive. While the gate is open, a member that exits fails it at once
@@ -9,8 +9,8 @@ members: `only <a>/<n> Ray nodes alive after 600s`.
 from __future__ import annotations
 
 from srtr.controllers.decisions import Gate, Specs, Statuses, owner_text
-from srtr.reconciler.status import FINISHED
 from srtr.resources.objects import Stage
+from srtr.store.status import FINISHED
 
 
 def members_ready(stage: Stage, statuses: Statuses) -> bool:

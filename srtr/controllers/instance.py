@@ -14,10 +14,10 @@ import logging
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
 from srtr.controllers import decisions, replacement, teardown
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
-from srtr.reconciler.store import Phase, UserAction
 from srtr.reconciler.workqueue import Result
-from srtr.reconciler.write_faults import log_or_null
 from srtr.resources.objects import InstanceSpec
+from srtr.store.store import Phase, UserAction
+from srtr.store.write_faults import log_or_null
 
 # Ended for good, and a user's restart may start them again (a Lost one's node is gone).
 RESTARTABLE = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})
@@ -240,7 +240,7 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
 
 def _wake_deferred_probes(ctx: Ctx, spec: InstanceSpec) -> None:
     """`with_workers` probes wait for every launch of their stage: once the last member has
-    launched, their probes may start (reference S-62)."""
+    launched, their probes may start."""
     store = ctx.store
     if spec.stage != "workers":
         return  # only the workers stage has deferred members (cheap for big pool stages)

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 
 from srtr.controllers import edits, job
 from srtr.controllers.context import TEARDOWN, Ctx, instance_key
-from srtr.reconciler.status import FINISHED
-from srtr.reconciler.store import JobPhase, Phase, UserAction
+from srtr.store.status import FINISHED
+from srtr.store.store import JobPhase, Phase, UserAction
 
 OPS = ("teardown", "interrupt", "kill", "restart", "stop", "apply", "discard", "lose-node")
 

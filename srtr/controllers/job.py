@@ -19,9 +19,9 @@ import signal
 
 from srtr.controllers import decisions, fleet_decisions
 from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, instance_key
-from srtr.reconciler import causes
-from srtr.reconciler.store import JobPhase
 from srtr.reconciler.workqueue import Result
+from srtr.store import causes
+from srtr.store.store import JobPhase
 
 
 def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str, failed: bool = False) -> None:

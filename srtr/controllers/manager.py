@@ -1,31 +1,36 @@
-"""The manager: wires the store, the queue, the backend and the controllers into one loop.
+"""The manager: the controllers' table, handed to the reconcile loop (`reconciler/loop.py`).
 
-One asyncio task takes keys off the work queue and dispatches them to the controller of
-their kind; backend observations, probe results, timers and intents only enqueue keys.
-Nothing polls: with nothing to do the loop sleeps in `queue.get()`.
+The loop takes keys off the work queue and this module dispatches each to the controller
+of its kind; backend observations, probe results, timers, saves of the recipe file and
+intents only enqueue keys. Every timed decision (walltime, autoscaling, following a grow
+request) is a key that returns `requeue_after`. Nothing polls: with nothing to do the loop
+sleeps in `queue.get()`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
-import time
 from collections.abc import Awaitable, Callable
 
 from srtr.controllers import (
+    autoscale,
     edits,
     exporter,
     fleet,
+    grow,
     instance,
     job,
     pool,
     probe,
+    recipe,
     replacement,
     teardown,
+    walltime,
 )
-from srtr.controllers.context import JOB, TEARDOWN, Ctx, pool_key
-from srtr.reconciler.workqueue import QueueShutDown, Result, settle
+from srtr.controllers.context import GROW, JOB, RECIPE, TEARDOWN, Ctx, pool_key
+from srtr.reconciler import loop
+from srtr.reconciler.workqueue import Result
 
 log = logging.getLogger("srtr")
 
@@ -49,6 +54,10 @@ RECONCILERS: dict[str, Reconcile] = {
     replacement.KEY: _whole(replacement.reconcile),
     edits.REMOVAL: _whole(edits.reconcile_removal),
     exporter.KEY: _whole(exporter.reconcile),
+    walltime.KEY: _whole(walltime.reconcile),
+    RECIPE: _whole(recipe.reconcile),
+    GROW: _whole(grow.reconcile),
+    "scale": autoscale.reconcile,
 }
 
 
@@ -61,16 +70,8 @@ async def dispatch(ctx: Ctx, key: str) -> Result | None:
 
 
 async def process_one(ctx: Ctx, key: str) -> None:
-    started = time.perf_counter()
-    outcome: Result | BaseException | None
-    try:
-        outcome = await dispatch(ctx, key)
-    except Exception as exc:  # a controller bug: log it, back off, keep the job alive
-        log.exception("reconcile %s failed", key)
-        outcome = exc
-    if ctx.on_reconciled is not None:  # srtr's own metrics, when --metrics-port is on
-        ctx.on_reconciled(key, time.perf_counter() - started, len(ctx.queue))
-    settle(ctx.queue, key, outcome)
+    """Reconcile one key now, as the loop would (tests step the loop with it)."""
+    await loop.reconcile_one(ctx.queue, key, lambda k: dispatch(ctx, k), ctx.on_reconciled)
 
 
 def request_stop(ctx: Ctx, signum: int) -> None:
@@ -95,23 +96,13 @@ async def run(ctx: Ctx) -> int:
     """Run the job to its end; return its exit code."""
     ctx.backend.set_listener(lambda obs: instance.observe(ctx, obs))
     ctx.queue.add(JOB)
+    ctx.queue.add(walltime.KEY)
     for spec in ctx.store.desired.pools:
         ctx.queue.add(pool_key(spec.name))
 
-    async def worker() -> None:
-        while True:
-            try:
-                key = await ctx.queue.get()
-            except QueueShutDown:
-                return
-            await process_one(ctx, key)
-
-    task = asyncio.create_task(worker())
     try:
-        await ctx.done.wait()
+        await loop.run_until(ctx.queue, lambda k: dispatch(ctx, k), ctx.done, ctx.on_reconciled)
     finally:
-        ctx.queue.shutdown()
-        await asyncio.wait({task}, timeout=5)
         for pending in list(ctx.tasks):
             pending.cancel()
         await ctx.backend.close()

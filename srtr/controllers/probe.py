@@ -15,9 +15,9 @@ import signal
 from srtr.controllers import decisions
 from srtr.controllers.context import JOB, Ctx, pool_key, probe_key
 from srtr.controllers.job import begin_teardown
-from srtr.reconciler.store import Phase
 from srtr.reconciler.workqueue import Result
 from srtr.resources.objects import InstanceSpec
+from srtr.store.store import Phase
 
 
 async def reconcile(ctx: Ctx, name: str) -> Result | None:

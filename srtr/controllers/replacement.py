@@ -19,22 +19,20 @@ from dataclasses import replace
 from srtr.backends.base import Observation
 from srtr.controllers import edits
 from srtr.controllers.context import Ctx
-from srtr.reconciler.store import Phase
 from srtr.reconciler.workqueue import Result
 from srtr.resources.diff import diff
 from srtr.resources.errors import RecipeError
 from srtr.resources.planning import plan_text_source
+from srtr.store.store import Phase
 
 KEY = "replacement"
-_TOLD = "replacement.told"  # lost instances whose wait for the fence was recorded
 
 
 def note_lost(ctx: Ctx, obs: Observation) -> None:
     """Remember until when `obs`'s lost instance may still run on its cut-off node."""
     fenced_in = obs.extra.get("fenced_in")
     if fenced_in is not None:
-        fences: dict[str, float] = ctx.store.extensions.setdefault(KEY, {})
-        fences[obs.name] = ctx.clock.now() + float(fenced_in)
+        ctx.store.fences.until[obs.name] = ctx.clock.now() + float(fenced_in)
 
 
 async def reconcile(ctx: Ctx) -> Result | None:
@@ -49,60 +47,75 @@ async def reconcile(ctx: Ctx) -> Result | None:
         and n in store.desired_names
         and store.specs[n].pool
     ]
-    fences: dict[str, float] = store.extensions.get(KEY, {})
-    now = ctx.clock.now()
-    waits = [fences[n] - now for n in lost if fences.get(n, now) > now]
-    if waits:
-        # Its node's agent may still run it: the spare starts once it stopped them.
-        for name in lost:
-            if fences.get(name, now) > now and name not in store.extensions.get(_TOLD, set()):
-                store.extensions.setdefault(_TOLD, set()).add(name)
-                spec = store.specs[name]
-                store.record(
-                    f"pool/{spec.pool}",
-                    "Fencing",
-                    f"{spec.node} was lost; a spare takes its place in {fences[name] - now:.1f}s,"
-                    " once its agent has stopped its instances (its lease and their grace)",
-                )
-        return Result(requeue_after=min(waits))
+    wait = _fenced(ctx, lost)
+    if wait is not None:
+        return Result(requeue_after=wait)
     for name in lost:
-        spec = store.specs[name]
-        nodes = store.desired.nodes
-        if not nodes.spares:
-            store.record(
-                f"pool/{spec.pool}",
-                "NoSpare",
-                f"{spec.node} was lost and no spare node is left",
-                warning=True,
-            )
+        if not _replace(ctx, name):
             return None
-        spare = nodes.spares[0]
-        assert spec.pool is not None
-        pools = dict(nodes.pools)
-        pools[spec.pool] = tuple(spare if n == spec.node else n for n in pools[spec.pool])
-        allocation = [(n.name, n.ip) for n in nodes.allocation]
-        previous = replace(
-            nodes, pools=pools, spares=nodes.spares[1:], lost=(*nodes.lost, spec.node)
-        )
-        try:
-            _, new = plan_text_source(
-                store.recipe_text, "recipe.yaml", allocation, previous, pins=ctx.source_pins
-            )
-        except RecipeError as exc:
-            store.record(
-                f"pool/{spec.pool}",
-                "NoSpare",
-                f"cannot replace {spec.node}: {'; '.join(exc.lines())}",
-                warning=True,
-            )
-            return None
-        plan = diff(
-            store.desired,
-            new,
-            launched=frozenset(n for n, st in store.status.items() if st.attempt >= 0),
-        )
-        store.record(
-            f"pool/{spec.pool}", "Replaced", f"{spec.node} was lost; spare {spare} takes its place"
-        )
-        edits.apply(ctx, new, plan, store.recipe_text)
     return None
+
+
+def _fenced(ctx: Ctx, lost: list[str]) -> float | None:
+    """How long until the last fence of `lost` ends (None: none holds); each wait is told
+    once. Its node's agent may still run it: the spare starts once it stopped them."""
+    store, now = ctx.store, ctx.clock.now()
+    fences = store.fences
+    held = [n for n in lost if fences.until.get(n, now) > now]
+    if not held:
+        return None
+    for name in held:
+        if name not in fences.told:
+            fences.told.add(name)
+            spec = store.specs[name]
+            store.record(
+                f"pool/{spec.pool}",
+                "Fencing",
+                f"{spec.node} was lost; a spare takes its place in "
+                f"{fences.until[name] - now:.1f}s, once its agent has stopped its instances "
+                "(its lease and their grace)",
+            )
+    return min(fences.until[n] - now for n in held)
+
+
+def _replace(ctx: Ctx, name: str) -> bool:
+    """A spare takes lost `name`'s node in its pool; False when none can (recorded)."""
+    store = ctx.store
+    spec = store.specs[name]
+    nodes = store.desired.nodes
+    if not nodes.spares:
+        store.record(
+            f"pool/{spec.pool}",
+            "NoSpare",
+            f"{spec.node} was lost and no spare node is left",
+            warning=True,
+        )
+        return False
+    spare = nodes.spares[0]
+    assert spec.pool is not None
+    pools = dict(nodes.pools)
+    pools[spec.pool] = tuple(spare if n == spec.node else n for n in pools[spec.pool])
+    allocation = [(n.name, n.ip) for n in nodes.allocation]
+    previous = replace(nodes, pools=pools, spares=nodes.spares[1:], lost=(*nodes.lost, spec.node))
+    try:
+        _, new = plan_text_source(
+            store.recipe_text, "recipe.yaml", allocation, previous, pins=ctx.source_pins
+        )
+    except RecipeError as exc:
+        store.record(
+            f"pool/{spec.pool}",
+            "NoSpare",
+            f"cannot replace {spec.node}: {'; '.join(exc.lines())}",
+            warning=True,
+        )
+        return False
+    plan = diff(
+        store.desired,
+        new,
+        launched=frozenset(n for n, st in store.status.items() if st.attempt >= 0),
+    )
+    store.record(
+        f"pool/{spec.pool}", "Replaced", f"{spec.node} was lost; spare {spare} takes its place"
+    )
+    edits.apply(ctx, new, plan, store.recipe_text)
+    return True

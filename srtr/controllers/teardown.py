@@ -14,8 +14,8 @@ import signal
 
 from srtr.controllers import decisions
 from srtr.controllers.context import Ctx
-from srtr.reconciler.store import JobPhase
 from srtr.reconciler.workqueue import Result
+from srtr.store.store import JobPhase
 
 
 async def reconcile(ctx: Ctx) -> Result | None:

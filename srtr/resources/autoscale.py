@@ -1,6 +1,6 @@
-"""Autoscaled pools (`nodes: {min, max, from}`, issue 24): the pure half.
+"""Autoscaled pools (`nodes: {min, max, from}`): the pure half.
 
-The controller reads the count a pool's instance 0 publishes (`backends.published`), and
+The controller reads the count a pool's instance 0 publishes (`net.published`), and
 `decide` says whether the pool changes size now: the count clamped to [min, max], and no
 change within `cooldown_seconds` of the last one (against flapping). A change goes through
 the live-edit path: the recipe is planned again with the pool's size set (`with_sizes`), so
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from srtr.resources.counts import parse_count
 from srtr.resources.recipe import Autoscale, Recipe
 
 
@@ -41,6 +42,9 @@ def with_sizes(recipe: Recipe, sizes: Mapping[str, int]) -> Recipe:
     return recipe.model_copy(update={"services": services})
 
 
+__all__ = ["Decision", "decide", "describe_scale", "parse_count", "source_url", "with_sizes"]
+
+
 @dataclass(frozen=True)
 class Decision:
     size: int  # the pool's size from now on
@@ -63,27 +67,3 @@ def decide(
     if last_change is not None and now - last_change < scale.cooldown_seconds:
         return None
     return Decision(size, published)
-
-
-def parse_count(text: str) -> int:
-    """The published count: a whole number (`8`, `8\\n`), or JSON `{"desired": 8}`.
-
-    Raises:
-        ValueError: anything else, or a count below 0.
-    """
-    import json
-
-    stripped = text.strip()
-    try:
-        value: object = int(stripped)
-    except ValueError:
-        try:
-            data = json.loads(stripped)
-        except ValueError:
-            raise ValueError(f"not a node count: {stripped[:40]!r}") from None
-        value = data.get("desired") if isinstance(data, dict) else data
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"not a node count: {stripped[:40]!r}")
-    if value < 0:
-        raise ValueError(f"a node count cannot be negative: {value}")
-    return value

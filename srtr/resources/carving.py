@@ -1,9 +1,10 @@
-"""Split an ordered allocation into dedicated, engine-worker, pool and spare nodes (§3).
+"""Split an ordered allocation into dedicated, engine-worker, pool and spare nodes.
 
 Order: dedicated nodes first (frontend/client share one: the last node when the client is
 among them, else the first), then the engine roles' nodes, then each pool in `services:`
 order. With pools, nodes left over are spares (for live growth and lost-node replacement);
-without pools every non-reserved node is a worker node, as in the older system.
+without pools every non-reserved node is a worker node, as in srtctl (the order is its
+order: docs/design/srtctl-parity.md, "Carving the allocation").
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def carve(
     `provisioned`: the allocation's nodes that came from a grow request, not the main job.
 
     Raises:
-        CarveError: too few nodes, with the exact message of design.md.
+        CarveError: too few nodes, in srtctl's words.
     """
     if previous is not None:
         return recarve(recipe, allocation, previous, provisioned)
@@ -110,7 +111,7 @@ def carve(
         spares=tuple(spares),
         head=head,
         bench=bench,
-        # A dedicated etcd/nats takes the reserved node (S-83: infra = reserved infra or head).
+        # A dedicated etcd/nats takes the reserved node; else the discovery plane is on the head.
         infra=reserved[0] if "infra" in dedicated else head,
         role_nodes=role_nodes,
     )
@@ -179,6 +180,36 @@ def recarve(
             recipe forbids growing or its `max_nodes` is reached.
     """
     names = [name for name, _ in allocation]
+    _refuse_moves(recipe, previous)
+    owners = pool_services(recipe)
+    if not owners:
+        return previous
+    kept = {
+        o.name: _kept(previous.pools.get(o.name, ()), o.nodes or 0, provisioned) for o in owners
+    }
+    used = set(previous.reserved) | set(previous.workers) | set(previous.lost)
+    for members in kept.values():
+        used.update(members)
+    free = [n for n in names if n not in used]
+    pools, free = _fill_pools(recipe, len(names), owners, kept, free)
+    workers = list(previous.workers)
+    reserved = list(previous.reserved)
+    return NodeMap(
+        allocation=_node_specs(allocation, workers, pools, reserved, previous.lost),
+        workers=previous.workers,
+        pools=pools,
+        reserved=previous.reserved,
+        spares=tuple(free),
+        head=previous.head,
+        bench=previous.bench,
+        infra=previous.infra,
+        role_nodes=previous.role_nodes,
+        lost=previous.lost,
+    )
+
+
+def _refuse_moves(recipe: Recipe, previous: NodeMap) -> None:
+    """A live edit may resize pools, never move the nodes everything else runs on."""
     if bool(dedicated_roles(recipe)) != bool(previous.reserved):
         raise CarveError("dedicated nodes cannot be added or removed while the job runs")
     engine = engine_node_count(recipe)
@@ -189,15 +220,18 @@ def recarve(
         raise CarveError("the last pool cannot be removed while the job runs")
     if owners and not previous.pools:
         raise CarveError("pools cannot be added to a job that started without pools")
-    if not owners:
-        return previous
-    kept = {
-        o.name: _kept(previous.pools.get(o.name, ()), o.nodes or 0, provisioned) for o in owners
-    }
-    used = set(previous.reserved) | set(previous.workers) | set(previous.lost)
-    for members in kept.values():
-        used.update(members)
-    free = [n for n in names if n not in used]
+
+
+def _fill_pools(
+    recipe: Recipe,
+    allocated: int,
+    owners: list[Service],
+    kept: dict[str, tuple[str, ...]],
+    free: list[str],
+) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """Each pool's kept nodes topped up from `free` in allocation order, and what is left.
+
+    Raises GrowNeeded or CarveError (`grow_decision`) when the spares run out."""
     pools: dict[str, tuple[str, ...]] = {}
     missing: dict[str, int] = {}
     first_short: CarveError | None = None
@@ -214,21 +248,8 @@ def recarve(
         pools[owner.name] = (*kept[owner.name], *free[:want])
         free = free[want:]
     if first_short is not None:
-        raise grow_decision(recipe, len(names), missing, first_short)
-    workers = list(previous.workers)
-    reserved = list(previous.reserved)
-    return NodeMap(
-        allocation=_node_specs(allocation, workers, pools, reserved, previous.lost),
-        workers=previous.workers,
-        pools=pools,
-        reserved=previous.reserved,
-        spares=tuple(free),
-        head=previous.head,
-        bench=previous.bench,
-        infra=previous.infra,
-        role_nodes=previous.role_nodes,
-        lost=previous.lost,
-    )
+        raise grow_decision(recipe, allocated, missing, first_short)
+    return pools, free
 
 
 def _kept(members: tuple[str, ...], count: int, provisioned: frozenset[str]) -> tuple[str, ...]:

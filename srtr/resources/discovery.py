@@ -1,9 +1,9 @@
-"""Discovery env: where the job's etcd and nats are, for everything else (reference S-53).
+"""Discovery env: where the job's etcd and nats are, for everything else.
 
 `ETCD_ENDPOINTS` and `NATS_SERVER` name the discovery plane's addresses: an `external:`
 address as written, else the kind's URL on the node the service runs on (the infra node).
-Unlike the older system, nothing is set when the job has no etcd/nats service: srtr has no
-Dynamo frontend that would imply one (S-49 rule 1), so an unset variable means "none here".
+Unlike srtctl, nothing is set when the job has no etcd/nats service: srtr has no
+Dynamo frontend that would imply one, so an unset variable means "none here".
 Pure, like the rest of planning.
 """
 
@@ -11,24 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from srtr.resources.effective import effective_services, is_external, kind_of
-from srtr.resources.recipe import Recipe, Service
+from srtr.resources.effective import Resolved
 
 Env = list[tuple[str, str]]
 
 
-def discovery_env(recipe: Recipe, ip_of: Callable[[Service], str | None]) -> Env:
-    """The discovery variables of `recipe`, with `ip_of(service)` the IP a service runs on."""
+def discovery_env(resolved: list[Resolved], ip_of: Callable[[Resolved], str | None]) -> Env:
+    """The discovery variables of the resolved services, with `ip_of(r)` the IP one runs on."""
     env: dict[str, str] = {}
-    for service, _ in effective_services(recipe):
-        kind = kind_of(service)
+    for r in resolved:
+        service, kind = r.service, r.kind
         if kind.discovery is None:
             continue
-        if is_external(service):
+        if r.external:
             assert service.external is not None
             var, value = kind.discovery("", service.options)[0], service.external
         else:
-            ip = ip_of(service)
+            ip = ip_of(r)
             if ip is None:  # placed on no node: nothing runs, so nothing to point at
                 continue
             var, value = kind.discovery(ip, service.options)
@@ -36,13 +35,13 @@ def discovery_env(recipe: Recipe, ip_of: Callable[[Service], str | None]) -> Env
     return list(env.items())
 
 
-def receives_discovery_env(service: Service) -> bool:
+def receives_discovery_env(resolved: Resolved) -> bool:
     """`inherit_discovery_env` (default true), never for the discovery kinds themselves."""
-    return service.inherit_discovery_env and kind_of(service).discovery is None
+    return resolved.service.inherit_discovery_env and resolved.kind.discovery is None
 
 
 def layered(discovery: Env, *layers: dict[str, str]) -> dict[str, str]:
-    """Discovery env first, so that any recipe value for the same variable wins (S-53)."""
+    """Discovery env first, so that any recipe value for the same variable wins."""
     out = dict(discovery)
     for layer in layers:
         out.update(layer)

@@ -1,9 +1,13 @@
-"""Effective values of a recipe: the defaults a user did not write, applied (reference §1.2).
+"""Effective values of a recipe: the defaults a user did not write, applied.
+
+The defaults are srtctl's (docs/design/srtctl-parity.md, "Defaults a service gets").
 
 Pure helpers shared by `rules.py` (validation), `expand.py` (objects) and `render.py` (plan).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from srtr.resources.kinds import Kind, get_kind
 from srtr.resources.recipe import (
@@ -18,7 +22,7 @@ from srtr.resources.recipe import (
 
 ROLE_NAMES = ("prefill", "decode", "agg")
 IMPLIED_REASON = "observability.exporters"
-# In srtctl's order (reference S-49 rule 5): dcgm, node, then process exporter. dcgm and node
+# In srtctl's order: dcgm, node, then process exporter. dcgm and node
 # watch the compute nodes; the process exporter keeps its kind's default (`all`).
 IMPLIED_EXPORTERS = ("dcgm-exporter", "node-exporter", "process-exporter")
 _IMPLIED_PLACEMENT = {"dcgm-exporter": "compute", "node-exporter": "compute"}
@@ -50,7 +54,7 @@ def effective_services(recipe: Recipe) -> list[tuple[Service, str | None]]:
     """Enabled services with the reason each implied one exists (None when declared).
 
     Implied exporters come first; a declared service with the same name replaces the implied
-    one in its slot, and `enabled: false` drops it (reference S-49).
+    one in its slot, and `enabled: false` drops it.
     """
     declared = {s.name: s for s in recipe.services}
     out: list[tuple[Service, str | None]] = []
@@ -77,17 +81,17 @@ def services_node_count(recipe: Recipe) -> int:
 
 
 def total_nodes(recipe: Recipe) -> int:
-    """Nodes the recipe's work needs, dedicated nodes excluded (reference S-85)."""
+    """Nodes the recipe's work needs, dedicated nodes excluded."""
     return max(1, engine_node_count(recipe) + services_node_count(recipe))
 
 
 def is_external(service: Service) -> bool:
-    """An `external:` service launches nothing: its address is injected instead (S-26)."""
+    """An `external:` service launches nothing: its address is injected instead."""
     return service.external is not None
 
 
 def dedicated_infra(recipe: Recipe) -> bool:
-    """A launched infra-class service (etcd, nats) asks for its own node (S-80 `infra`)."""
+    """A launched infra-class service (etcd, nats) asks for its own node."""
     return any(
         kind_of(s).supports_dedicated
         and not is_external(s)
@@ -98,7 +102,7 @@ def dedicated_infra(recipe: Recipe) -> bool:
 
 
 def dedicated_roles(recipe: Recipe) -> list[str]:
-    """The roles that share the one reserved node, in the older system's order (S-81)."""
+    """The roles that share the one reserved node, in srtctl's order."""
     out = ["infra"] if dedicated_infra(recipe) else []
     if recipe.frontend.dedicated_node:
         out.append("frontend")
@@ -142,7 +146,7 @@ def effective_per(service: Service) -> str:
 
 
 def effective_readiness(service: Service) -> Readiness | None:
-    """The recipe's probe, else the kind's (reference S-60)."""
+    """The recipe's probe, else the kind's."""
     if service.readiness is not None:
         return service.readiness
     make = kind_of(service).default_readiness
@@ -166,21 +170,28 @@ def effective_critical(service: Service) -> bool:
     return service.critical if service.critical is not None else kind_of(service).default_critical
 
 
-def effective_command(service: Service, index: int = 0) -> list[str]:
-    """The argv of instance `index`: the recipe's command, else the kind's, plus `args`."""
-    kind = kind_of(service)
-    base = service.command
+def _command(service: Service, kind: Kind, index: int) -> list[str]:
+    """The argv of instance `index`: the recipe's command, else the kind's, plus `args`; a
+    pool's leader (instance 0) replaces whichever of the two it gives."""
+    leader = service.leader if index == 0 else None
+    base = leader.command if leader is not None and leader.command is not None else None
+    base = base if base is not None else service.command
     if base is None and kind.instance_command is not None:
         base = kind.instance_command(service.options, index)
     elif base is None and kind.default_command is not None:
         base = kind.default_command(service.options)
-    return [*(base or []), *service.args]
+    args = leader.args if leader is not None and leader.args is not None else service.args
+    return [*(base or []), *args]
 
 
 def per_instance_shape(service: Service) -> bool:
-    """Whether instance 0 differs from the others (a cluster kind's head, reference S-47)."""
+    """Whether instance 0 differs from the others (a cluster kind's head, a pool's leader)."""
     kind = kind_of(service)
-    return kind.instance_command is not None or kind.instance_probe is not None
+    return (
+        kind.instance_command is not None
+        or kind.instance_probe is not None
+        or service.leader is not None
+    )
 
 
 def is_rider(service: Service) -> bool:
@@ -188,7 +199,8 @@ def is_rider(service: Service) -> bool:
 
 
 def effective_restart(service: Service) -> RestartPolicy:
-    """Riders default to on-failure, everything else to never (design.md)."""
+    """Riders default to on-failure (a sidecar that died is worth another try), everything
+    else to never."""
     if service.restart is not None:
         return service.restart
     return RestartPolicy(policy="on-failure" if is_rider(service) else "never")
@@ -205,7 +217,7 @@ START_TIERS = {"after_frontend": 0, "with_workers": 1, "before_workers": 1, "inf
 
 
 def effective_tier(service: Service, by_name: dict[str, Service]) -> int:
-    """Explicit tier, else the owner's tier for riders, else the start phase's (S-75)."""
+    """Explicit tier, else the owner's tier for riders, else the start phase's."""
     if service.shutdown_tier is not None:
         return service.shutdown_tier
     if is_rider(service) and service.placement and service.placement.pool in by_name:
@@ -216,5 +228,65 @@ def effective_tier(service: Service, by_name: dict[str, Service]) -> int:
 
 
 def env_key(name: str) -> str:
-    """`dcgm-exporter` → `DCGM_EXPORTER` (reference S-100)."""
+    """`dcgm-exporter` → `DCGM_EXPORTER`."""
     return "".join(c if c.isalnum() and c.isascii() else "_" for c in name).upper()
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """An enabled service with every default applied, worked out once per planning.
+
+    Planning (expand, instances, discovery, render) reads these fields instead of asking the
+    kind again at each use, so a kind is only ever read here.
+    """
+
+    service: Service
+    kind: Kind
+    reason: str | None  # why an implied service exists; None when the recipe declares it
+    start: str
+    placement: str
+    per: str
+    pool: str | None
+    rider: bool
+    external: bool
+    critical: bool
+    restart: RestartPolicy
+    readiness: Readiness | None
+    metrics: tuple[Metrics, ...]
+    container: str | None
+    tier: int
+    per_instance_shape: bool  # instance 0 differs from the others (a head, a leader)
+
+    @property
+    def name(self) -> str:
+        return self.service.name
+
+    def command(self, index: int = 0) -> list[str]:
+        return _command(self.service, self.kind, index)
+
+
+def resolve(recipe: Recipe) -> list[Resolved]:
+    """The enabled services of a validated recipe, resolved, in `effective_services` order."""
+    effective = effective_services(recipe)
+    by_name = {s.name: s for s, _ in effective}
+    return [
+        Resolved(
+            service=s,
+            kind=kind_of(s),
+            reason=why,
+            start=effective_start(s),
+            placement=effective_placement(s),
+            per=effective_per(s),
+            pool=effective_pool(s),
+            rider=is_rider(s),
+            external=is_external(s),
+            critical=effective_critical(s),
+            restart=effective_restart(s),
+            readiness=effective_readiness(s),
+            metrics=tuple(effective_metrics(s)),
+            container=effective_container(s, recipe),
+            tier=effective_tier(s, by_name),
+            per_instance_shape=per_instance_shape(s),
+        )
+        for s, why in effective
+    ]

@@ -8,23 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from srtr.resources import placeholders
+from srtr.resources import placeholders, pool_refs
 from srtr.resources.carving import CarveError, GrowNeeded, carve
 from srtr.resources.discovery import discovery_env, layered, receives_discovery_env
 from srtr.resources.effective import (
-    effective_metrics,
-    effective_per,
-    effective_placement,
-    effective_pool,
-    effective_services,
-    effective_start,
+    Resolved,
     engine_node_count,
     env_key,
     frontend_type,
-    is_external,
-    is_rider,
-    kind_of,
-    per_instance_shape,
+    resolve,
     roles,
 )
 from srtr.resources.errors import Path, Problem
@@ -44,12 +36,13 @@ from srtr.resources.objects import (
     ProbeSpec,
     Stage,
 )
+from srtr.resources.placeholder_lint import rendered
 from srtr.resources.recipe import Recipe, Service
 from srtr.resources.setup_steps import setup_steps
 from srtr.resources.workers import WORKER_KEYS, WorkerSlot, slots_for, worker_slots
 
 # `with_workers` holds only the setup steps (clone, build) of with_workers services: their
-# instances launch in the workers stage itself (reference S-62).
+# instances launch in the workers stage itself, right before the workers.
 PHASE_ORDER = (
     "infra",
     "before_workers",
@@ -118,28 +111,29 @@ class _Expander:
         self.ips = {spec.name: spec.ip for spec in nodes.allocation}
         self.one_network = one_network(self.ips.values())
         self.compute_pos = {n: i for i, n in enumerate(nodes.compute)}
-        self.by_name = {s.name: s for s, _ in effective_services(recipe)}
+        self.resolved = {r.name: r for r in resolve(recipe)}
         self.index_of = {s.name: i for i, s in enumerate(recipe.services)}
         self.warnings: list[str] = []
         self.problems: list[Problem] = []
         self.service_nodes: dict[str, list[str]] = {}
         self.slots = worker_slots(recipe, nodes)
         self._joined: dict[int, tuple[list[str], str, str]] = {}
-        self.discovery = discovery_env(recipe, self.ip_of)
+        self.discovery = discovery_env(list(self.resolved.values()), self.ip_of)
+        found = pool_refs.wanted(rendered(recipe))  # other pools' addresses, shared by all
+        self.pool_values = dict(pool_refs.values(found, nodes.pools, self.ips))
 
-    def ip_of(self, service: Service) -> str | None:
-        members = self.placement_nodes(service)
+    def ip_of(self, resolved: Resolved) -> str | None:
+        members = self.placement_nodes(resolved)
         return self.ips[members[0]] if members else None
 
-    def discovery_for(self, service: Service) -> list[tuple[str, str]]:
-        return self.discovery if receives_discovery_env(service) else []
+    def discovery_for(self, resolved: Resolved) -> list[tuple[str, str]]:
+        return self.discovery if receives_discovery_env(resolved) else []
 
-    def placement_nodes(self, service: Service) -> list[str]:
+    def placement_nodes(self, resolved: Resolved) -> list[str]:
         nodes = self.nodes
-        pool = effective_pool(service)
-        if pool is not None:
-            return list(nodes.pools.get(pool, ()))
-        where = effective_placement(service)
+        if resolved.pool is not None:
+            return list(nodes.pools.get(resolved.pool, ()))
+        where = resolved.placement
         if where == "head":
             return [nodes.head]
         if where in ("infra", "dedicated"):
@@ -189,6 +183,7 @@ class _Expander:
             "job_name": self.recipe.name,
             "master_port": str(MOONCAKE_MASTER_PORT),
             "metadata_port": str(MOONCAKE_METADATA_PORT),
+            **self.pool_values,
         }
 
     def node_values(self, shared: dict[str, str], node: str, index: int) -> dict[str, str]:
@@ -204,35 +199,36 @@ class _Expander:
         values["index"] = str(index)
         return values
 
-    def service_instances(self, service: Service) -> list[InstanceSpec]:
-        if is_external(service):  # runs elsewhere: its address is in the discovery env
+    def service_instances(self, resolved: Resolved) -> list[InstanceSpec]:
+        service = resolved.service
+        if resolved.external:  # runs elsewhere: its address is in the discovery env
             return []
-        members = self.placement_nodes(service)
+        members = self.placement_nodes(resolved)
         self.service_nodes[service.name] = members
         if not members:
             self.warnings.append(
-                f"services[{service.name}]: placement.node={effective_placement(service)} "
+                f"services[{service.name}]: placement.node={resolved.placement} "
                 "selects no nodes in this allocation; skipping"
             )
             return []
         # Everything that does not depend on the node is worked out once per service: a
         # 1,000-node pool would otherwise redo it 1,000 times (`srtr plan` must stay fast).
-        shared = self.shared_values(members, effective_placement(service))
-        if effective_per(service) == "worker":
-            return self.per_worker_instances(service, members, shared)
-        keys, discovery = frozenset(shared), self.discovery_for(service)
-        common = _service_common(service, self.recipe, self.by_name, keys, discovery)
+        shared = self.shared_values(members, resolved.placement)
+        if resolved.per == "worker":
+            return self.per_worker_instances(resolved, members, shared)
+        keys, discovery = frozenset(shared), self.discovery_for(resolved)
+        common = _service_common(resolved, self.recipe, keys, discovery)
         # A cluster kind's head (instance 0) has its own argv and probe; the rest share one.
         rest = (
-            _service_common(service, self.recipe, self.by_name, keys, discovery, index=1)
-            if per_instance_shape(service) and len(members) > 1
+            _service_common(resolved, self.recipe, keys, discovery, index=1)
+            if resolved.per_instance_shape and len(members) > 1
             else common
         )
         out = []
         # An autoscaled pool's size changes while it runs: its instances are named after
         # their node even alone, so that scaling 1 → 2 adds one and replaces none.
-        pool = self.by_name.get(effective_pool(service) or "")
-        bare = len(members) == 1 and (pool is None or pool.autoscale is None)
+        owner = self.resolved.get(resolved.pool or "")
+        bare = len(members) == 1 and (owner is None or owner.service.autoscale is None)
         for index, node in enumerate(members):
             name = f"service_{service.name}" if bare else f"service_{service.name}_{node}"
             values = self.node_values(shared, node, index)
@@ -240,10 +236,11 @@ class _Expander:
         return out
 
     def per_worker_instances(
-        self, service: Service, members: list[str], shared: dict[str, str]
+        self, resolved: Resolved, members: list[str], shared: dict[str, str]
     ) -> list[InstanceSpec]:
-        """One instance per engine worker on the placed nodes, in its GPU view (S-98)."""
-        slots = slots_for(self.slots, effective_placement(service), members, self.nodes.workers)
+        """One instance per engine worker on the placed nodes, in its GPU view."""
+        service = resolved.service
+        slots = slots_for(self.slots, resolved.placement, members, self.nodes.workers)
         if not slots:
             self.warnings.append(
                 f"services[{service.name}]: placement selects no workers in this allocation; "
@@ -252,7 +249,7 @@ class _Expander:
             return []
         shared = {**shared, **dict.fromkeys(WORKER_KEYS, "")}
         common = _service_common(
-            service, self.recipe, self.by_name, frozenset(shared), self.discovery_for(service)
+            resolved, self.recipe, frozenset(shared), self.discovery_for(resolved)
         )
         gpus_per_node = self.recipe.resources.gpus_per_node
         out = []
@@ -335,11 +332,11 @@ class _Expander:
 
     def benchmark_env(self) -> list[tuple[str, str]]:
         env: dict[str, str] = dict(self.discovery)
-        for service in self.by_name.values():
-            members = self.service_nodes.get(service.name, [])
+        for name in self.resolved:
+            members = self.service_nodes.get(name, [])
             if not members:
                 continue
-            key = env_key(service.name)
+            key = env_key(name)
             env[f"SRT_SERVICE_{key}_NODES"] = ",".join(members)
             env[f"SRT_SERVICE_{key}_IPS"] = ",".join(self.ips[m] for m in members)
             env[f"SRT_SERVICE_{key}_NODE_COUNT"] = str(len(members))
@@ -383,9 +380,7 @@ class _Expander:
         """Two instances on one node that listen on one port (probe or metrics) collide."""
         taken: dict[tuple[str, int], InstanceSpec] = {}
         reported: set[tuple[str, str, int]] = set()
-        metrics_ports = {
-            s.name: [m.port for m in effective_metrics(s)] for s in self.by_name.values()
-        }
+        metrics_ports = {r.name: [m.port for m in r.metrics] for r in self.resolved.values()}
         # Per service and probe port, not per instance: a pool's instances share both.
         listens: dict[tuple[str, int | None, tuple[int, ...]], list[int]] = {}
         for spec in instances:
@@ -447,17 +442,17 @@ class _Expander:
             if spec.kind is not InstanceKind.SETUP:
                 by_service.setdefault(spec.service, []).append(spec)
         out = []
-        for service in self.by_name.values():
-            members = by_service.get(service.name, [])
-            # `<endpoint name or kind prefix or service name>_<node>` (reference S-110):
+        for r in self.resolved.values():
+            members = by_service.get(r.name, [])
+            # `<endpoint name or kind prefix or service name>_<node>`, srtctl's names:
             # `dcgm_node1`, `node_exporter_node1`, what users' dashboards select on.
-            stem = kind_of(service).metrics_prefix or service.name
-            for metrics in effective_metrics(service):
+            stem = r.kind.metrics_prefix or r.name
+            for metrics in r.metrics:
                 chosen = members[:1] if metrics.nodes == "first" else members
                 for spec in chosen:
                     out.append(
                         ExporterSpec(
-                            service=service.name,
+                            service=r.name,
                             instance=spec.name,
                             node=spec.node,
                             url=f"http://{spec.node_ip}:{metrics.port}{metrics.path}",
@@ -493,7 +488,7 @@ def expand(
     ex.check_names(instances)
     if ex.problems:
         raise ExpandError(ex.problems)
-    owners = [s for s in ex.by_name.values() if s.nodes is not None]
+    owners = [r.service for r in ex.resolved.values() if r.service.nodes is not None]
     return DesiredState(
         job_name=recipe.name,
         nodes=nodes,
@@ -503,7 +498,7 @@ def expand(
         exporters=tuple(ex.exporters(instances)),
         benchmark_env=tuple(ex.benchmark_env()),
         frontend_type=frontend_type(recipe),
-        terminal_services=tuple(s.name for s in ex.by_name.values() if s.terminal),
+        terminal_services=tuple(r.name for r in ex.resolved.values() if r.service.terminal),
         warnings=tuple(ex.warnings),
         node_summary=_node_summary(recipe, owners) if owners else (),
         discovery_env=tuple(ex.discovery),
@@ -517,11 +512,12 @@ def _instances_by_phase(
     per_phase: dict[str, list[Stage]] = {phase: [] for phase in PHASE_ORDER}
     instances: list[InstanceSpec] = []
     with_workers: list[InstanceSpec] = []
-    for service, _ in effective_services(recipe):
-        made = ex.service_instances(service)
+    for resolved in ex.resolved.values():
+        service = resolved.service
+        made = ex.service_instances(resolved)
         if not made:
             continue
-        phase = effective_start(service)
+        phase = resolved.start
         for step in setup_steps(service, made[0], phase):
             instances.append(step)
             per_phase[phase].append(Stage(step.stage, phase, (step.name,)))
@@ -530,12 +526,17 @@ def _instances_by_phase(
                 f"services[{service.name}]: source is cloned but no build_command builds it"
             )
         instances += made
+        # A leader that starts first has a stage of its own, in its phase, before the rest.
+        first = made[0].stage.endswith(".leader")  # a service name holds no dot
+        if first:
+            per_phase[phase].append(Stage(made[0].stage, phase, (made[0].name,)))
+        rest = made[1:] if first else made
         if phase == "with_workers":
-            with_workers += made  # launched with the workers, right before them
-        else:
-            fleet = _fleet(service, made)
+            with_workers += rest  # launched with the workers, right before them
+        elif rest:
+            fleet = _fleet(resolved, made)
             per_phase[phase].append(
-                Stage(made[0].stage, phase, tuple(s.name for s in made), fleet=fleet)
+                Stage(rest[0].stage, phase, tuple(s.name for s in rest), fleet=fleet)
             )
     workers = [*with_workers, *ex.worker_instances()]
     if workers:
@@ -552,10 +553,11 @@ def _instances_by_phase(
     return instances, per_phase
 
 
-def _fleet(service: Service, made: list[InstanceSpec]) -> FleetSpec | None:
+def _fleet(resolved: Resolved, made: list[InstanceSpec]) -> FleetSpec | None:
     """The kind's fleet gate on the head (instance 0), or None; one instance is a fleet
-    already (T-110). A recipe's readiness timing applies to the gate too."""
-    fleet = kind_of(service).fleet
+    already. A recipe's readiness timing applies to the gate too."""
+    service = resolved.service
+    fleet = resolved.kind.fleet
     if fleet is None or len(made) < 2:
         return None
     port, path = fleet(service.options)
@@ -585,9 +587,7 @@ def _pools(ex: _Expander, owners: list[Service]) -> tuple[PoolSpec, ...]:
             name=o.name,
             type=o.type,
             nodes=ex.nodes.pools[o.name],
-            riders=tuple(
-                s.name for s in ex.by_name.values() if is_rider(s) and effective_pool(s) == o.name
-            ),
+            riders=tuple(r.name for r in ex.resolved.values() if r.rider and r.pool == o.name),
         )
         for o in owners
     )

@@ -12,20 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from srtr.resources import placeholders
-from srtr.resources.effective import (
-    effective_command,
-    effective_container,
-    effective_critical,
-    effective_pool,
-    effective_readiness,
-    effective_restart,
-    effective_start,
-    effective_tier,
-    is_rider,
-    kind_of,
-)
+from srtr.resources.effective import Resolved
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
-from srtr.resources.recipe import Readiness, Recipe, RestartPolicy, Service
+from srtr.resources.recipe import Leader, Readiness, Recipe, RestartPolicy
 from srtr.resources.setup_steps import workdir
 
 
@@ -72,8 +61,8 @@ class ServiceCommon:
     readiness: Readiness | None
     argv: list[tuple[str, Template]]
     env: list[tuple[str, str, Template]]
-    export_env: list[tuple[str, str, Template]]  # srun_export_env (reference T-71)
-    preamble: list[str]  # the kind's part, then the recipe's (reference S-58)
+    export_env: list[tuple[str, str, Template]]  # srun_export_env
+    preamble: list[str]  # the kind's part, then the recipe's
     probe: ProbeSpec | None  # None with a per-node (file) probe, rendered per instance
     common: dict[str, Any]  # the other InstanceSpec fields, equal for every node
 
@@ -85,7 +74,7 @@ class ServiceCommon:
         values: dict[str, str],
         last_env: dict[str, str] | None = None,
     ) -> InstanceSpec:
-        """`last_env` wins over everything (the per-worker GPU view, S-53 step 5)."""
+        """`last_env` wins over everything (the per-worker GPU view)."""
         env = [(k, t.format_map(values) if t else v) for k, v, t in self.env]
         if last_env:
             env = [(k, v) for k, v in env if k not in last_env] + list(last_env.items())
@@ -113,38 +102,50 @@ class ServiceCommon:
         )
 
 
-def instance_kind(service: Service) -> InstanceKind:
-    if service.nodes is not None:
+def instance_kind(resolved: Resolved) -> InstanceKind:
+    if resolved.service.nodes is not None:
         return InstanceKind.OWNER
-    return InstanceKind.RIDER if is_rider(service) else InstanceKind.SERVICE
+    return InstanceKind.RIDER if resolved.rider else InstanceKind.SERVICE
 
 
 def service_env(
-    service: Service, recipe: Recipe, discovery: Sequence[tuple[str, str]] = ()
+    resolved: Resolved, recipe: Recipe, discovery: Sequence[tuple[str, str]] = (), index: int = 1
 ) -> dict[str, str]:
-    """Discovery env < kind default env < recipe env < kind forced env (S-53 steps 1-4)."""
-    kind = kind_of(service)
+    """Discovery env < kind default env < recipe env < kind forced env, srtctl's layers
+    (docs/design/srtctl-parity.md, "The environment of an instance"); a leader's env
+    (instance 0's) goes over the recipe's."""
+    service, kind = resolved.service, resolved.kind
     env = dict(discovery)
     if kind.default_env:
         env.update(kind.default_env(service, recipe))
     env.update(service.env)
+    if index == 0 and service.leader is not None:
+        env.update(service.leader.env)
     if kind.forced_env:
         env.update(kind.forced_env(service, recipe))
     return env
 
 
+def leader_fields(leader: Leader | None, resolved: Resolved) -> Readiness | None:
+    """Instance 0's probe: the leader's when it gives one, else the service's. (A liveness
+    probe of a service would be picked here the same way.)"""
+    if leader is not None and leader.readiness is not None:
+        return leader.readiness
+    return resolved.readiness
+
+
 def service_common(
-    service: Service,
+    resolved: Resolved,
     recipe: Recipe,
-    by_name: dict[str, Service],
     keys: frozenset[str],
     discovery: Sequence[tuple[str, str]] = (),
     index: int = 0,
 ) -> ServiceCommon:
     """`index` picks the head's (0) or the others' argv and default probe for a kind whose
-    head differs (ray, S-47)."""
-    kind = kind_of(service)
-    readiness = effective_readiness(service)
+    head differs (ray)."""
+    service, kind = resolved.service, resolved.kind
+    leader = service.leader if index == 0 else None
+    readiness = leader_fields(leader, resolved)
     node_probe = readiness is not None and readiness.file is not None
     probe = None if node_probe else probe_spec(readiness, {})
     if readiness is None and kind.instance_probe is not None:
@@ -152,15 +153,18 @@ def service_common(
     srun = dict(kind.default_srun_options(service.options)) if kind.default_srun_options else {}
     srun.update(service.srun_options)
     kind_preamble = kind.default_preamble(service.options) if kind.default_preamble else None
-    checkout = workdir(service)  # the service runs in its source checkout (S-07)
-    with_workers = effective_start(service) == "with_workers"
+    checkout = workdir(service)  # the service runs in its source checkout
+    with_workers = resolved.start == "with_workers"
+    stage = "workers" if with_workers else f"{resolved.start}/{service.name}"
+    if leader is not None and leader.start == "first":  # its own stage, before the others
+        stage, with_workers = f"{resolved.start}/{service.name}.leader", False
     return ServiceCommon(
         readiness=readiness,
         probe=probe,
-        argv=[(a, placeholders.template(a, keys)) for a in effective_command(service, index)],
+        argv=[(a, placeholders.template(a, keys)) for a in resolved.command(index)],
         env=[
             (k, v, placeholders.template(v, keys))
-            for k, v in service_env(service, recipe, discovery).items()
+            for k, v in service_env(resolved, recipe, discovery, index).items()
         ],
         export_env=[
             (k, v, placeholders.template(v, keys)) for k, v in service.srun_export_env.items()
@@ -172,18 +176,18 @@ def service_common(
         ],
         common={
             "service": service.name,
-            "kind": instance_kind(service),
+            "kind": instance_kind(resolved),
             "type": service.type,
             # with_workers instances launch in the workers stage, probed once all launched
-            "stage": "workers" if with_workers else f"{effective_start(service)}/{service.name}",
+            "stage": stage,
             "deferred_probe": with_workers,
-            "shutdown_tier": effective_tier(service, by_name),
+            "shutdown_tier": resolved.tier,
             "stop_grace_seconds": service.stop_grace_seconds,
-            "critical": effective_critical(service),
+            "critical": resolved.critical,
             "terminal": service.terminal,
-            "restart": restart_spec(effective_restart(service)),
-            "pool": effective_pool(service),
-            "container": effective_container(service, recipe),
+            "restart": restart_spec(resolved.restart),
+            "pool": resolved.pool,
+            "container": resolved.container,
             "cpus_per_task": service.cpus_per_task,
             "cpu_bind": service.cpu_bind,
             "srun_options": tuple(srun.items()),

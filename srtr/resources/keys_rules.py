@@ -1,4 +1,4 @@
-"""Rules of the `source`, `build_command` and `srun_export_env` keys (reference V-21..V-23, T-71).
+"""Rules of the `source`, `build_command` and `srun_export_env` keys.
 
 Field-level checks (empty argv, mutable refs, positive timeout) are in `recipe.py`; these
 relate a key to the service's placement or to how srun is started.
@@ -10,7 +10,7 @@ from srtr.resources.effective import effective_placement
 from srtr.resources.errors import Path, Problem
 from srtr.resources.recipe import Service
 
-# Placements of exactly one node: the checkout is made once, on that node (V-22).
+# Placements of exactly one node: the checkout is made once, on that node.
 SINGLE_NODE_PLACEMENTS = ("head", "infra", "dedicated")
 # Variables that steer the srun client itself (the SLURM backend's `steers_srun`): they
 # cannot ride in its environment, so srtr would have to put them on the command line, which

@@ -56,8 +56,8 @@ def load_text(text: str, file: str = "recipe.yaml") -> Recipe:
 def default_name(file: str) -> str:
     """The name of a recipe without `name:`: its file's stem, made a valid name.
 
-    `seeds/pools.yaml` → `pools`; `my sft run.yml` → `my-sft-run` (srtctl's recipes, and the
-    seed's, carry no name: the file names the job).
+    `pools.yaml` → `pools`; `my sft run.yml` → `my-sft-run` (srtctl's recipes carry no name:
+    the file names the job).
     """
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", FilePath(file).stem).strip("-")
     return name or "recipe"

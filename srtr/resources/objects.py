@@ -80,11 +80,11 @@ class ProbeSpec:
     status: int | None = None
     pattern: str | None = None
     # A tcp probe passes once `port` and then each of these accept, in turn (a server that
-    # opens several ports, such as mooncake-master's 8700, 8701, 8702, reference S-40).
+    # opens several ports, such as mooncake-master's 8700, 8701, 8702).
     more_ports: tuple[int, ...] = ()
 
     def describe(self, ip: str = "<node_ip>") -> str:
-        """Short text used in plan output and in readiness failure messages (S-61)."""
+        """Short text used in plan output and in readiness failure messages."""
         if self.kind is ProbeKind.TCP:
             # With the address, as the probe's own messages say it (`tcp 10.0.0.2:9000:
             # connection refused`): a port alone does not say which node is probed.
@@ -112,7 +112,7 @@ class RestartSpec:
 class InstanceSpec:
     """One process of a service on one node: one srun step on SLURM, one process group here.
 
-    `name` is the step name and the log stem (`service_<name>[_<node>]`, S-59), so it is
+    `name` is the step name and the log stem (`service_<name>[_<node>]`, as srtctl's), so it is
     deterministic and unique within the job.
     """
 
@@ -208,7 +208,7 @@ class ExporterSpec:
 
 @dataclass(frozen=True, slots=True)
 class FleetSpec:
-    """A gate on a whole service once each of its instances is ready (reference S-47: Ray).
+    """A gate on a whole service once each of its instances is ready (a Ray cluster).
 
     The stage holds until `url` (the head's node list) shows `count` live members; a member
     that exits meanwhile fails it at once, and so does `timeout_seconds` without them.
@@ -237,7 +237,7 @@ class Stage:
 
 @dataclass(frozen=True)
 class NodeMap:
-    """How the allocation was carved (reference §3)."""
+    """How the allocation was carved (`carving.carve`)."""
 
     allocation: tuple[NodeSpec, ...]
     workers: tuple[str, ...]

@@ -2,7 +2,7 @@
 
 A tag can be moved (force-pushed) while a job waits in the queue, or between its start and
 an adoption or a node replacement. srtr resolves every `rev` once per job (`srtr submit`, or
-`srtr up` of a new job; backends/git_refs.py does the network part) and keeps the answers in
+`srtr up` of a new job; net/git_refs.py does the network part) and keeps the answers in
 the run dir's `source-pins.json`. Every planning of that job's recipe applies them (pure,
 here), so the clone step always checks out the same commit and a live edit of an unrelated
 field plans the very same clone step as before.
@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from srtr.resources.recipe import Recipe, Service, is_commit
+from srtr.resources.recipe import Recipe, Service
+from srtr.resources.source import is_commit
 
 PINS_FILE = "source-pins.json"
 

@@ -6,14 +6,17 @@ the program as is and rendezvous fails much later. So srtr warns, and never fail
 token is very likely a typo. The rule (docs/recipe.md, "Placeholders"):
 
 - only in fields that are rendered (service `command`, `args`, `env`, `preamble`,
-  `readiness.file.path`, `srun_export_env`; `environment`; a role's `command` and `env`;
+  `readiness.file.path`, `srun_export_env`, and the same of its `leader`; `environment`;
+  a role's `command` and `env`;
   the frontend's `command`);
 - only `{word}` with a lowercase word of letters, digits and `_` (what a placeholder looks
   like), not preceded by `$` (shell `${VAR}`) and not doubled (`{{word}}`, an escaped
   format field);
 - only when the word is no placeholder and difflib finds one close to it (ratio >= 0.8):
   `{nodee}` → `{node}`, `{pool_ipp}` → `{pool_ip}`, `{poolip}` → `{pool_ip}`. A word close
-  to no placeholder (`{name}`, `{x}`, `{port}`) is taken as meant.
+  to no placeholder (`{name}`, `{x}`, `{port}`) is taken as meant;
+- another pool's address, `{pool_ip:NAME}`, is known by its key (`{pool_ipp:NAME}` →
+  `{pool_ip:NAME}`); a NAME that owns no pool is an error of the recipe rules, not a typo.
 
 Pure: the recipe in, problems out (paths without lines; the caller attaches them).
 """
@@ -26,13 +29,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from srtr.resources.errors import Path, Problem
 from srtr.resources.placeholders import KEYS
-from srtr.resources.recipe import Recipe
+from srtr.resources.pool_refs import POOL_KEYS
+from srtr.resources.recipe import Leader, Recipe
 from srtr.resources.workers import WORKER_KEYS
 
 # Every key some instance can see: the common ones, the Mooncake ports, per-worker ones.
 KNOWN = frozenset((*KEYS, "master_port", "metadata_port", *WORKER_KEYS))
 CUTOFF = 0.8
-_TOKEN = re.compile(r"(?<![${])\{([a-z][a-z0-9_]*)\}(?!\})")
+_TOKEN = re.compile(r"(?<![${])\{([a-z][a-z0-9_]*)(:[A-Za-z0-9_-]+)?\}(?!\})")
 
 
 def typos(text: str) -> list[tuple[str, str]]:
@@ -41,19 +45,21 @@ def typos(text: str) -> list[tuple[str, str]]:
         return []
     found = []
     for match in _TOKEN.finditer(text):
-        word = match.group(1)
-        if word in KNOWN:
+        word, pool = match.group(1), match.group(2)
+        # `{pool_ip:NAME}`: the key must be a pool key; NAME is checked with the pools.
+        known = POOL_KEYS if pool else KNOWN
+        if word in known:
             continue
-        close = difflib.get_close_matches(word, sorted(KNOWN), n=1, cutoff=CUTOFF)
+        close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=CUTOFF)
         if close:
-            found.append((word, close[0]))
+            found.append((word + (pool or ""), close[0] + (pool or "")))
     return found
 
 
 def warnings(recipe: Recipe) -> list[Problem]:
     """A warning for each likely placeholder typo in the rendered fields of `recipe`."""
     out = []
-    for path, text in _rendered(recipe):
+    for path, text in rendered(recipe):
         for word, meant in typos(text):
             out.append(
                 Problem(
@@ -66,7 +72,8 @@ def warnings(recipe: Recipe) -> list[Problem]:
     return out
 
 
-def _rendered(recipe: Recipe) -> Iterator[tuple[Path, str]]:
+def rendered(recipe: Recipe) -> Iterator[tuple[Path, str]]:
+    """(path, text) of every field of `recipe` whose placeholders are rendered."""
     for index, service in enumerate(recipe.services):
         base: Path = ("services", index)
         yield from _items((*base, "command"), service.command or ())
@@ -78,6 +85,8 @@ def _rendered(recipe: Recipe) -> Iterator[tuple[Path, str]]:
         file_probe = service.readiness.file if service.readiness else None
         if file_probe is not None:
             yield (*base, "readiness", "file", "path"), file_probe.path
+        if service.leader is not None:
+            yield from _leader((*base, "leader"), service.leader)
     yield from _values(("environment",), recipe.environment)
     for name in ("prefill", "decode", "agg"):
         role = getattr(recipe.roles, name, None)
@@ -85,6 +94,15 @@ def _rendered(recipe: Recipe) -> Iterator[tuple[Path, str]]:
             yield from _items(("roles", name, "command"), role.command or ())
             yield from _values(("roles", name, "env"), role.env)
     yield from _items(("frontend", "command"), recipe.frontend.command or ())
+
+
+def _leader(base: Path, leader: Leader) -> Iterator[tuple[Path, str]]:
+    yield from _items((*base, "command"), leader.command or ())
+    yield from _items((*base, "args"), leader.args or ())
+    yield from _values((*base, "env"), leader.env)
+    file_probe = leader.readiness.file if leader.readiness else None
+    if file_probe is not None:
+        yield (*base, "readiness", "file", "path"), file_probe.path
 
 
 def _items(path: Path, texts: Sequence[str]) -> Iterable[tuple[Path, str]]:

@@ -1,4 +1,4 @@
-"""`{key}` substitution into argv elements, env values and preamble text (reference §5).
+"""`{key}` substitution into argv elements, env values and preamble text.
 
 Literal replacement of known keys only: any other braces (JSON in an env value, `${HOME}`,
 an unknown `{foo}`) are left exactly as written, and no shell is ever involved.
@@ -10,7 +10,8 @@ import functools
 import re
 from collections.abc import Mapping
 
-_KEY = re.compile(r"\{([a-z_]+)\}")
+# `{key}`, or `{key:NAME}` for another pool's address (pool_refs.py).
+_KEY = re.compile(r"\{([a-z_]+(?::[A-Za-z0-9_-]+)?)\}")
 
 KEYS = (
     "node",
@@ -56,6 +57,11 @@ def render(text: str, values: Mapping[str, str]) -> str:
     return "".join(out)
 
 
+def field_name(key: str) -> str:
+    """`key` as a `str.format_map` field: `pool_ip:NAME` → `pool_ip@NAME`."""
+    return key.replace(":", "@")
+
+
 @functools.lru_cache(maxsize=4096)
 def template(text: str, keys: frozenset[str]) -> str | None:
     """`text` as a `str.format_map` template, or None when it names none of `keys`.
@@ -73,7 +79,9 @@ def template(text: str, keys: frozenset[str]) -> str | None:
         if i % 2 == 0:
             out.append(part.replace("{", "{{").replace("}", "}}"))
         elif part in keys:
-            out.append("{" + part + "}")
+            # `format_map` would read `{pool_ip:x}` as a format spec: the values carry such
+            # a key under `field_name` too.
+            out.append("{" + field_name(part) + "}")
         else:
             out.append("{{" + part + "}}")
     return "".join(out)

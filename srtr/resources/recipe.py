@@ -1,28 +1,46 @@
 """The recipe schema: what a user may write in recipe.yaml, as pydantic v2 models.
 
-Field-level rules (types, ranges, vocabularies) live here, with the older system's message
-key words (reference §1.3). Rules that relate several fields or the whole recipe live in
-`rules.py`, so that all of them can be reported at once. Every model forbids unknown keys.
+Field-level rules (types, ranges, vocabularies) live here, with srtctl's message key words,
+so that a recipe written for it gets the same complaints. Rules that relate several fields
+or the whole recipe live in `rules.py`, so that all of them can be reported at once. Every
+model forbids unknown keys.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from srtr.resources.limits import Limits
+from srtr.resources.readiness import FileProbe, HttpProbe, LogProbe, Readiness, TcpProbe
+from srtr.resources.source import Source, is_commit
+from srtr.resources.spec import (
+    MAX_NODES,
+    PositiveSeconds,
+    Spec,
+    Text,
+    check_argv,
+    check_env,
+    check_name,
+    check_port,
+)
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+# The probe and source models live in their own modules; they stay importable from here,
+# where every other part of the schema is.
+__all__ = [
+    "MAX_NODES",
+    "FileProbe",
+    "HttpProbe",
+    "LogProbe",
+    "Readiness",
+    "Source",
+    "Spec",
+    "TcpProbe",
+    "Text",
+    "is_commit",
+]
+
 PLACEMENT_NODES = (
     "head",
     "infra",
@@ -37,160 +55,6 @@ PLACEMENT_NODES = (
 PLACEMENT_PER = ("node", "worker")
 START_PHASES = ("infra", "before_workers", "with_workers", "after_frontend")
 RESTART_POLICIES = ("never", "on-failure", "always")
-
-PositiveSeconds = Annotated[float, Field(gt=0)]
-# Far beyond any SLURM allocation, and small enough that a typo cannot make `srtr plan`
-# build a billion-node allocation in memory.
-MAX_NODES = 100_000
-
-
-def _scalar_to_str(value: Any) -> Any:
-    # YAML reads `PORT: 8000` and `["sleep", 1]` as numbers; users mean the text.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return getattr(value, "yaml_text", str(value))
-    return value
-
-
-Text = Annotated[
-    str,
-    BeforeValidator(_scalar_to_str),
-    WithJsonSchema({"type": ["string", "number", "boolean"]}),
-]
-
-
-class Spec(BaseModel):
-    """Base of every recipe model: frozen, unknown keys refused."""
-
-    # strict: YAML's `yes` must not become 1 node, nor "8" a port; numbers stay numbers.
-    # allow_inf_nan=False: YAML's `.nan` and `.inf` are floats to pydantic, and a NaN
-    # timeout never expires (every comparison with it is false). Every float field of
-    # every model refuses them (issue 23).
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-def _check_name(value: str, what: str) -> str:
-    if not value.strip():
-        raise ValueError(f"{what} must be a non-empty string")
-    if not NAME_RE.fullmatch(value):
-        raise ValueError(
-            f"{what} {value!r} may only contain letters, digits, '-' and '_' "
-            "(it becomes file, step and env var names)"
-        )
-    return value
-
-
-def _check_argv(value: list[str] | None) -> list[str] | None:
-    if value is None:
-        return None
-    if not value:
-        raise ValueError("if set, must be non-empty (omit it to use the type's default)")
-    if any(not part for part in value):
-        raise ValueError("command/args must not contain empty arguments")
-    return value
-
-
-def _check_port(value: int, what: str) -> int:
-    if not 1 <= value <= 65535:
-        raise ValueError(f"{what} must be between 1 and 65535; got {value}")
-    return value
-
-
-class TcpProbe(Spec):
-    port: int
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int) -> int:
-        return _check_port(v, "readiness.tcp.port")
-
-
-class HttpProbe(Spec):
-    port: int
-    path: str = "/health"
-    status: int = 200
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int) -> int:
-        return _check_port(v, "readiness.http.port")
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError("readiness.http.path must start with '/'")
-        return v
-
-    @field_validator("status")
-    @classmethod
-    def _status(cls, v: int) -> int:
-        if not 100 <= v <= 599:
-            raise ValueError(f"readiness.http.status must be an HTTP status code; got {v}")
-        return v
-
-
-class LogProbe(Spec):
-    pattern: str
-
-    @field_validator("pattern")
-    @classmethod
-    def _pattern(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(
-                f"readiness.log.pattern is not a valid regular expression: {exc}"
-            ) from None
-        return v
-
-
-class FileProbe(Spec):
-    path: str
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("readiness.file.path must not be empty")
-        return v
-
-
-class Readiness(Spec):
-    """Exactly one probe, plus its timing. `port: N` is shorthand for `tcp: {port: N}`."""
-
-    port: int | None = None
-    tcp: TcpProbe | None = None
-    http: HttpProbe | None = None
-    log: LogProbe | None = None
-    file: FileProbe | None = None
-    timeout_seconds: float = 120.0
-    interval_seconds: float = 2.0
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int | None) -> int | None:
-        return None if v is None else _check_port(v, "readiness.port")
-
-    @field_validator("timeout_seconds", "interval_seconds")
-    @classmethod
-    def _positive(cls, v: float, info: Any) -> float:
-        if v <= 0:
-            raise ValueError(f"readiness.{info.field_name} must be positive; got {v:g}")
-        return v
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Readiness:
-        if self.port is not None and self.tcp is not None:
-            raise ValueError("give either port (shorthand) or tcp, not both")
-        given = [k for k in ("port", "tcp", "http", "log", "file") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(
-                "readiness needs exactly one probe: port, tcp, http, log, or file; got "
-                + (", ".join(given) if given else "none")
-            )
-        return self
 
 
 class Placement(Spec):
@@ -222,75 +86,8 @@ class Placement(Spec):
         return v
 
 
-# Refs that name a moving target: a checkout of them is not reproducible (reference S-07).
-MUTABLE_REFS = ("main", "master", "HEAD", "develop", "trunk")
-MUTABLE_REF_PREFIXES = ("refs/heads/", "origin/", "refs/remotes/")
-# A full commit id: SHA-1 (40 hex) or SHA-256 (64 hex). Abbreviations cannot be pinned.
-COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-
-
-def is_commit(rev: str) -> bool:
-    return COMMIT_RE.fullmatch(rev.lower()) is not None
-
-
-class Source(Spec):
-    """A git checkout cloned before the service's build and launch (reference S-07)."""
-
-    git: str
-    rev: Text
-    path: str | None = None
-    # The commit `rev` named when the job was submitted (srtr pins it; see resources/pins.py).
-    sha: Text | None = None
-
-    @field_validator("git")
-    @classmethod
-    def _git(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("source.git must name a repository URL")
-        return v
-
-    @field_validator("rev")
-    @classmethod
-    def _rev(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("source.rev must not be empty")
-        if v in MUTABLE_REFS or v.startswith(MUTABLE_REF_PREFIXES):
-            raise ValueError(
-                f"source.rev '{v}' is a branch; use an immutable ref "
-                "(a full commit SHA, a tag, or refs/pull/<n>/head)"
-            )
-        if v.startswith("-") or any(c.isspace() for c in v):
-            raise ValueError(f"source.rev '{v}' is not a git ref")
-        return v
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str | None) -> str | None:
-        if v is not None and (not v.strip() or v.startswith("/") or ".." in v.split("/")):
-            raise ValueError("source.path must be a relative path inside the checkout")
-        return v
-
-    @field_validator("sha")
-    @classmethod
-    def _sha(cls, v: str | None) -> str | None:
-        if v is not None and not is_commit(v):
-            raise ValueError(f"source.sha '{v}' must be a full commit id (40 or 64 hex digits)")
-        return v.lower() if v is not None else None
-
-    @model_validator(mode="after")
-    def _rev_is_its_own_pin(self) -> Source:
-        if self.sha is not None and is_commit(self.rev) and self.sha != self.rev.lower():
-            raise ValueError(f"source.sha '{self.sha}' differs from the commit source.rev names")
-        return self
-
-    @property
-    def pin(self) -> str | None:
-        """The commit to check out: `sha`, or `rev` when it is one; None: `rev` unpinned."""
-        return self.sha or (self.rev.lower() if is_commit(self.rev) else None)
-
-
 class Metrics(Spec):
-    """A Prometheus scrape annotation (reference S-28)."""
+    """A Prometheus scrape annotation."""
 
     port: int
     path: str = "/metrics"
@@ -300,7 +97,7 @@ class Metrics(Spec):
     @field_validator("port")
     @classmethod
     def _port(cls, v: int) -> int:
-        return _check_port(v, "metrics.port")
+        return check_port(v, "metrics.port")
 
     @field_validator("path")
     @classmethod
@@ -325,7 +122,7 @@ class Metrics(Spec):
 
 
 class RestartPolicy(Spec):
-    """When and how fast an instance is relaunched (srtr's own; the older system had none)."""
+    """When and how fast an instance is relaunched (srtr's own; srtctl had none)."""
 
     policy: Literal["never", "on-failure", "always"] = "on-failure"
     backoff_seconds: float = Field(default=1.0, ge=0)
@@ -365,7 +162,7 @@ class ScaleHttp(Spec):
     @field_validator("port")
     @classmethod
     def _port(cls, v: int) -> int:
-        return _check_port(v, "nodes.from.http.port")
+        return check_port(v, "nodes.from.http.port")
 
     @field_validator("path")
     @classmethod
@@ -399,7 +196,7 @@ class ScaleSource(Spec):
 
 class Autoscale(Spec):
     """`nodes: {min, max, from}`: the pool's size follows the count its instance 0
-    publishes, within [min, max] (issue 24; docs/recipe.md "Autoscaled pools")."""
+    publishes, within [min, max] (docs/recipe.md "Autoscaled pools")."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -416,8 +213,40 @@ class Autoscale(Spec):
         return self
 
 
+class Leader(Spec):
+    """`leader:` of an owner: what its pool's instance 0 runs instead (a scheduler, a
+    coordinator), as LeaderWorkerSet's leader template. Each field given replaces the
+    service's for instance 0 (`env` is merged over the service's); `start: first` launches
+    the leader and waits for its readiness before the other instances, `together` launches
+    all at once. A probe field the service gains later (liveness) is overridden the same way:
+    one more field here and in `instances.leader_fields`."""
+
+    command: list[Text] | None = None
+    args: list[Text] | None = None
+    env: dict[str, Text] = {}
+    readiness: Readiness | None = None
+    start: Literal["first", "together"] = "first"
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | None) -> list[str] | None:
+        return check_argv(v)
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and any(not part for part in v):
+            raise ValueError("leader.args must not contain empty arguments")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_env(v)
+
+
 class Service(Spec):
-    """One entry of `services:` (reference §1.1, plus restart/shutdown_tier/stop_grace)."""
+    """One entry of `services:` (srtctl's keys, plus restart/shutdown_tier/stop_grace)."""
 
     name: str
     type: str = "generic"
@@ -443,19 +272,21 @@ class Service(Spec):
     shutdown_tier: int | None = Field(default=None, ge=0)
     stop_grace_seconds: float = Field(default=30.0, ge=0)
     replace_lost: bool = False
-    # Discovery plane (reference S-18, S-26): an already-running instance's address instead
+    # Discovery plane: an already-running instance's address instead
     # of a launched one, and whether this service gets ETCD_ENDPOINTS / NATS_SERVER.
     external: str | None = None
     inherit_discovery_env: bool = True
-    # Clone and build before launch (reference S-07..S-09); see docs/recipe.md "source".
+    # Clone and build before launch; see docs/recipe.md "source".
     source: Source | None = None
     build_command: list[Text] | None = None
     build_timeout_seconds: float = 1800.0
-    # Env that must reach the instance through srun's --export (reference T-71).
+    # Env that must reach the instance through srun's --export.
     srun_export_env: dict[str, Text] = {}
     # `nodes: {min, max, from}` as written; `nodes` is then the pool's size now (`min`
     # until the controller scales it). Not a key of its own in a recipe.
     autoscale: Autoscale | None = None
+    # What the pool's instance 0 runs instead (owners only; rules.py says so).
+    leader: Leader | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -475,7 +306,7 @@ class Service(Spec):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return _check_name(v, "name")
+        return check_name(v, "name")
 
     @field_validator("external")
     @classmethod
@@ -503,12 +334,12 @@ class Service(Spec):
     @field_validator("srun_export_env")
     @classmethod
     def _export_env(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env(v)
+        return check_env(v)
 
     @field_validator("command")
     @classmethod
     def _command(cls, v: list[str] | None) -> list[str] | None:
-        return _check_argv(v)
+        return check_argv(v)
 
     @field_validator("args")
     @classmethod
@@ -548,18 +379,7 @@ class Service(Spec):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env(v)
-
-
-def _check_env(v: dict[str, str]) -> dict[str, str]:
-    # Every bad key at once: fixing one and running again to see the next wastes a turn.
-    bad = [key for key in v if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)]
-    if len(bad) == 1:
-        raise ValueError(f"env key {bad[0]!r} is not a valid environment variable name")
-    if bad:
-        keys = ", ".join(repr(k) for k in bad)
-        raise ValueError(f"env keys {keys} are not valid environment variable names")
-    return v
+        return check_env(v)
 
 
 class Role(Spec):
@@ -577,12 +397,12 @@ class Role(Spec):
     @field_validator("command")
     @classmethod
     def _command(cls, v: list[str] | None) -> list[str] | None:
-        return _check_argv(v)
+        return check_argv(v)
 
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env(v)
+        return check_env(v)
 
 
 class Roles(Spec):
@@ -598,7 +418,7 @@ class Resources(Spec):
     account: str | None = None
     time_limit: str | None = None
     # `live-edit`: a live edit may grow a pool past the spare nodes by asking the backend's
-    # provisioner for more (issue 24); `never` refuses it as before.
+    # provisioner for more; `never` refuses it.
     grow: Literal["never", "live-edit"] = "live-edit"
     # The cap on the run's nodes, the allocation and every provisioned node together.
     max_nodes: int | None = Field(default=None, ge=1, le=MAX_NODES)
@@ -616,7 +436,7 @@ class Frontend(Spec):
     @field_validator("command")
     @classmethod
     def _command(cls, v: list[str] | None) -> list[str] | None:
-        return _check_argv(v)
+        return check_argv(v)
 
 
 class Benchmark(Spec):
@@ -628,7 +448,7 @@ class Benchmark(Spec):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env(v)
+        return check_env(v)
 
     @model_validator(mode="after")
     def _command_for_custom(self) -> Benchmark:
@@ -656,12 +476,12 @@ class Recipe(Spec):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return _check_name(v, "name")
+        return check_name(v, "name")
 
     @field_validator("environment")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env(v)
+        return check_env(v)
 
 
 def json_schema() -> dict[str, Any]:

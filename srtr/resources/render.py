@@ -7,20 +7,11 @@ import shlex
 from typing import Any
 
 from srtr.resources.autoscale import describe_scale
-from srtr.resources.effective import (
-    effective_container,
-    effective_critical,
-    effective_metrics,
-    effective_per,
-    effective_placement,
-    effective_restart,
-    effective_services,
-    effective_start,
-    effective_tier,
-)
+from srtr.resources.effective import Resolved, resolve
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
 from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec
-from srtr.resources.recipe import Recipe, Service, Source
+from srtr.resources.recipe import Recipe, Service
+from srtr.resources.source import Source
 
 _SECRET = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|PRIVATE", re.IGNORECASE)
 MASK = "***"
@@ -46,29 +37,29 @@ def node_map_lines(state: DesiredState) -> list[str]:
     return ["Nodes:", *(f"  {label}: {count}" for label, count in state.node_summary)]
 
 
-def _metrics_text(recipe_service: Any) -> str:
+def _metrics_text(resolved: Resolved) -> str:
     parts = []
-    for m in effective_metrics(recipe_service):
+    for m in resolved.metrics:
         first = "@first" if m.nodes == "first" else ""
         parts.append(f"{m.name or ''}:{m.port}{m.path}{first}")
     return ",".join(parts)
 
 
 def service_lines(recipe: Recipe) -> list[str]:
-    effective = effective_services(recipe)
-    if not effective:
+    resolved = resolve(recipe)
+    if not resolved:
         return []
-    by_name = {s.name: s for s, _ in effective}
     lines = ["Services:"]
-    for service, reason in effective:
+    for r in resolved:
+        service = r.service
         # A rider runs on its owner's pool: say which, not the `workers` word it inherits.
         pool = service.placement.pool if service.placement else None
-        where = f"pool={pool}" if pool else f"placement={effective_placement(service)}"
+        where = f"pool={pool}" if pool else f"placement={r.placement}"
         head = (
             f"  {service.name} type={service.type} {where}"
-            + (" per=worker" if effective_per(service) == "worker" else "")
-            + f" start={effective_start(service)}"
-            f" critical={str(effective_critical(service)).lower()}"
+            + (" per=worker" if r.per == "worker" else "")
+            + f" start={r.start}"
+            f" critical={str(r.critical).lower()}"
         )
         if service.nodes is not None:
             head += f" nodes={service.nodes}"
@@ -78,28 +69,25 @@ def service_lines(recipe: Recipe) -> list[str]:
             head += " terminal"
         if service.external is not None:
             head += f" external={service.external}"
-        metrics = _metrics_text(service)
+        metrics = _metrics_text(r)
         if metrics:
             head += f" metrics={metrics}"
-        head += (
-            f" restart={effective_restart(service).policy} tier={effective_tier(service, by_name)}"
-        )
+        head += f" restart={r.restart.policy} tier={r.tier}"
         lines.append(head)
-        if reason:
+        if r.reason:
             lines.append(
-                f"    implied by: {reason} (declare a service named {service.name} to change it)"
+                f"    implied by: {r.reason} (declare a service named {service.name} to change it)"
             )
-        container = effective_container(service, recipe)  # a store borrows its master's
-        if container:
+        if r.container:  # a store borrows its master's
             lines.append(
-                f"    container: {container} (runs on the host where containers are unsupported)"
+                f"    container: {r.container} (runs on the host where containers are unsupported)"
             )
         lines += _key_lines(service)
     return lines
 
 
 def _key_lines(service: Service) -> list[str]:
-    """srtctl's dry-run lines for source/build_command (S-120), and srun_export_env."""
+    """srtctl's dry-run lines for source/build_command, and srun_export_env."""
     lines = []
     if service.source is not None:
         path = f" / source.path: {service.source.path}" if service.source.path else ""
@@ -110,6 +98,12 @@ def _key_lines(service: Service) -> list[str]:
             f"(timeout {service.build_timeout_seconds:g}s)"
         )
     lines += [f"    srun_export_env.{k}: {mask(k, v)}" for k, v in service.srun_export_env.items()]
+    if service.leader is not None:
+        waits = "the others wait for its readiness" if service.leader.start == "first" else ""
+        lines.append(
+            f"    leader: instance 0 runs the leader, start={service.leader.start}"
+            + (f" ({waits})" if waits else " (with the others)")
+        )
     return lines
 
 

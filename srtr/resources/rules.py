@@ -1,4 +1,4 @@
-"""Whole-recipe validation: rules that relate several fields (reference §1.3, V-17..V-46).
+"""Whole-recipe validation: rules that relate several fields.
 
 `check(recipe)` returns every problem at once, each with the path it is about. Field-level
 rules (ranges, vocabularies) are in `recipe.py` and run earlier, inside pydantic.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from srtr.resources import pool_refs
 from srtr.resources.effective import (
     allocation_size,
     effective_per,
@@ -23,6 +24,8 @@ from srtr.resources.effective import (
 from srtr.resources.errors import Path, Problem
 from srtr.resources.keys_rules import check_keys
 from srtr.resources.kinds import KINDS, get_kind
+from srtr.resources.kinds.base import Requirement
+from srtr.resources.placeholder_lint import rendered
 from srtr.resources.recipe import Recipe, Service
 
 
@@ -37,6 +40,8 @@ def check(recipe: Recipe) -> list[Problem]:
     problems += _check_frontend_and_benchmark(recipe)
     problems += _check_roles(recipe)
     problems += _check_growth(recipe)
+    owners = [s.name for s, _ in effective_services(recipe) if s.nodes is not None]
+    problems += pool_refs.check(rendered(recipe), owners)
     return problems
 
 
@@ -121,6 +126,8 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
         problems += [
             Problem((*at, *where), message) for where, message in kind.validate(service, recipe)
         ]
+    if kind.requires is not None and service.enabled and not unknown:
+        problems += _check_requirement(at, service, kind.requires)
     return (
         problems
         + _check_infra_kind(at, service)
@@ -129,8 +136,20 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
     )
 
 
+def _check_requirement(at: Path, service: Service, requires: Requirement) -> list[Problem]:
+    """The kind's one placement, against the resolved one (the kind's own default counts)."""
+    if requires.part == "per":
+        got = effective_per(service)
+    else:
+        got = effective_placement(service)
+    if got == requires.value:
+        return []
+    message = requires.message.format(name=service.name)
+    return [Problem((*at, "placement", requires.part), message)]
+
+
 def _check_infra_kind(at: Path, service: Service) -> list[Problem]:
-    """Placement and `external` rules of infra-class kinds (V-26, V-46, S-38)."""
+    """Placement and `external` rules of infra-class kinds."""
     kind = kind_of(service)
     problems = []
     where = effective_placement(service)
@@ -161,7 +180,7 @@ def _check_infra_kind(at: Path, service: Service) -> list[Problem]:
 
 
 def _check_discovery(recipe: Recipe) -> list[Problem]:
-    """One etcd and one nats at most, and they agree on a dedicated node (V-48)."""
+    """One etcd and one nats at most, and they agree on a dedicated node."""
     problems = []
     first: dict[str, int] = {}
     for index, service in enumerate(recipe.services):
@@ -194,7 +213,7 @@ WORKER_PLACEMENTS = ("prefill", "decode", "agg", "workers")
 
 
 def _check_per_worker(at: Path, service: Service) -> list[Problem]:
-    """`placement.per: worker` rules (reference V-03, V-04, V-31, V-32)."""
+    """`placement.per: worker` rules."""
     if effective_per(service) != "worker":
         return []
     per: Path = (*at, "placement", "per")
@@ -276,6 +295,14 @@ def _check_service_fields(at: Path, service: Service) -> list[Problem]:
     if service.replace_lost and service.nodes is None:
         problems.append(
             Problem((*at, "replace_lost"), "applies to pool owners (services with nodes) only")
+        )
+    if service.leader is not None and service.nodes is None:
+        problems.append(
+            Problem(
+                (*at, "leader"),
+                "applies to pool owners (services with nodes) only: it is what the pool's "
+                "instance 0 runs",
+            )
         )
     if service.container is not None and not service.container.strip():
         problems.append(Problem((*at, "container"), "must not be empty"))

@@ -1,4 +1,4 @@
-"""A service's setup steps: the `source` clone and the `build_command` (reference S-56, S-57).
+"""A service's setup steps: the `source` clone and the `build_command`.
 
 Pure: this only describes the steps as SETUP instances that run before the service's own
 stage (`<phase>/<name>.clone`, then `<phase>/<name>.build`). The instance controller
@@ -123,7 +123,7 @@ def setup_steps(service: Service, first: InstanceSpec, phase: str) -> list[Insta
                 stage=f"{phase}/{service.name}.clone",
                 preamble=None,
                 shell=True,
-                # the clone runs on the bare host (reference S-57): no image, no srun extras
+                # the clone runs on the bare host, as srtctl's: no image, no srun extras
                 container=None,
                 cpus_per_task=None,
                 cpu_bind=None,
@@ -138,7 +138,7 @@ def setup_steps(service: Service, first: InstanceSpec, phase: str) -> list[Insta
                 base,
                 name=f"service_{service.name}.build",
                 type="build",
-                argv=tuple(service.build_command),  # not placeholder-rendered (S-50)
+                argv=tuple(service.build_command),  # not placeholder-rendered, as in srtctl
                 log=f"logs/service_{service.name}.build.out",
                 stage=f"{phase}/{service.name}.build",
                 preamble=f"cd {where}" if where else None,

@@ -1,7 +1,7 @@
 """Engine worker slots: where each worker of each role runs and which GPUs it sees.
 
-Shared by the workers' own instances and by `placement.per: worker` services (reference S-13,
-S-98), so that a per-worker service lands beside its worker with that worker's GPU view. Pure.
+Shared by the workers' own instances and by `placement.per: worker` services, so that a
+per-worker service lands beside its worker with that worker's GPU view. Pure.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from srtr.resources.effective import roles
 from srtr.resources.objects import NodeMap
 from srtr.resources.recipe import Recipe
 
-# Placeholders that exist only under `placement.per: worker` (reference S-51).
+# Placeholders that exist only under `placement.per: worker`.
 WORKER_KEYS = (
     "worker_role",
     "worker_index",
@@ -44,7 +44,7 @@ class WorkerSlot:
     def gpu_view(self, gpus_per_node: int) -> str | None:
         """`CUDA_VISIBLE_DEVICES` for this worker's view, or None when it has the whole node.
 
-        Only a worker using fewer GPUs than its node has is pinned (reference S-53 step 5).
+        Only a worker using fewer GPUs than its node has is pinned.
         """
         if not self.gpus or len(self.gpus) >= gpus_per_node:
             return None
@@ -76,7 +76,7 @@ def worker_slots(recipe: Recipe, nodes: NodeMap) -> list[WorkerSlot]:
 def slots_for(
     slots: list[WorkerSlot], placement: str, members: list[str], node_order: tuple[str, ...]
 ) -> list[WorkerSlot]:
-    """The workers a per-worker service with this placement attaches to (S-98).
+    """The workers a per-worker service with this placement attaches to.
 
     A role word picks that role's workers, `workers` picks every role's; sorted by (node
     order, worker index, node rank) as srtctl does.

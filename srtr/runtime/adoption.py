@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
-from srtr.reconciler.rundir import InstanceDoc, RunState
+from srtr.store.rundir import InstanceDoc, RunState
 
 
 def restore(ctx: Ctx, state: RunState) -> list[tuple[str, InstanceDoc]]:

@@ -11,7 +11,7 @@ in the run dir (mode 0600, in the 0700 run dir), which holds the addresses it li
 for this controller, and the SHA-256 fingerprint of the job's certificate (`certs`). It
 listens on every address, so the nodes and a login host can reach it. A client:
 
-1. connects to each address in turn, speaks TLS 1.3 and pins the fingerprint (`srtr.tls`):
+1. connects to each address in turn, speaks TLS 1.3 and pins the fingerprint (`srtr.net.tls`):
    a server without the job's key is dropped before anything is sent;
 2. reads the server's challenge `{"challenge": nonce}` and sends its request with
    `"proof": HMAC-SHA256(token, "control\\n" + nonce)`: only who can read `control.json`
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srtr import tls
+from srtr.net import tls
 
 SOCKET_NAME = "control.sock"
 CONTROL_FILE = "control.json"

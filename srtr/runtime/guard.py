@@ -25,7 +25,7 @@ possible and `srtr up --adopt` can refuse a job with nothing left.
 In every case but adoption it also cancels the SLURM allocation srtr made: the one named by
 `--slurm-job`, the one salloc named in `--salloc-output` and the one the state records as
 owned (scancel of a released job is a no-op), and every grow job the state records as
-pending or granted (issue 24; a grow job also ends by itself once the main job is gone).
+pending or granted (a grow job also ends by itself once the main job is gone).
 `srtr up` starts the guard before salloc, with salloc's stderr going to a memfd the guard
 holds (`--salloc-output`): whenever the controller dies, pending or granted, the guard finds
 the job salloc asked for, even if the controller never read salloc's answer.
@@ -46,16 +46,17 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from srtr.backends.procgroup import process_start_time
-from srtr.backends.slurm_cmd import (
+from srtr.backends.slurm.cmd import (
     parse_salloc_job_id,
     parse_salloc_pending_job_id,
     scancel_job_argv,
 )
-from srtr.reconciler.rundir import (
+from srtr.store.rundir import (
     EVENTS_FILE,
     GUARD_FILE,
     STATE_FILE,
@@ -378,11 +379,15 @@ def start(
     mirror: StateMirror | None = None,
     slurm_job: str | None = None,
     salloc_output: int | None = None,
+    hold: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start the guard of the calling controller; `slurm_job`: the allocation srtr made;
-    `salloc_output`: the memfd salloc writes its stderr to, for one srtr is making."""
+    `salloc_output`: the memfd salloc writes its stderr to, for one srtr is making; `hold`:
+    descriptors the guard keeps open until it exits, unread (the local job's loopback block,
+    which must stay the job's as long as its instances may be adopted)."""
     argv = [sys.executable, "-m", "srtr.runtime.guard", str(run_dir), str(os.getpid()), str(window)]
     fds = [fd for fd in (mirror.fd if mirror else None, salloc_output) if fd is not None]
+    fds += hold
     if mirror is not None:
         argv.append(str(mirror.fd))
     if slurm_job is not None:
@@ -400,11 +405,15 @@ def start(
 
 
 def start_mirrored(
-    run_dir: Path, window: float, slurm_job: str | None = None, salloc_output: int | None = None
+    run_dir: Path,
+    window: float,
+    slurm_job: str | None = None,
+    salloc_output: int | None = None,
+    hold: Sequence[int] = (),
 ) -> Started:
     """A guard with its state mirror, for a controller that starts it before its job runs."""
     mirror = StateMirror()
-    return Started(start(run_dir, window, mirror, slurm_job, salloc_output), mirror)
+    return Started(start(run_dir, window, mirror, slurm_job, salloc_output, hold), mirror)
 
 
 def main(argv: list[str]) -> int:

@@ -1,9 +1,9 @@
 """Run one job: the store, the controllers' manager, and the side tasks around them.
 
 `srtr up` calls `run_job` on the event loop (headless) or inside the TUI's loop; the backend
-is chosen and constructed by the caller (`srtr.cli`), this module only drives it.
+is chosen and constructed by the caller (`runtime.assembly`), this module only drives it.
 
-`Lifecycle` starts the side tasks (`side_tasks`, `walltime`) in a fixed order and, when the
+`Lifecycle` starts the side tasks (`side_tasks`) in a fixed order and, when the
 job ends or anything fails, stops the ones that started in reverse order, each once, so a
 failing stop never skips the others. The order is the dependency graph: the state file
 starts before the control socket and the metrics whose addresses it records, and writes
@@ -12,35 +12,27 @@ last, after they have stopped.
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import signal
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from srtr.backends import certs
 from srtr.backends.base import Backend
 from srtr.backends.cgroups import limits_warning
 from srtr.backends.prober import Prober
-from srtr.backends.provision import Provisioner
-from srtr.controllers import exporter, manager
+from srtr.controllers import manager
 from srtr.controllers.context import Ctx
 from srtr.controllers.context import Prober as CtxProber
 from srtr.reconciler.clock import MonotonicClock
-from srtr.reconciler.store import Store
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import DesiredState
-from srtr.resources.pins import Pins
-from srtr.runtime import guard
+from srtr.runtime.job_options import JobOptions
 from srtr.runtime.progress import detach_terminal
 from srtr.runtime.run_files import EventFile, LogFile, RunDir, stderr_note
 from srtr.runtime.side_tasks import (
     Adoption,
     ControlSocket,
-    Exporters,
     Guard,
     Heartbeat,
     OwnMetrics,
@@ -49,51 +41,10 @@ from srtr.runtime.side_tasks import (
     StateFile,
     StopSignals,
 )
-from srtr.runtime.walltime import Walltime
+from srtr.runtime.targets_file import TargetsFile
+from srtr.store.store import Store
 
 log = logging.getLogger("srtr")
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobOptions:
-    """How `srtr up` runs a job, besides what to run and where.
-
-    progress: one line per event on stdout (headless).
-    recipe: the file whose saves are live edits (None: no watching); recipe_text is what
-        was planned, allocation the (node, ip) pairs it was planned on.
-    apply_auto: apply live edits at once, or hold them for a yes (TUI).
-    adopt_from: the state.json of a crashed controller's job, to take it over.
-    metrics_listen: (host, port) to serve srtr's own metrics on.
-    launcher: how the backend starts instances (process, step, agent), for state.json.
-    early_guard: the job's guard when `srtr up` started it before the job (at salloc time);
-        None: the lifecycle starts it.
-    source_pins: the job's source pins (resources/pins.py), for every later planning.
-    cert: the job's TLS certificate (`backends.certs`), which the agent channel presents
-        too; None: the control channel makes one.
-    provisioner: where live edits get nodes beyond the allocation (`backends.provision`),
-        the backend then `grow.Growable`; None: such an edit is refused.
-    provisioned: the allocation's nodes that came from a grow request (adoption).
-    no_grow: why a live edit cannot grow a pool past the allocation (no provisioner), for
-        its refusal; "" says nothing more than the numbers.
-    """
-
-    progress: bool = True
-    slurm_job_id: str | None = None
-    recipe: Path | None = None
-    recipe_text: str = ""
-    allocation: Sequence[tuple[str, str]] = ()
-    apply_auto: bool = True
-    watch_poll: bool | None = None
-    adopt_from: dict[str, Any] | None = None
-    adopt_window: float = guard.ADOPT_WINDOW
-    metrics_listen: tuple[str, int] | None = None
-    launcher: str = ""
-    early_guard: guard.Started | None = None
-    source_pins: Pins = dataclasses.field(default_factory=dict)
-    cert: certs.JobCert | None = None
-    provisioner: Provisioner | None = None
-    provisioned: Sequence[str] = ()
-    no_grow: str = ""
 
 
 class SideTask(Protocol):
@@ -153,9 +104,9 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
         detach_terminal()
         manager.request_stop(ctx, signal.SIGPIPE if error == errno.EPIPE else signal.SIGHUP)
 
-    run_dir, state = RunDir(ctx), StateFile(ctx, options)
+    run_dir, state, targets = RunDir(ctx), StateFile(ctx, options), TargetsFile(ctx)
     # A recreated run dir gets its files again (the control socket reopens on its own).
-    run_dir.on_recreated += [state.rewrite_all, lambda: exporter.rewrite(ctx)]
+    run_dir.on_recreated += [state.rewrite_all, targets.rewrite]
     note = stderr_note if options.progress else _silent  # the TUI owns the terminal
     tasks: list[SideTask] = [run_dir, EventFile(ctx, note), LogFile(ctx)]
     if options.progress:
@@ -163,10 +114,10 @@ def side_tasks(ctx: Ctx, options: JobOptions) -> list[SideTask]:
     tasks += [state, ControlSocket(ctx, options, state, run_dir), Heartbeat(ctx)]
     if options.metrics_listen is not None:
         tasks.append(OwnMetrics(ctx, options.metrics_listen, state))
-    tasks += [Announcement(ctx), Exporters(ctx), StopSignals(ctx, note)]
+    tasks += [Announcement(ctx), targets, StopSignals(ctx, note)]
     if options.adopt_from is not None:
         tasks.append(Adoption(ctx, options.adopt_from))
-    tasks += [Guard(ctx, options, state), Walltime(ctx), FirstWrite(state)]
+    tasks += [Guard(ctx, options, state), FirstWrite(state)]
     if options.recipe is not None:
         tasks.append(RecipeWatch(ctx, options))
     return tasks

@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from srtr.backends.slurm_cmd import squeue_state_argv
-from srtr.reconciler.rundir import Heartbeat, RunState, read_heartbeat
+from srtr.backends.slurm.cmd import squeue_state_argv
+from srtr.store.rundir import Heartbeat, RunState, read_heartbeat
 
 SQUEUE_TIMEOUT = 2.0
 # The states of a SLURM job whose processes may still run (squeue's %T).

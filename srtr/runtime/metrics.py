@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srtr.reconciler.clock import Clock, TimerHandle
-from srtr.reconciler.store import Event, InstanceStatus, Phase, Store, UserAction
 from srtr.resources.objects import ExporterSpec, InstanceSpec
+from srtr.store.store import Event, InstanceStatus, Phase, Store, UserAction
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -89,6 +89,9 @@ class TimedProber:
 
     async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
         return await self.inner.fleet(url, timeout)
+
+    async def published(self, where: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
+        return await self.inner.published(where, timeout)
 
 
 class JobMetrics:

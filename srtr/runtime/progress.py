@@ -7,8 +7,8 @@ events.jsonl always has every event.
 
 A terminal that hangs up (EIO) or a pipe whose reader left (EPIPE), any failed write to
 a stdout that is not a file, is reported once through `on_lost`, with the errno; `srtr up`
-treats a closed pipe (`srtr up | head`) as SIGPIPE and anything else as a hang-up (issue 12,
-issue 23). Lines are then dropped.
+treats a closed pipe (`srtr up | head`) as SIGPIPE and anything else as a hang-up. Lines are
+then dropped.
 
 A stdout redirected to a file that cannot be written (full disk, quota, RLIMIT_FSIZE) is no
 hang-up: its lines are dropped, `on_fault` is told once per errno and `on_recovered` when a
@@ -32,15 +32,15 @@ from typing import IO, cast
 from rich.console import Console
 from rich.text import Text
 
-from srtr.reconciler.store import Event, EventType
+from srtr.store.store import Event, EventType
 
 # Per-instance lines that would flood a 4,096-instance job's terminal; they stay in
 # events.jsonl and the stage/tier summaries still print.
 _QUIET_AT_SCALE = {"Launched", "Ready", "Exited"}
 QUEUE_LINES = 10_000
 # The reason column fits the longest event reason (RestartRequested), so that the object
-# column starts at the same place on every line (issue 23: reasons of 13+ characters
-# pushed it right). A longer, new reason would still print whole.
+# column starts at the same place on every line (reasons of 13+ characters used to push it
+# right). A longer, new reason would still print whole.
 REASON_WIDTH = 16
 # Events about srtr's own files: printed on stderr too, which may be on another disk.
 WRITE_FAULT_REASONS = frozenset(

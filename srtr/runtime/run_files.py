@@ -19,9 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 from srtr.controllers.context import Ctx
-from srtr.reconciler.persist import AppendFile, EventLog
-from srtr.reconciler.store import Event
-from srtr.reconciler.write_faults import WriteFaults
+from srtr.store.persist import AppendFile, EventLog
+from srtr.store.store import Event
+from srtr.store.write_faults import WriteFaults
 
 RETRY_PERIOD = 1.0  # how often a failing write is tried again
 CHECK_PERIOD = 2.0  # how often the run dir is looked for (one stat)

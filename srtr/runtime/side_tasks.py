@@ -11,40 +11,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from srtr.backends import certs
-from srtr.controllers import exporter, instance, intents, manager
+from srtr.controllers import grow, instance, intents, manager
 from srtr.controllers.context import Ctx
-from srtr.reconciler.cause_block import failed_job_block
-from srtr.reconciler.persist import snapshot, write_atomic
-from srtr.reconciler.rundir import (
+from srtr.net import certs
+from srtr.runtime import adoption, guard
+from srtr.runtime.control import ControlServer, advertised_hosts
+from srtr.runtime.progress import ProgressPrinter, RawOut
+from srtr.runtime.recipe_watch import RecipeWatcher
+from srtr.runtime.run_files import RETRY_PERIOD, RunDir
+from srtr.store.cause_block import failed_job_block
+from srtr.store.persist import snapshot, write_atomic
+from srtr.store.rundir import (
     HEARTBEAT_FILE,
     HEARTBEAT_PERIOD,
     HeartbeatDoc,
     StateDoc,
     machine_id,
 )
-from srtr.runtime import adoption, guard
-from srtr.runtime.autoscale import Autoscaler
-from srtr.runtime.control import ControlServer, advertised_hosts
-from srtr.runtime.grow import Allocation, Growable, Grower
-from srtr.runtime.progress import ProgressPrinter, RawOut
-from srtr.runtime.recipe_watch import RecipeWatcher
-from srtr.runtime.run_files import RETRY_PERIOD, RunDir
 
 if TYPE_CHECKING:
-    from srtr.runtime.lifecycle import JobOptions
+    from srtr.runtime.job_options import JobOptions
     from srtr.runtime.metrics import JobMetrics
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -202,6 +198,8 @@ class StateFile:
         job["metrics_url"] = self.metrics.url if self.metrics else None
         if options.launcher:
             job["launcher"] = options.launcher
+        if options.network is not None:
+            job["network"] = options.network.cidr
         return doc
 
 
@@ -352,21 +350,6 @@ class OwnMetrics:
             self.metrics.close()
 
 
-class Exporters:
-    """Prometheus file_sd targets of the exporter instances; emptied when the job ends."""
-
-    name = "exporters"
-
-    def __init__(self, ctx: Ctx) -> None:
-        self.ctx = ctx
-
-    async def start(self) -> None:
-        exporter.start(self.ctx, shutil.which)  # skip exporter kinds whose binary is missing
-
-    async def stop(self) -> None:
-        exporter.finish(self.ctx)
-
-
 class StopSignals:
     """SIGINT/SIGTERM/SIGHUP: a graceful teardown; a second SIGINT or SIGTERM kills."""
 
@@ -431,7 +414,13 @@ class Guard:
         started = self.options.early_guard
         if started is None:
             owned = self.options.slurm_job_id if self.ctx.backend.owns_allocation else None
-            started = guard.start_mirrored(self.ctx.run_dir, self.options.adopt_window, owned)
+            network = self.options.network
+            started = guard.start_mirrored(
+                self.ctx.run_dir,
+                self.options.adopt_window,
+                owned,
+                hold=network.fds() if network is not None else (),
+            )
         self.state.mirror_to(started.mirror)
         self.process = started.process
 
@@ -441,7 +430,8 @@ class Guard:
 
 
 class RecipeWatch:
-    """Live edits: saves of the recipe file are planned, and applied or held for a yes."""
+    """Live edits: saves of the recipe file are recorded, then planned (the `recipe` key),
+    and applied or held for a yes; with a provisioner, edits may grow the job (`grow`)."""
 
     name = "recipe watcher"
 
@@ -452,26 +442,20 @@ class RecipeWatch:
         self.recipe = options.recipe
         self.stopping = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self.grower: Grower | None = None
-        self.grow_task: asyncio.Task[None] | None = None
-        self.scale_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        options = self.options
-        allocation = Allocation(options.allocation, options.provisioned)
-        watcher = RecipeWatcher(
-            self.ctx, self.recipe, allocation, auto=options.apply_auto, poll=options.watch_poll
-        )
-        watcher.no_grow = options.no_grow
+        options, store = self.options, self.ctx.store
+        recipe = store.recipe
+        recipe.path, recipe.auto = str(self.recipe), options.apply_auto
+        recipe.no_grow = options.no_grow
+        recipe.planned = recipe.text  # what runs was planned from it: no edit yet
+        store.grow.nodes = list(options.allocation)
+        store.grow.provisioned = frozenset(options.provisioned)
         if options.provisioner is not None:
-            backend = cast(Growable, self.ctx.backend)
-            replan = functools.partial(watcher.check, force=True)
-            self.grower = Grower(self.ctx, options.provisioner, backend, allocation, replan)
-            watcher.grower = self.grower
-            self.grow_task = asyncio.create_task(self.grower.run(self.stopping))
+            grow.setup(self.ctx, options.provisioner)
+        watcher = RecipeWatcher(self.ctx, self.recipe, poll=options.watch_poll)
         self.task = asyncio.create_task(watcher.run(self.stopping))
-        self.scale_task = asyncio.create_task(Autoscaler(self.ctx, watcher).run(self.stopping))
-        self.ctx.store.record(
+        store.record(
             "job",
             "Watching",
             f"live edits of {self.recipe} are "
@@ -481,8 +465,7 @@ class RecipeWatch:
 
     async def stop(self) -> None:
         self.stopping.set()
-        tasks = {t for t in (self.task, self.grow_task, self.scale_task) if t is not None}
-        if tasks:
-            await asyncio.wait(tasks, timeout=5)
-        if self.grower is not None:  # nothing a grow request holds outlives the run
-            await self.grower.close()
+        if self.task is not None:
+            await asyncio.wait({self.task}, timeout=5)
+        if self.ctx.provisioner is not None:  # nothing a grow request holds outlives the run
+            await self.ctx.provisioner.close()

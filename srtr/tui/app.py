@@ -1,14 +1,16 @@
 """The srtr TUI's App: watch and drive one run dir. `launch.py` starts it.
 
-The App reads snapshots and sends intents, nothing else (style.md principle 10):
+The App reads snapshots and sends intents, nothing else, so that a viewer can never change
+the job but through the intents the job itself checks:
 - a worker polls the run dir (`source.RunSource`) every 0.25 s in a thread and turns what
-  changed into a `viewmodel.Frame` there; the App only hands the frame to its widgets,
-  which write changed cells only;
-- keys become intents (`srtr.runtime.control.send`, over the job's control channel (TLS, from
-  any host; the 0600 socket on the controller's own),
-  also when the job runs in this very process), the destructive ones after a confirmation.
+  changed into a `viewmodel.Frame` there (`frames.FrameReader`); the App only hands the
+  frame to its widgets, which write changed cells only;
+- keys become intents (`srtr.runtime.control.send`, over the job's control channel: TLS
+  from any host, the 0600 socket on the controller's own, also when the job runs in this
+  very process), the destructive ones after a confirmation.
 
-The keys are in `keys.py`; what happens when the job of `srtr up` ends, in `job_end.py`.
+The keys are in `keys.py`, what the intent keys ask before they send, in `intents.py`; what
+happens when the job of `srtr up` ends, in `job_end.py`.
 
 Decisions:
 - In `srtr up` the job runs in the App's event loop. When it ends, the final state stays
@@ -45,10 +47,11 @@ from textual.widget import Widget
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from srtr.reconciler.rundir import EventDoc, RunState, read_heartbeat
 from srtr.runtime.control import ControlError, send
-from srtr.tui import job_end, keys, themes
+from srtr.store.rundir import EventDoc
+from srtr.tui import intents, job_end, keys, themes
 from srtr.tui import viewmodel as vm
+from srtr.tui.frames import FrameReader
 from srtr.tui.source import Poll, RunSource
 from srtr.tui.terminal import HangupSafeDriver, detach_terminal
 from srtr.tui.widgets.confirm import ConfirmModal
@@ -75,15 +78,6 @@ FILTER_DELAY = 0.15
 RESTART_READER_AFTER = 2.0
 
 Clock = Callable[[], float]
-# The keys that send intents to the job; none is offered once the job has ended.
-INTENT_ACTIONS = frozenset({"restart", "stop", "teardown", "kill"})
-
-
-def read_only_banner(header: vm.HeaderView) -> str:
-    """Why a viewer offers no intents: the job ended, or its controller is gone."""
-    if header.controller_gone:
-        return "the controller is not running: read-only (srtr up --adopt RUN_DIR) · q quits"
-    return "the job has ended: read-only, no restart/stop/teardown · q quits"
 
 
 class SrtrApp(App[int]):
@@ -117,14 +111,13 @@ class SrtrApp(App[int]):
         self.exit_after = exit_after
         self.check_controller = check_controller
         self.source = RunSource(run_dir)
-        self.state: RunState | None = None
+        # Under `srtr up` (a job task) the controller is this very process: it runs.
+        watched = check_controller and job is None
+        self._reader = FrameReader(self.source, run_dir, watch_controller=watched)
         self.frame: vm.Frame | None = None
         self.events: deque[EventDoc] = deque(maxlen=EVENTS_KEPT)
         self.frames = 0  # frames applied: tests wait on it instead of sleeping
         self.last_apply_seconds = 0.0
-        self._probe_failures: dict[str, str] = {}
-        self._built: vm.Frame | None = None  # the last frame built (in the reading thread)
-        self._retired: deque[vm.Frame] = deque(maxlen=3)
         self._wake = asyncio.Event()
         self._banner = ""
         self._teardown_sent = False
@@ -153,7 +146,8 @@ class SrtrApp(App[int]):
         """The terminal hung up or stopped taking output: nobody can see or drive this App.
 
         `srtr up` then behaves as on SIGHUP, whatever told us first: the job tears down as
-        design.md says and `srtr up` exits 129. A viewer (`srtr tui`) just leaves.
+        a headless one does on a hang-up and `srtr up` exits 129. A viewer (`srtr tui`)
+        just leaves.
         """
         if self._terminal_gone:
             return
@@ -223,7 +217,7 @@ class SrtrApp(App[int]):
             now = self.clock()
             # Ages tick even when nothing changed: rebuild the frame once a second.
             rebuild_anyway = time.monotonic() - last_frame_at >= 1.0
-            poll, frame = await asyncio.to_thread(self._read, now, rebuild_anyway)
+            poll, frame = await asyncio.to_thread(self._reader.read, now, rebuild_anyway)
             if frame is not None:
                 last_frame_at = time.monotonic()
             self._apply(poll, frame, now)
@@ -242,25 +236,6 @@ class SrtrApp(App[int]):
         if worker.group == "source":
             # Reading must go on, but not in a tight loop if the failure repeats.
             self.set_timer(RESTART_READER_AFTER, self._follow)
-
-    def _read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
-        """In a worker thread: read what changed, and build the frame if there is one."""
-        poll = self.source.poll()
-        state = poll.state or self.state
-        if poll.state is not None:
-            self.state = poll.state
-        if state is None or (poll.state is None and not rebuild_anyway):
-            return poll, None
-        # Under `srtr up` (a job task) the controller is this very process: it runs.
-        watched = self.check_controller and self.job is None
-        alive = controller_beats(self.run_dir, time.time()) if watched else True
-        if poll.state is not None:
-            self._probe_failures = vm.remember_probe_failures(self._probe_failures, state.instances)
-        self._built = vm.frame(state.doc, now, controller_alive=alive, previous=self._built)
-        # Freeing a 4,096-row frame takes milliseconds: hold the last few here so that the
-        # last reference to an old frame is dropped in this thread, not in the UI's.
-        self._retired.append(self._built)
-        return poll, self._built
 
     def _apply(self, poll: Poll, frame: vm.Frame | None, now: float) -> None:
         started = time.perf_counter()
@@ -285,7 +260,7 @@ class SrtrApp(App[int]):
             self.refresh_bindings()
         if frame.ended and not was_ended:
             if self.job is None:
-                self._banner = read_only_banner(frame.header)
+                self._banner = intents.read_only_banner(frame.header)
             self.refresh_bindings()
         self.query_one(JobHeader).show(frame.header, self._banner)
         self.query_one(TeardownView).show(frame.teardown)
@@ -312,7 +287,7 @@ class SrtrApp(App[int]):
                 inst,
                 self.clock(),
                 events=list(self.events)[-500:],
-                last_probe_failure=self._probe_failures.get(str(inst["name"]), ""),
+                last_probe_failure=self._reader.probe_failures.get(str(inst["name"]), ""),
             )
         self.query_one(DetailPane).show(view)
 
@@ -470,7 +445,7 @@ class SrtrApp(App[int]):
             return self._plan_pending  # in the footer only while an edit waits
         if action == "detach":
             return self.job is not None and self.job_running  # only `srtr up` has a job to leave
-        if action in INTENT_ACTIONS:
+        if action in intents.INTENT_ACTIONS:
             return self.job_running  # an ended job takes no intents: not offered at all
         return True
 
@@ -528,54 +503,24 @@ class SrtrApp(App[int]):
         self.notify("following the log" if following else "log paused", timeout=1.5)
 
     def action_help(self) -> None:
-        if not self.job_running:
-            note = "Read-only: the job has ended; restart, stop and teardown are off."
-        elif self.job is not None:
-            note = "The job runs in this TUI: quitting tears it down."
-        else:
-            note = "Attached: quitting leaves the job running."
+        note = intents.help_note(job_running=self.job_running, in_process=self.job is not None)
         self.push_screen(HelpScreen(keys.help_keys(self.BINDINGS, self.OTHER_KEYS), note))
 
     def action_restart(self) -> None:
         name = self._selected()
-        if name is None:
-            return
-        self._confirm(
-            f"Restart {name}?",
-            "SIGTERM now, SIGKILL after its grace, then it starts again.",
-            "restart",
-            name,
-        )
+        if name is not None:
+            self._confirm(intents.restart(name), name)
 
     def action_stop(self) -> None:
         name = self._selected()
-        if name is None:
-            return
-        self._confirm(
-            f"Stop {name}?",
-            "It will not be restarted until the job ends.",
-            "stop",
-            name,
-        )
+        if name is not None:
+            self._confirm(intents.stop(name), name)
 
     def action_teardown(self, ctrl_c: bool = False) -> None:
-        self._confirm(
-            "Tear the job down?",
-            "Tier by tier: SIGTERM, then SIGKILL after each instance's grace."
-            + ("\nCtrl+C again: yes." if ctrl_c else "")
-            + ("" if self.job else "\n(q quits this viewer and leaves the job running.)"),
-            # Ctrl+C ends the job with 130 as it does headless; `T` is a SIGTERM-like 143.
-            "interrupt" if ctrl_c else "teardown",
-            ctrl_c=ctrl_c,
-        )
+        self._confirm(intents.teardown(ctrl_c=ctrl_c, in_process=self.job is not None))
 
     def action_kill(self, ctrl_c: bool = False) -> None:
-        self._confirm(
-            "Kill every instance now?",
-            "SIGKILL to all, no grace." + ("\nCtrl+C again: yes." if ctrl_c else ""),
-            "kill",
-            ctrl_c=ctrl_c,
-        )
+        self._confirm(intents.kill(ctrl_c=ctrl_c))
 
     def action_interrupt(self) -> None:
         screen = self.screen
@@ -596,34 +541,21 @@ class SrtrApp(App[int]):
 
     async def action_quit(self) -> None:
         if self.job is not None and self.job_running:
+            ask = intents.quit_in_process()
 
             def answered(yes: bool | None) -> None:
                 if yes:
                     self._quit_when_done = True
-                    self._send("teardown", None)
+                    self._send(ask.op, None)
 
-            self.push_screen(
-                ConfirmModal(
-                    "Tear the job down and quit?",
-                    "The job runs inside this TUI (srtr up): it ends with it.",
-                ),
-                answered,
-            )
+            self.push_screen(ConfirmModal(ask.question, ask.detail), answered)
             return
         self.exit(self._exit_code())
 
     def _exit_code(self) -> int:
         return self._job_code if self._job_code is not None else 0
 
-    def _confirm(
-        self,
-        question: str,
-        detail: str,
-        op: str,
-        instance: str | None = None,
-        *,
-        ctrl_c: bool = False,
-    ) -> None:
+    def _confirm(self, ask: intents.Ask, instance: str | None = None) -> None:
         if not self.job_running:
             self.notify("the job has ended: nothing to do", severity="warning")
             return
@@ -632,9 +564,10 @@ class SrtrApp(App[int]):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._send(op, instance)
+                self._send(ask.op, instance)
 
-        self.push_screen(ConfirmModal(question, detail, ctrl_c_confirms=ctrl_c), answered)
+        modal = ConfirmModal(ask.question, ask.detail, ctrl_c_confirms=ask.ctrl_c)
+        self.push_screen(modal, answered)
 
     @work(group="intents", exit_on_error=False)
     async def _send(self, op: str, instance: str | None) -> None:
@@ -648,9 +581,3 @@ class SrtrApp(App[int]):
         else:
             self.notify(message, title=op, timeout=3)
         self._wake.set()
-
-
-def controller_beats(run_dir: Path, now: float) -> bool:
-    """The job's controller beats (its heartbeat file is fresh): from any host, no pid."""
-    heartbeat = read_heartbeat(run_dir)
-    return heartbeat is not None and heartbeat.fresh(now)

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from srtr.reconciler.cause_block import block, job_cause
-from srtr.reconciler.rundir import EVENTS_FILE, StateFileError, parse_event, read_state
 from srtr.runtime.progress import REASON_WIDTH
+from srtr.store.cause_block import block, job_cause
+from srtr.store.rundir import EVENTS_FILE, StateFileError, parse_event, read_state
 
 READING_WINDOW = 5.0  # a key pressed this recently before the job ended means "reading"
 HANGUP_CODE = 128 + signal.SIGHUP

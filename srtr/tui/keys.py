@@ -11,7 +11,7 @@ In the log (the pane once focused with Tab, and the full-screen log at once): `/
 earlier lines, `g`/`G` (Home/End) first/last line (`LOG_BINDINGS`).
 
 Every table of keys is here, the widgets' too (they use these lists as their BINDINGS),
-so `?` (`help_keys`) and docs/cli.md list every key; tests/test_tui_screens.py checks that
+so `?` (`help_keys`) and docs/cli.md list every key; tests/tui/test_screens.py checks that
 no widget has a key the help does not list.
 """
 

@@ -20,9 +20,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from srtr.reconciler.rundir import StateFileError, read_state
 from srtr.runtime import detach
 from srtr.runtime.control import ControlError, send
+from srtr.store.rundir import StateFileError, read_state
 from srtr.tui import job_end
 from srtr.tui.app import SrtrApp
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from srtr.reconciler.rundir import (
+from srtr.store.rundir import (
     EVENTS_FILE,
     MARKER_PREFIX,
     STATE_FILE,
@@ -36,6 +36,7 @@ from srtr.reconciler.rundir import (
     StateFileError,
     parse_event,
     parse_restart_marker,
+    read_heartbeat,
     read_state,
 )
 
@@ -347,3 +348,9 @@ class RunSource:
         state = read_state(self.run_dir)
         self._state_sig = sig
         return state
+
+
+def controller_beats(run_dir: Path, now: float) -> bool:
+    """The job's controller beats (its heartbeat file is fresh): from any host, no pid."""
+    heartbeat = read_heartbeat(run_dir)
+    return heartbeat is not None and heartbeat.fresh(now)

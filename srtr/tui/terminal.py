@@ -2,8 +2,8 @@
 
 Textual's LinuxDriver writes from a thread through a bounded queue. When the terminal
 hangs up, the write raises EIO, the writer thread dies, the queue fills, and the next
-refresh blocks the event loop for ever in `Queue.put` (issue 12: `srtr up` never exited
-after a hang-up). Reading the dead terminal raises EIO too, which Textual turns into a
+refresh blocks the event loop for ever in `Queue.put` (`srtr up` would never exit after a
+hang-up). Reading the dead terminal raises EIO too, which Textual turns into a
 panic with a traceback.
 
 `HangupSafeDriver` catches both. The first failed read or write calls `on_lost` once, from

@@ -9,8 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-from test_fuzz import fuzz_edits, fuzz_recipes
-from test_reliability import CHAOS_RECIPE, chaos, run_chaos
+
+from tests.e2e.local.test_faults import CHAOS_RECIPE, chaos, run_chaos
+from tests.resources.test_fuzz import fuzz_edits, fuzz_recipes
 
 pytestmark = pytest.mark.chaos
 
@@ -40,8 +41,8 @@ def test_chaos_60s_on_16_slurm_steps(tmp_path: Path) -> None:
     import signal
     import subprocess
 
-    import slurm_util
-    from e2e_util import Run, events, wait_for
+    from tests.support import slurm_util
+    from tests.support.e2e_util import Run, events, wait_for
 
     if not slurm_util.cluster_up():
         reason = slurm_util.start()

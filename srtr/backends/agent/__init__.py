@@ -6,12 +6,16 @@ what happens over one TCP connection to the controller. The modules:
 
 - `protocol.py`: the messages, their encoding (newline-delimited JSON) and the token proofs;
   pure.
-- `node.py`: the agent process (`python -m srtr.backends.agent.node`); it imports nothing of
-  the controller side.
+- `node.py`: the agent process (`python -m srtr.backends.agent.node`), with its lease in
+  `lease.py`, its dialling in `dial.py` and its instances' environment in `node_env.py`; none
+  imports anything of the controller side.
 - `channel.py`: the controller's end of the connections (accept, authenticate, heartbeats).
 - `starters.py`: how the agents are started: one process per simulated node (local) or one
-  srun step for the whole allocation (SLURM).
-- `backend.py`: `AgentBackend`, the `Backend` the controllers see.
+  srun step for the whole allocation (SLURM); hollow mode's in `hollow_starter.py`, what
+  every starter is in `starter_base.py`.
+- `backend.py`: `AgentBackend`, the `Backend` the controllers see; its adoption of a crashed
+  controller's agents in `adoption.py`, nodes joining later in `growth.py`, its records in
+  `roster.py`, and `AgentProber` in `probing.py`.
 
 docs/agents.md describes the design and the channel's security.
 """

@@ -15,38 +15,31 @@ node lost while its agent may live on (silent: a partition; or down in SLURM's e
 still run them until its agent's lease runs out and its grace passes: the LOST
 observation says by when (`extra["fenced_in"]`, seconds), and `replace_lost` waits for it.
 
-Adoption (`adopt=True`, `srtr up --adopt`): the listener's address goes into the run dir's
-rendezvous file, where the agents of the crashed controller look for it; they rejoin with
-the job's token (the run dir's token file) and list what they kept, and `adopt` matches
-that against each instance's recorded identity (pid and start time, marked `agent`).
+Adoption (`adopt=True`, `srtr up --adopt`: the agents of a crashed controller rejoin) is
+`adoption.py`'s; nodes that join after the start (a grow request) are `growth.py`'s.
 
-`AgentProber` runs readiness probes on the instance's node, by its agent.
+`AgentProber` (`probing.py`) runs readiness probes on the instance's node, by its agent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import os
 import secrets
 import socket
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent.adoption import Adoption, publish
+from srtr.backends.agent.adoption import read_token as read_token
 from srtr.backends.agent.channel import LEASE, AgentServer, Connection
-from srtr.backends.agent.starters import (
-    EXIT_WAIT,
-    EXIT_WAIT_AFTER_GOODBYES,
-    RENDEZVOUS,
-    TOKEN_FILE,
-    Starter,
-)
+from srtr.backends.agent.growth import Growth
+from srtr.backends.agent.probing import AgentProber as AgentProber
+from srtr.backends.agent.roster import Answers, Live, NodeState, wait_connected
+from srtr.backends.agent.starter_base import EXIT_WAIT, EXIT_WAIT_AFTER_GOODBYES, Starter
 from srtr.backends.base import (
     Backend,
     Capabilities,
@@ -57,18 +50,15 @@ from srtr.backends.base import (
     NodeInfo,
     Observation,
     ObservationKind,
+    host_has_program,
 )
-from srtr.backends.prober import Prober
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
-from srtr.resources.objects import ExporterSpec, InstanceSpec
+from srtr.resources.objects import InstanceSpec
 
 log = logging.getLogger("srtr")
 
-CONNECT_TIMEOUT = 60.0  # for the agents to dial in after they were started
 ANSWER_TIMEOUT = 30.0  # for an agent to answer a launch
 CLOSE_TIMEOUT = 10.0  # for the agents to report their last exits after a Shutdown
-REJOIN_WAIT = 15.0  # adoption: for a crashed controller's agents to rejoin
-UNCLAIMED_AFTER = 5.0  # adoption: then what no record claimed is killed
 # A lost node's instances count as gone this long after its agent's lease plus their grace:
 # the agent's own timer and its SIGKILL's reaping, on a loaded machine.
 FENCE_MARGIN = 0.5
@@ -81,27 +71,29 @@ LAUNCHES_IN_FLIGHT = 64
 MAX_RESPAWNS = 3
 
 
-@dataclass
-class _Node:
-    info: NodeInfo
-    conn: Connection | None = None
-    ready: asyncio.Event = field(default_factory=asyncio.Event)  # connected, lost or failed
-    lost: str | None = None  # why the node is lost: nothing launches there again
-    failed: str | None = None  # why its agent never came (launches there fail)
-    respawns: int = 0  # new agents started here through a one-node step
-    cut_off: bool = False  # lost while its agent may live on (silent, or down for SLURM)
-
-
-@dataclass(frozen=True)
-class _Live:
-    node: str
-    attempt: int
-    pid: int
-    start: int | None = None  # the pid's kernel start time, as the agent read it
-
-
 class AgentBackend:
-    """Runs instance attempts through one node agent per node."""
+    """Runs instance attempts through one node agent per node.
+
+    Args:
+        nodes: the allocation, in order; every node gets an agent.
+        starter: starts and stops the agents.
+        steps: the SLURM backend, for the instances that need their own step; None
+            where there are no steps (local).
+        host: the address of this machine the agents dial.
+        token: the job's agent token (default: 32 random bytes; tests pass their own).
+        run_dir: where the rendezvous and token files go (`starter_base.RENDEZVOUS`,
+            `starter_base.TOKEN_FILE`), so a controller can adopt the job; None: nowhere.
+        adopt: take over the agents of a crashed controller (`srtr up --adopt`): start
+            none, wait for them to rejoin; `token` must be the job's.
+        lease: seconds an agent with no heartbeat acknowledged fences itself
+            (`channel.LEASE`; 0: never).
+        tls, fingerprint: the server context of the job's certificate (`certs`), and
+            its fingerprint, which the agents get next to the token and pin; None and
+            "": the channel is in the clear (tests of the protocol alone).
+        grown: nodes of `nodes` that a grow request brought (adoption: `add_nodes`
+            names the others). Their agent is their job's only step: it gets no
+            new one, and no instance step of the main job runs there.
+    """
 
     def __init__(
         self,
@@ -118,28 +110,7 @@ class AgentBackend:
         fingerprint: str = "",
         grown: Sequence[str] = (),
     ) -> None:
-        """
-        Args:
-            nodes: the allocation, in order; every node gets an agent.
-            starter: starts and stops the agents.
-            steps: the SLURM backend, for the instances that need their own step; None
-                where there are no steps (local).
-            host: the address of this machine the agents dial.
-            token: the job's agent token (default: 32 random bytes; tests pass their own).
-            run_dir: where the rendezvous and token files go (`starters.RENDEZVOUS`,
-                `starters.TOKEN_FILE`), so a controller can adopt the job; None: nowhere.
-            adopt: take over the agents of a crashed controller (`srtr up --adopt`): start
-                none, wait for them to rejoin; `token` must be the job's.
-            lease: seconds an agent with no heartbeat acknowledged fences itself
-                (`channel.LEASE`; 0: never).
-            tls, fingerprint: the server context of the job's certificate (`certs`), and
-                its fingerprint, which the agents get next to the token and pin; None and
-                "": the channel is in the clear (tests of the protocol alone).
-            grown: nodes of `nodes` that a grow request brought (adoption: `add_nodes`
-                names the others). Their agent is their job's only step: it gets no
-                new one, and no instance step of the main job runs there.
-        """
-        self._nodes = {n.name: _Node(n) for n in nodes}
+        self._nodes = {n.name: NodeState(n) for n in nodes}
         self._starter = starter
         self._steps = steps
         self._host = host
@@ -149,31 +120,23 @@ class AgentBackend:
         self._lease = lease
         self._tls = tls
         starter.fingerprint = fingerprint
-        self._rejoined: asyncio.Future[None] | None = None
-        self._claimed: set[tuple[str, str, int]] = set()  # (node, name, attempt) adopted
         self.name = steps.name if steps is not None else "local"
-        base = steps.capabilities if steps is not None else Capabilities()
-        self.capabilities = Capabilities(
-            containers=base.containers,
-            simulated_nodes=starter.simulated,
-            walltime=base.walltime,
-            launches_in_flight=LAUNCHES_IN_FLIGHT,
-        )
+        self.capabilities = _capabilities(steps, starter)
         # The steps backend's launches stay one at a time, as its own controllers ask them.
         self._step_launches = asyncio.Lock()
         self._listener: Listener | None = None
         self._server: AgentServer | None = None
         self._started = asyncio.Lock()
-        self._seq = itertools.count(1)
-        self._answers: dict[int, tuple[str, asyncio.Future[p.Message]]] = {}
-        self._live: dict[str, _Live] = {}
+        self._answers = Answers()
+        self._live: dict[str, Live] = {}
         self._on_step: set[str] = set()  # names whose current attempt is an srun step
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
         self._closing = False
         self._no_agents = asyncio.Event()  # set while no agent is connected
-        self._admit = 0  # agents of unknown nodes still let in (`admit`)
-        self._admitted: set[str] = set()  # nodes let in so, before `add_nodes` named them
-        self._grown: set[str] = set(grown)
+        self._adoption = Adoption(self._nodes, self._start_agents, self._lose)
+        self._growth = Growth(
+            self._nodes, starter, self._start_agents, self._note_connections, grown
+        )
         # Told when a grow job's agent dialled in: its provider looks at its queue sooner.
         self.on_admitted: Callable[[], None] | None = None
 
@@ -190,10 +153,8 @@ class AgentBackend:
         self._listener = listener
         if self._steps is not None:
             self._steps.set_listener(listener)
-        if self._adopting and self._rejoined is None:
-            # Adoption: call the crashed controller's agents back at once, whatever is
-            # adopted, so that none of them gives up waiting.
-            self._rejoined = asyncio.ensure_future(self._rejoin())
+        if self._adopting:
+            self._adoption.begin()
 
     def launcher_of(self, spec: LaunchSpec) -> Launcher:
         reasons = own_step_reasons(
@@ -210,7 +171,7 @@ class AgentBackend:
         if state is not None and state.lost is not None:
             raise LaunchError(f"cannot start {spec.name!r} on {spec.node}: {state.lost}")
         if self._steps is not None and self.launcher_of(spec) is Launcher.STEP:
-            if spec.node in self._grown:
+            if spec.node in self._growth.grown:
                 raise LaunchError(
                     f"cannot start {spec.name!r} on {spec.node}: it runs as a SLURM step of "
                     "the main job, and that node came from a grow job"
@@ -252,20 +213,19 @@ class AgentBackend:
 
     async def adopt(self, name: str, attempt: int, identity: Identity) -> bool:
         """A step: the steps backend's. An agent's instance: once the agents have rejoined
-        (`REJOIN_WAIT` at most), whether one of them still runs exactly that attempt."""
+        (`adoption.REJOIN_WAIT` at most), whether one of them still runs exactly that attempt."""
         if not identity.get("agent"):
             adopted = self._steps is not None and await self._steps.adopt(name, attempt, identity)
             if adopted:
                 self._on_step.add(name)
             return adopted
-        await self._await_rejoined()
-        for state in self._nodes.values():
-            for kept in state.conn.live if state.conn is not None else []:
-                if kept[:4] == [name, attempt, identity.get("pid"), identity.get("start")]:
-                    self._live[name] = _Live(state.info.name, attempt, kept[2], kept[3])
-                    self._claimed.add((state.info.name, name, attempt))
-                    return True
-        return False
+        live = await self._adoption.claim(name, attempt, identity)
+        if live is not None:
+            self._live[name] = live
+        return live is not None
+
+    def has_program(self, what: str, name: str) -> bool:
+        return host_has_program(what, name)
 
     async def end_time(self) -> float | None:
         return await self._steps.end_time() if self._steps is not None else None
@@ -283,49 +243,22 @@ class AgentBackend:
         return taken
 
     async def add_nodes(self, nodes: Sequence[NodeInfo]) -> None:
-        """Nodes a grow request brought join the job (`runtime.grow`): the starter gives
-        each an agent (on SLURM the grow job's own step started them: `admit`), and they
-        count once their agent connected, or failed to within `CONNECT_TIMEOUT`.
+        """Nodes a grow request brought join the job (`controllers/grow.py`; `growth.Growth.add`):
+        the starter gives each an agent (on SLURM the grow job's own step started them:
+        `admit`), and they count once their agent connected, or failed to within `CONNECT_TIMEOUT`.
 
         Raises:
             ValueError: a node of that name is already one of the job's.
         """
-        for node in nodes:
-            state = self._nodes.get(node.name)
-            if state is not None and node.name not in self._admitted:
-                raise ValueError(f"node {node.name!r} is already in the allocation")
-        for node in nodes:
-            if node.name in self._admitted:
-                self._nodes[node.name].info = node  # it dialled first; now we know its IP
-            else:
-                self._nodes[node.name] = _Node(node)
-        self._admitted -= {n.name for n in nodes}
-        self._grown |= {n.name for n in nodes}
-        await self._start_agents()
-        await self._starter.add(list(nodes))
-        waiting = [self._nodes[n.name] for n in nodes]
-        try:
-            async with asyncio.timeout(CONNECT_TIMEOUT):
-                await asyncio.gather(*(state.ready.wait() for state in waiting))
-        except TimeoutError:
-            for state in waiting:
-                if state.conn is None and state.failed is None:
-                    state.failed = f"its agent did not connect within {CONNECT_TIMEOUT:g}s"
+        await self._growth.add(nodes)
 
     def admit(self, count: int) -> None:
-        """Let up to `count` agents of nodes the job does not know yet join: the agents of a
-        grow job, which dial as soon as SLURM starts it, before srtr hears it was granted."""
-        self._admit = count
+        """Let up to `count` agents of nodes the job does not know yet join (`Growth.admit`)."""
+        self._growth.admit(count)
 
     async def remove_nodes(self, names: Sequence[str]) -> None:
-        """Nodes that go back to their provider leave the job: their agents are told to
-        end (nothing runs there: the grower checked) and their end is no node loss."""
-        gone = [self._nodes.pop(name) for name in names if name in self._nodes]
-        for state in gone:
-            if state.conn is not None:
-                state.conn.send(p.Shutdown("the node goes back to its provider"))
-        await self._starter.remove(list(names))
-        self._note_connections()
+        """Nodes that go back to their provider leave the job (`Growth.remove`)."""
+        await self._growth.remove(names)
 
     async def close(self) -> None:
         """Tell every agent to kill its instances and report them, wait for that, stop the
@@ -344,7 +277,7 @@ class AgentBackend:
             if any(state.cut_off for state in self._nodes.values()):
                 # An agent cut off from us never ends its task: the agents' srun client
                 # would wait for it until SLURM reaches the node. Every other agent said
-                # goodbye; end the client now (a teardown during a partition, issue 22).
+                # goodbye; end the client now, or a teardown during a partition waits for it.
                 within = 0.0
         except TimeoutError:
             log.warning("agents: not every agent said goodbye within %gs", CLOSE_TIMEOUT)
@@ -377,29 +310,28 @@ class AgentBackend:
         state = self._nodes[spec.node]
         if state.conn is None:
             return False, f"no agent on {spec.node}: {state.lost or state.failed or 'not yet'}"
-        seq = next(self._seq)
-        future: asyncio.Future[p.Message] = asyncio.get_running_loop().create_future()
-        self._answers[seq] = (spec.node, future)
-        request = p.Probe(
-            seq=seq,
-            name=spec.name,
-            attempt=attempt,
-            probe=spec.probe,
-            node_ip=spec.node_ip,
-            log_path=str(run_dir / spec.log),
-            log_offset=log_offset,
-            files_dir=str(run_dir / "logs"),
-        )
-        state.conn.send(request)
+        probe = spec.probe
+
+        def request(seq: int) -> p.Message:
+            return p.Probe(
+                seq=seq,
+                name=spec.name,
+                attempt=attempt,
+                probe=probe,
+                node_ip=spec.node_ip,
+                log_path=str(run_dir / spec.log),
+                log_offset=log_offset,
+                files_dir=str(run_dir / "logs"),
+            )
+
         try:
-            async with asyncio.timeout(max(10.0, 2 * spec.probe.interval_seconds)):
-                answer = await future
+            answer = await self._answers.ask(
+                state.conn, request, max(10.0, 2 * probe.interval_seconds)
+            )
         except TimeoutError:
             return False, f"the agent on {spec.node} did not answer the probe"
         except LaunchError as exc:
             return False, str(exc)
-        finally:
-            self._answers.pop(seq, None)
         assert isinstance(answer, p.ProbeResult)
         return answer.ok, answer.message
 
@@ -407,10 +339,8 @@ class AgentBackend:
 
     def refuse(self, node: str) -> str | None:
         state = self._nodes.get(node)
-        if state is None and self._admit > 0 and not self._closing:
-            self._admit -= 1  # a grow job's agent, ahead of its grant (`admit`)
-            self._admitted.add(node)
-            self._nodes[node] = state = _Node(NodeInfo(node, ""))
+        if state is None and not self._closing and self._growth.let_in(node):
+            state = self._nodes[node]  # a grow job's agent, ahead of its grant (`admit`)
             if self.on_admitted is not None:
                 self.on_admitted()
         if state is None:
@@ -435,11 +365,11 @@ class AgentBackend:
 
     def received(self, conn: Connection, message: p.Message) -> None:
         if isinstance(message, p.Launched):
-            live = _Live(conn.node, message.attempt, message.pid, message.start)
+            live = Live(conn.node, message.attempt, message.pid, message.start)
             self._live[message.name] = live
-            self._answer(message.seq, message)
+            self._answers.answer(message.seq, message)
         elif isinstance(message, p.LaunchFailed | p.ProbeResult):
-            self._answer(message.seq, message)
+            self._answers.answer(message.seq, message)
         elif isinstance(message, p.Exited):
             self._exited(conn, message)
         elif not isinstance(message, p.Bye):
@@ -487,16 +417,12 @@ class AgentBackend:
         if state is None:
             raise LaunchError(f"cannot start {name!r}: {node} is not a node of this job")
         if self._adopting:
-            await self._await_rejoined()
+            await self._adoption.rejoined()
         await self._start_agents()
         if state.conn is None and state.lost is None and state.failed is not None:
             self._respawn(node, f"it has no agent: {state.failed}")  # a node that joins late
         if state.conn is None and state.lost is None and state.failed is None:
-            try:
-                async with asyncio.timeout(CONNECT_TIMEOUT):
-                    await state.ready.wait()
-            except TimeoutError:
-                state.failed = f"its agent did not connect within {CONNECT_TIMEOUT:g}s"
+            await wait_connected([state])
         if state.conn is None:
             why = state.lost or state.failed or "the job is ending"
             raise LaunchError(f"cannot start {name!r} on {node}: {why}")
@@ -510,62 +436,18 @@ class AgentBackend:
             address = await self._server.start(self._host)
             log.info("agents: listening on %s:%d", *address)
             if self._run_dir is not None:
-                if not self._adopting:
-                    _write_private(self._run_dir / TOKEN_FILE, self._token + "\n")
-                _write_private(self._run_dir / RENDEZVOUS, f"{address[0]}:{address[1]}\n")
+                publish(self._run_dir, self._token, address, adopting=self._adopting)
             await self._starter.start(address, self._token, self, spawn=not self._adopting)
 
-    async def _await_rejoined(self) -> None:
-        """Adoption: wait until every node's agent is back (or `REJOIN_WAIT` passed); a node
-        whose agent does not come back is lost. Once, whoever asks first."""
-        if self._rejoined is None:
-            self._rejoined = asyncio.ensure_future(self._rejoin())
-        await asyncio.shield(self._rejoined)
-
-    async def _rejoin(self) -> None:
-        await self._start_agents()
-        waits = [s.ready.wait() for s in self._nodes.values()]
-        try:
-            async with asyncio.timeout(REJOIN_WAIT):
-                await asyncio.gather(*waits)
-        except TimeoutError:
-            pass
-        for state in self._nodes.values():
-            if state.conn is None:
-                self._lose(state.info.name, f"its agent did not rejoin within {REJOIN_WAIT:g}s")
-        # What an agent kept that state.json did not know (started just before the crash)
-        # belongs to nobody: once the adoption has claimed its own, those are killed.
-        asyncio.get_running_loop().call_later(UNCLAIMED_AFTER, self._kill_unclaimed)
-
-    def _kill_unclaimed(self) -> None:
-        for state in self._nodes.values():
-            conn = state.conn
-            for name, attempt, *_ in conn.live if conn is not None else []:
-                if conn is not None and (conn.node, name, attempt) not in self._claimed:
-                    log.warning("agents: killing %s on %s: nothing adopted it", name, conn.node)
-                    conn.send(p.Signal(name, 9, attempt))
-
     async def _ask(self, conn: Connection, spec: LaunchSpec) -> p.Message:
-        seq = next(self._seq)
-        future: asyncio.Future[p.Message] = asyncio.get_running_loop().create_future()
-        self._answers[seq] = (conn.node, future)
-        conn.send(p.Launch(seq, spec))
         try:
-            async with asyncio.timeout(ANSWER_TIMEOUT):
-                return await future
+            return await self._answers.ask(conn, lambda seq: p.Launch(seq, spec), ANSWER_TIMEOUT)
         except TimeoutError:
             conn.send(p.Signal(spec.name, 9, spec.attempt))  # in case it starts after all
             raise LaunchError(
                 f"cannot start {spec.name!r}: the agent of {conn.node} did not answer within "
                 f"{ANSWER_TIMEOUT:g}s"
             ) from None
-        finally:
-            self._answers.pop(seq, None)
-
-    def _answer(self, seq: int, message: p.Message) -> None:
-        held = self._answers.get(seq)
-        if held is not None and not held[1].done():
-            held[1].set_result(message)
 
     def _exited(self, conn: Connection, message: p.Exited) -> None:
         live = self._live.get(message.name)
@@ -592,7 +474,8 @@ class AgentBackend:
         state = self._nodes[node]
         if state.lost is not None:
             return True  # nothing to do: lost for good already
-        if not self._starter.respawns or node in self._grown or state.respawns >= MAX_RESPAWNS:
+        grown = node in self._growth.grown
+        if not self._starter.respawns or grown or state.respawns >= MAX_RESPAWNS:
             return False
         state.respawns += 1
         state.failed = None
@@ -600,16 +483,11 @@ class AgentBackend:
         log.warning(
             "agents: %s; a new one starts there (%d of %d)", why, state.respawns, MAX_RESPAWNS
         )
-        self._fail_waiting(node, f"the agent of {node} died while we waited")
+        self._answers.fail(node, f"the agent of {node} died while we waited")
         why_exit = f"killed by signal 9 with its agent: {why}"
         self._end_live(node, ObservationKind.EXITED, why_exit, exit_code=128 + 9, signal=9)
         self._starter.respawn(node)
         return True
-
-    def _fail_waiting(self, node: str, why: str) -> None:
-        for where, future in list(self._answers.values()):
-            if where == node and not future.done():
-                future.set_exception(LaunchError(why))
 
     def _lose(self, node: str, why: str, *, heard: float | None = None) -> None:
         """`node` is lost: its instances are LOST, its agent told to kill them, for good.
@@ -626,7 +504,7 @@ class AgentBackend:
         if state.conn is not None:
             state.conn.send(p.Shutdown(why))
             state.conn = None
-        self._fail_waiting(node, f"node {node} was lost while we waited: {why}")
+        self._answers.fail(node, f"node {node} was lost while we waited: {why}")
         state.cut_off = heard is not None
         lease = self._server.lease if self._server is not None else 0.0
         if heard is None or lease <= 0:
@@ -687,50 +565,14 @@ class AgentBackend:
             asyncio.get_running_loop().call_soon(self._listener, observation)
 
 
-class _Status(Protocol):
-    attempt: int
-    log_offset: int
-
-
-class AgentProber:
-    """Probes instances on their node through its agent; steps' instances, and exporters'
-    scrapes, here (`prober.Prober`)."""
-
-    def __init__(self, backend: AgentBackend) -> None:
-        self._backend = backend
-        self._here = Prober()
-
-    def forget(self, name: str) -> None:
-        self._here.forget(name)
-
-    async def check(self, spec: InstanceSpec, status: _Status, run_dir: Path) -> tuple[bool, str]:
-        if not self._backend.on_agent(spec.name):
-            return await self._here.check(spec, status, run_dir)
-        return await self._backend.probe(spec, status.attempt, status.log_offset, run_dir)
-
-    async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
-        return await self._here.scrape(exporter, timeout)
-
-    async def fleet(self, url: str, timeout: float) -> tuple[int | None, str]:  # noqa: ASYNC109
-        # The head's dashboard answers on its node IP, like a scrape target: polled from here.
-        return await self._here.fleet(url, timeout)
-
-
-def read_token(run_dir: Path) -> str:
-    """The agent token a controller of this run dir wrote (for `srtr up --adopt`)."""
-    return (run_dir / TOKEN_FILE).read_text().strip()
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Replace `path` with `text`, readable by its owner only, never half-written."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+def _capabilities(steps: Backend | None, starter: Starter) -> Capabilities:
+    base = steps.capabilities if steps is not None else Capabilities()
+    return Capabilities(
+        containers=base.containers,
+        simulated_nodes=starter.simulated,
+        walltime=base.walltime,
+        launches_in_flight=LAUNCHES_IN_FLIGHT,
+    )
 
 
 def route_source(ip: str) -> str:

@@ -11,7 +11,7 @@ With a TLS context (`tls`: the job's certificate, `certs`; how `srtr up` always 
 every connection is TLS 1.3: the handshake comes first, then the same lines, encrypted. The
 socket stays a plain asyncio transport, and `tls_bytes.TlsBytes` encrypts and decrypts its
 bytes, so that the batch reader below can go on reading raw fds. The agents pin the
-certificate's fingerprint (`srtr.tls`); the token's proofs still authenticate both ends.
+certificate's fingerprint (`srtr.net.tls`); the token's proofs still authenticate both ends.
 
 A stalled event loop (a long state.json write under load) must not read as silent agents:
 the watcher only counts silence while it runs on time itself.
@@ -19,7 +19,7 @@ the watcher only counts silence while it runs on time itself.
 Heartbeats: each agent opens a second connection, plain TCP, to the beat port (`beat_port`,
 same host), names itself with the `beat_token` its Welcome carried (a secret of this session,
 sent only inside the TLS channel), and then writes one byte a second (`protocol.BEAT`), on
-whole seconds of the wall clock (`node.Agent._beat`). The controller never reads those bytes
+whole seconds of the wall clock (`lease.Lease.beat`). The controller never reads those bytes
 one by one, and they never wake its loop: the beat sockets sit in an epoll of their own
 (`beats`) that the watcher polls when it looks, every 0.25 s, so a heartbeat costs its share
 of one epoll_wait and a dictionary lookup, no read, no decrypt; the bytes are drained every

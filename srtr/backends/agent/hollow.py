@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from srtr import tls
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.node import (
     Agent,
@@ -63,8 +62,9 @@ from srtr.backends.agent.node import (
 )
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.procgroup import ExitStatus
-from srtr.reconciler.rundir import restart_marker
+from srtr.net import tls
 from srtr.resources.objects import ProbeSpec
+from srtr.store.rundir import restart_marker
 
 log = logging.getLogger("srtr.agent")
 
@@ -247,7 +247,6 @@ class HollowAgent(Agent):
     ) -> None:
         self.processes: SimulatedProcesses | None = None
         self._gate = gate
-        self.frozen = False
         super().__init__(
             node,
             token,
@@ -275,13 +274,19 @@ class HollowAgent(Agent):
         if not self.frozen:
             super()._write(line)
 
-    def _write_beat(self) -> bool:
-        return not self.frozen and super()._write_beat()
+    @property
+    def frozen(self) -> bool:
+        """Silent on request: no word, no heartbeat, no call to the next controller."""
+        return self._lease.muted
+
+    @frozen.setter
+    def frozen(self, value: bool) -> None:
+        self._lease.muted = value
 
     def sever(self) -> None:
         """Drop the connection at once, no goodbye (the caller cancels `run`)."""
         self.frozen = True
-        for writer in (self._writer, self._beats):
+        for writer in (self._writer, self._lease.beats):
             if writer is not None:
                 writer.transport.abort()
         if self.processes is not None:

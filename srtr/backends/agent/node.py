@@ -14,19 +14,8 @@ seconds.
 The heartbeats go on a plain TCP connection of their own (the `Welcome` says where; one
 byte each, `protocol`), which the controller only sees arrive (`channel`, "Heartbeats").
 
-The lease: the agent fences itself when cut off. Before each heartbeat it asks its kernel
-whether everything it sent on the beat connection was acknowledged (TIOCOUTQ is 0): then the
-controller's host received the previous heartbeat, and the lease runs from when that one
-was sent. With none acknowledged for the lease (`Welcome.lease`, 5 s), the agent SIGTERMs
-every instance, SIGKILLs each one still there after its grace, and logs why: the controller,
-which saw the same silence from its side, may then start their replacements elsewhere, and
-no instance runs twice (docs/agents.md, "The lease"). The acknowledgement is the kernel's,
-not the controller's: a controller that is only stalled keeps its agents' leases (and does
-not count its own stall as their silence), and one that judged a node lost resets that
-node's beat connection at once, so nothing later is acknowledged. It keeps the connection,
-and the instances' exits queued on it, for the adopt window: a link that comes back ends
-the dead connection, and the agent looks for a controller through the rendezvous file as
-after a crash.
+The lease: the agent fences itself when cut off from its controller, so that no instance
+runs twice (`lease.py`; docs/agents.md, "The lease").
 
 It never outlives its job for long. On SIGTERM or on `Shutdown` it SIGKILLs every instance
 it started, waits for them to be reaped, and exits. When the connection ends otherwise (the
@@ -37,14 +26,15 @@ comes in time, it stops everything as above. Its instances' leaders also die wit
 it is killed outright (the parent-death signal, `die_with_parent`).
 
 The connection is TLS 1.3 when `SRTR_AGENT_FINGERPRINT` is set (`srtr up` always sets it):
-the agent pins the job's certificate by that SHA-256 fingerprint (`srtr.tls`, stdlib `ssl`
+the agent pins the job's certificate by that SHA-256 fingerprint (`srtr.net.tls`, stdlib `ssl`
 and `hashlib` only) and hangs up on any other before it sends a byte of its own; then the
 token's proofs run inside the encrypted channel as before.
 
 The token and the fingerprint come from the environment and are removed from it at once,
 so no instance inherits them. `--inherit all` (SLURM: the agent step's environment is the
 controller's, handed over by `--export=ALL`) passes the agent's environment on to
-instances, as a step would; `minimal` passes the same few variables as the local backend.
+instances, as a step would; `minimal` passes the same few variables as the local backend
+(`node_env.py`). How the agent dials its controller is `dial.py`'s.
 """
 
 from __future__ import annotations
@@ -52,38 +42,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
-import functools
 import logging
 import os
 import secrets
 import signal
-import ssl
 import sys
-import termios
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from srtr import tls
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, connect, open_beats, read_rendezvous
+from srtr.backends.agent.lease import Lease
+from srtr.backends.agent.node_env import inherited_env
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.prober import ProbeRunner
 from srtr.backends.procgroup import (
     ExitStatus,
     ProcessGroups,
-    inherited_environment,
     instance_command,
     instance_environment,
     process_start_time,
 )
+from srtr.net import tls
 from srtr.resources.objects import ProbeSpec
 
 log = logging.getLogger("srtr.agent")
 
 CONNECT_TIMEOUT = 60.0
-HANDSHAKE_TIMEOUT = 30.0
 REJOIN_PERIOD = 0.2  # how often an agent without a controller reads the rendezvous file
 EXIT_AUTH = 3
 EXIT_CONNECT = 4
@@ -186,19 +173,12 @@ class Agent:
         self._fingerprint = fingerprint
         self._window = adopt_window if rendezvous is not None else 0.0
         self._rendezvous = rendezvous
-        self._inherited = _inherited_env(inherit_all, node)
+        self._inherited = inherited_env(inherit_all, node)
         self._groups = runner(node, self._exited, self._environment)
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._writer: asyncio.StreamWriter | None = None
-        self._beats: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        # The lease (this session's): its length (0: none), the monotonic time it runs from.
-        self._lease = 0.0
-        self._leased_at = 0.0
-        self._fenced: str | None = None  # why the agent fenced itself, while it is
-        self._fenced_until = 0.0  # when its last instance's grace ends
-        self._gave_up = False  # no word for the lease and the adopt window: stop for good
-        self._graces: dict[str, float] = {}  # each live instance's SIGTERM-to-SIGKILL
+        self._lease = Lease(node, self._groups, self._window)
 
     async def run(self, host: str, port: int) -> int:
         """Serve the controller at host:port, and the ones that adopt the job after it, until
@@ -216,7 +196,7 @@ class Agent:
         try:
             while session is not None:
                 why, orderly = await self._session(*session)
-                if orderly or self._window <= 0 or self._gave_up:
+                if orderly or self._window <= 0 or self._lease.gave_up:
                     break
                 log.warning(
                     "agent %s: %s; keeping %d instance(s) for a new controller, up to %gs",
@@ -237,7 +217,7 @@ class Agent:
 
     async def _join(self, host: str, port: int, within: float) -> Session:
         """Connect to host:port and prove who we are; the session to serve."""
-        reader, writer = await _connect(host, port, within, tls=self._fingerprint is not None)
+        reader, writer = await connect(host, port, within, tls=self._fingerprint is not None)
         self._writer = writer
         try:
             if self._fingerprint is not None:
@@ -247,12 +227,12 @@ class Agent:
                     raise HandshakeError(f"not our controller: {exc}") from None
             welcome = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
             beats = await asyncio.wait_for(
-                _open_beats(host, welcome.beat_port, welcome.beat_token), HANDSHAKE_TIMEOUT
+                open_beats(host, welcome.beat_port, welcome.beat_token), HANDSHAKE_TIMEOUT
             )
         except BaseException:
             writer.close()
             raise
-        self._beats = beats
+        self._lease.beats = beats
         log.info("agent %s: serving the controller at %s:%d", self.node, host, port)
         return reader, writer, beats, welcome.heartbeat
 
@@ -264,7 +244,7 @@ class Agent:
         heartbeat: float,
     ) -> tuple[str, bool]:
         """Serve one controller; (why it ended, whether it told us to stop)."""
-        beating = asyncio.create_task(self._beat(heartbeat))
+        beating = asyncio.create_task(self._lease.beat(heartbeat))
         serving = asyncio.create_task(self._serve(reader))
         try:
             await asyncio.wait((beating, serving), return_when=asyncio.FIRST_COMPLETED)
@@ -281,7 +261,7 @@ class Agent:
         """Join whichever controller the rendezvous file names, until `deadline`."""
         assert self._rendezvous is not None
         while time.monotonic() < deadline:
-            address = _read_rendezvous(self._rendezvous)
+            address = read_rendezvous(self._rendezvous)
             if address is not None:
                 try:
                     return await self._join(*address, within=0)
@@ -311,10 +291,7 @@ class Agent:
             raise HandshakeError(f"refused: {welcome}")
         if not p.verify(self._token, "controller", nonce, self.node, welcome.proof):
             raise HandshakeError("the controller's proof is wrong: not our controller")
-        self._lease, self._leased_at = welcome.lease, hello_sent
-        if self._fenced is not None:
-            log.warning("agent %s: a controller welcomed us back; the fence is over", self.node)
-            self._fenced = None
+        self._lease.granted(welcome.lease, hello_sent)
         return welcome
 
     async def _serve(self, reader: asyncio.StreamReader) -> tuple[str, bool]:
@@ -356,12 +333,12 @@ class Agent:
             log.warning("agent %s: ignoring unexpected %s", self.node, type(message).__name__)
 
     def _launch(self, seq: int, spec: LaunchSpec) -> None:
-        if self._fenced is not None:  # a launch TCP delivered late, after the lease ran out
-            why = f"the agent of {self.node} fenced itself: {self._fenced}"
+        if self._lease.fenced is not None:  # a launch TCP delivered late, after the lease ran out
+            why = f"the agent of {self.node} fenced itself: {self._lease.fenced}"
             self._send(p.LaunchFailed(seq, spec.name, spec.attempt, why))
             return
         self._probes.forget(spec.name)
-        self._graces[spec.name] = spec.stop_grace_seconds
+        self._lease.graces[spec.name] = spec.stop_grace_seconds
         try:
             attempt = self._groups.start(spec)
         except LaunchError as exc:
@@ -389,8 +366,8 @@ class Agent:
         code = None if status is None else status.code
         signum = None if status is None else status.signal
         message = "exit status unknown" if status is None else status.message
-        if self._fenced is not None:
-            message = f"{message} (fenced: {self._fenced})"
+        if self._lease.fenced is not None:
+            message = f"{message} (fenced: {self._lease.fenced})"
             log.warning(
                 "agent %s: fenced %s (attempt %d): %s",
                 self.node,
@@ -405,91 +382,6 @@ class Agent:
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
         return instance_environment(spec, self._inherited)
-
-    async def _beat(self, period: float) -> str:
-        """Send heartbeats and keep the lease: fence when it runs out, and return (ending
-        the session) once the fence is done and the adopt window passed with no word."""
-        # On whole periods of the wall clock, as every other node does: the controller then
-        # sees the heartbeats of many nodes per wake-up, not one (channel.py, "Heartbeats").
-        sent: float | None = None  # when the last heartbeat went
-        due = time.monotonic()
-        while True:
-            now = time.monotonic()
-            if sent is not None and self._acknowledged():
-                self._renewed(sent)
-            if now >= due:
-                if self._write_beat():
-                    sent = now
-                due = now + period - time.time() % period
-            wake = due
-            if self._lease > 0:
-                expires = self._leased_at + self._lease
-                if now < expires:
-                    wake = min(wake, expires)
-                else:
-                    if self._fenced is None:
-                        self._fence(now - self._leased_at)
-                    ends = max(expires + self._window, self._fenced_until)
-                    if now >= ends:
-                        self._gave_up = True
-                        return (
-                            f"no word from the controller for {now - self._leased_at:.1f}s "
-                            f"(lease {self._lease:g}s, then the adopt window)"
-                        )
-                    wake = min(wake, ends)
-            await asyncio.sleep(max(0.0, wake - time.monotonic()))
-
-    def _acknowledged(self) -> bool:
-        """Whether the controller's host acknowledged every heartbeat sent so far."""
-        beats = self._beats
-        if beats is None or beats.is_closing() or beats.transport.get_write_buffer_size():
-            return False
-        sock = beats.get_extra_info("socket")
-        try:
-            unacked = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
-        except OSError:
-            return False
-        return int.from_bytes(unacked, sys.byteorder) == 0
-
-    def _renewed(self, sent: float) -> None:
-        """A heartbeat sent at `sent` was acknowledged: the lease runs from then."""
-        self._leased_at = max(self._leased_at, sent)
-        if self._fenced is not None and time.monotonic() < self._leased_at + self._lease:
-            log.warning("agent %s: the controller hears us again; the fence is over", self.node)
-            self._fenced = None
-
-    def _fence(self, silence: float) -> None:
-        """Cut off for the lease: stop every instance (SIGTERM, SIGKILL after its grace)."""
-        why = f"no word from the controller for {silence:.1f}s (lease {self._lease:g}s)"
-        self._fenced = why
-        attempts = list(self._groups.attempts())
-        log.warning(
-            "agent %s: %s: fencing: SIGTERM to %d instance(s), SIGKILL after their grace; "
-            "waiting %gs for the controller",
-            self.node,
-            why,
-            len(attempts),
-            self._window,
-        )
-        loop = asyncio.get_running_loop()
-        now = time.monotonic()
-        self._fenced_until = now
-        for live in attempts:
-            grace = self._graces.get(live.name, p.DEFAULT_GRACE)
-            self._groups.signal(live.name, signal.SIGTERM)
-            loop.call_later(grace, self._fence_kill, live.name, live.attempt, grace)
-            self._fenced_until = max(self._fenced_until, now + grace + 1.0)
-
-    def _fence_kill(self, name: str, attempt: int, grace: float) -> None:
-        live = self._groups.get(name)
-        if live is not None and live.attempt == attempt:
-            log.warning(
-                "agent %s: fenced %s still running %gs after SIGTERM: SIGKILL",
-                self.node,
-                name,
-                grace,
-            )
-            self._groups.signal(name, signal.SIGKILL)
 
     async def _stop(self) -> None:
         for task in list(self._tasks):
@@ -510,112 +402,6 @@ class Agent:
             return
         with contextlib.suppress(OSError):
             writer.write(line)
-
-    def _write_beat(self) -> bool:
-        """One heartbeat; whether it went."""
-        beats = self._beats
-        if beats is None or beats.is_closing():
-            return False
-        try:
-            beats.write(p.BEAT)
-        except OSError:
-            return False
-        return True
-
-
-async def _open_beats(host: str, port: int, token: str) -> asyncio.StreamWriter:
-    """The beat connection of a session: plain TCP to the controller, named by `token`."""
-    _, writer = await asyncio.open_connection(host, port)
-    writer.write(token.encode() + b"\n")
-    return writer
-
-
-_SECRETS = (p.TOKEN_ENV, tls.FINGERPRINT_ENV)  # never passed on to an instance
-
-
-def _inherited_env(inherit_all: bool, node: str) -> dict[str, str]:
-    if inherit_all:
-        return one_task_view({k: v for k, v in os.environ.items() if k not in _SECRETS}, node)
-    return inherited_environment()
-
-
-# What SLURM tells a task about the layout of its step. The agent is one task of a step over
-# every node; an instance it starts must see what a step of its own would show it (one task,
-# on this node), or a program that reads its rank from SLURM_PROCID/SLURM_NTASKS (PyTorch
-# Lightning, MPI launchers) would think it is rank k of n.
-_ONE_TASK = {
-    "SLURM_NTASKS": "1",
-    "SLURM_NPROCS": "1",
-    "SLURM_PROCID": "0",
-    "SLURM_LOCALID": "0",
-    "SLURM_NODEID": "0",
-    "SLURM_GTIDS": "0",
-    "SLURM_NNODES": "1",
-    "SLURM_STEP_NUM_NODES": "1",
-    "SLURM_STEP_NUM_TASKS": "1",
-    "SLURM_STEP_TASKS_PER_NODE": "1",
-    "SLURM_TASKS_PER_NODE": "1",
-}
-# The agent's own: its pid, its srun client's ports, the agent step's CPUs per task.
-_AGENT_ONLY = (
-    "SLURM_TASK_PID",
-    "SLURM_SRUN_COMM_HOST",
-    "SLURM_SRUN_COMM_PORT",
-    "SLURM_STEP_LAUNCHER_PORT",
-    "SLURM_CPUS_PER_TASK",
-    "SLURM_NTASKS_PER_NODE",
-    "SLURM_DISTRIBUTION",
-)
-
-
-def one_task_view(env: dict[str, str], node: str) -> dict[str, str]:
-    """`env` (an agent task's) as a single-task step on `node` would show it to its task;
-    unchanged outside SLURM."""
-    if "SLURM_JOB_ID" not in env:
-        return env
-    out = {k: v for k, v in env.items() if k not in _AGENT_ONLY}
-    out.update(_ONE_TASK)
-    out["SLURM_STEP_NODELIST"] = node
-    return out
-
-
-def _read_rendezvous(path: Path) -> tuple[str, int] | None:
-    """The HOST:PORT a controller wrote into the run dir's rendezvous file, if any."""
-    try:
-        host, _, port = path.read_text().strip().rpartition(":")
-        return host.strip("[]"), int(port)
-    except (OSError, ValueError):
-        return None
-
-
-async def _connect(
-    host: str, port: int, within: float, *, tls: bool = False
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Connect, retrying refusals (the controller may still be starting) for `within` s.
-    `tls`: speak TLS (the caller pins the certificate before it sends anything)."""
-    deadline = time.monotonic() + within
-    delay = 0.05
-    context = _client_context() if tls else None
-    while True:
-        try:
-            return await asyncio.open_connection(
-                host,
-                port,
-                limit=p.MAX_LINE,
-                ssl=context,
-                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if context is not None else None,
-            )
-        except OSError:
-            if time.monotonic() + delay > deadline:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(1.0, delay * 2)
-
-
-@functools.lru_cache(maxsize=1)
-def _client_context() -> ssl.SSLContext:
-    """One context for every connection (hollow mode: a thousand agents in one process)."""
-    return tls.client_context()
 
 
 async def _main(args: argparse.Namespace, node: str, token: str, fingerprint: str) -> int:

@@ -1,5 +1,7 @@
 """How the node agents are started and stopped: one process per simulated node (local), or
-one srun step for the whole allocation (SLURM).
+one srun step for the whole allocation (SLURM); hollow mode's one process for every node is
+`hollow_starter.HollowAgents`, and what every starter is and hands its agents is
+`starter_base`'s (all re-exported here, the starters' one address).
 
 A starter hands each agent the controller's address on its command line and the job's token
 in its environment (never in argv), tells the backend when an agent (or the whole agent
@@ -14,127 +16,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
-import select
 import signal
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
 
-from srtr.backends import slurm_cmd
-from srtr.backends.agent.protocol import TOKEN_ENV
-from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo
-from srtr.backends.node_tmp import NodeTmp
-from srtr.backends.procgroup import (
-    Attempt,
-    ExitStatus,
-    ProcessGroups,
-    inherited_environment,
-    kill_group,
+from srtr.backends.agent.hollow_starter import HollowAgents as HollowAgents
+from srtr.backends.agent.starter_base import EXIT_WAIT as EXIT_WAIT
+from srtr.backends.agent.starter_base import HOLLOW_CONTROL as HOLLOW_CONTROL
+from srtr.backends.agent.starter_base import RENDEZVOUS as RENDEZVOUS
+from srtr.backends.agent.starter_base import TOKEN_FILE as TOKEN_FILE
+from srtr.backends.agent.starter_base import Events as Events
+from srtr.backends.agent.starter_base import Starter as Starter
+from srtr.backends.agent.starter_base import (
+    agent_command,
+    agent_env,
+    local_environment,
+    verbatim,
 )
-from srtr.backends.slurm import POLL_PERIOD, SlurmCommands, SlurmError
-from srtr.tls import FINGERPRINT_ENV
+from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo
+from srtr.backends.local.node_tmp import NodeTmp
+from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, kill_group
+from srtr.backends.slurm import cmd as slurm_cmd
+from srtr.backends.slurm.backend import POLL_PERIOD, SlurmCommands, SlurmError
 
 log = logging.getLogger("srtr")
-
-MODULE = "srtr.backends.agent.node"
-HOLLOW_MODULE = "srtr.backends.agent.hollow"
-# In the run dir: the control FIFO of a hollow process (`hollow.py`).
-HOLLOW_CONTROL = "hollow.ctl"
-# In the run dir: where a controller writes the HOST:PORT its agents dial (a new controller
-# too, when it adopts the job), and the job's agent token (mode 0600, in the 0700 run dir).
-RENDEZVOUS = "agents.addr"
-TOKEN_FILE = "agents.token"
-# How long agents get to exit by themselves after a Shutdown before they are killed.
-EXIT_WAIT = 10.0
-# Every live agent said goodbye: what the srun client still waits for is a lost node's task,
-# which may never report (a dead host). A moment for the exits in flight, then it is killed.
-EXIT_WAIT_AFTER_GOODBYES = 1.0
-# How long a line for the hollow process may wait for it to read its control FIFO, and how
-# often the FIFO is looked at meanwhile.
-CONTROL_WAIT = 10.0
-CONTROL_RETRY = 0.05
-
-
-class Events(Protocol):
-    """What a starter tells the backend."""
-
-    def agent_failed(self, node: str | None, why: str) -> None:
-        """The agent of `node` (None: every agent) ended without being asked to."""
-        ...
-
-    def node_down(self, node: str, why: str) -> None:
-        """The cluster says `node` is down: its instances are lost."""
-        ...
-
-
-class Starter(Protocol):
-    simulated: bool  # nodes are simulated: `kill` fails one on request
-    # The job certificate's fingerprint the agents pin (`srtr.tls`); set by the backend
-    # before `start`; "" for a channel in the clear (tests of the protocol alone).
-    fingerprint: str
-    # A node whose agent died can get a new one (`respawn`). Not a simulated node: its agent
-    # is the node, and its death is the node's loss.
-    respawns: bool
-
-    async def start(
-        self, address: tuple[str, int], token: str, events: Events, *, spawn: bool = True
-    ) -> None:
-        """Start one agent per node, dialling `address`; with `spawn` False (adoption: the
-        agents of a crashed controller rejoin), only watch the nodes."""
-        ...
-
-    async def add(self, nodes: list[NodeInfo]) -> None:
-        """Nodes a grow request brought, after `start`: start their agents (local), or know
-        them (SLURM: the grow job's step started their agents)."""
-        ...
-
-    async def remove(self, names: list[str]) -> None:
-        """Nodes that go back to their provider: their agents (told to end) are old news."""
-        ...
-
-    def respawn(self, node: str) -> None:
-        """Start a new agent on `node` alone (its agent died, or never came), after `start`.
-        From now on, the end of an older agent of `node` is old news; a failure to start
-        this one is `Events.agent_failed(node, ...)`."""
-        ...
-
-    def kill(self, node: str, pid: int | None) -> None:
-        """SIGKILL the agent of simulated `node` (a node failure, on request); `pid` is the
-        agent's own, for one this starter did not start (adopted)."""
-        ...
-
-    async def close(self, within: float = EXIT_WAIT) -> None:
-        """Wait up to `within` seconds for the agents to exit (after Shutdown), then kill what
-        is left."""
-        ...
-
-
-def _secrets(token: str, fingerprint: str) -> dict[str, str]:
-    """The agent's credentials, for its environment (never its argv): the token, and the
-    certificate fingerprint it pins."""
-    return {TOKEN_ENV: token, **({FINGERPRINT_ENV: fingerprint} if fingerprint else {})}
-
-
-def _verbatim(spec: LaunchSpec) -> list[str]:
-    return list(spec.argv)
-
-
-def _local_environment(spec: LaunchSpec) -> dict[str, str]:
-    """A local agent process's environment: the inherited few, then the spec's (the token)."""
-    return {**inherited_environment(), **spec.env}
-
-
-def _agent_command(
-    address: tuple[str, int], run_dir: Path, window: float, *where: str
-) -> tuple[str, ...]:
-    host, port = address
-    rendezvous = run_dir / RENDEZVOUS
-    adopt = ("--adopt-window", f"{window:g}", "--rendezvous", str(rendezvous.resolve()))
-    return (sys.executable, "-m", MODULE, "--controller", f"{host}:{port}", *adopt, *where)
 
 
 class LocalAgents:
@@ -172,7 +79,7 @@ class LocalAgents:
         self._respawned = 0
         self._closing = False
         self._groups = ProcessGroups(
-            self._exited, command=_verbatim, environment=_local_environment, owner="agents"
+            self._exited, command=verbatim, environment=local_environment, owner="agents"
         )
 
     async def start(
@@ -200,9 +107,9 @@ class LocalAgents:
     def _start_one(self, node: NodeInfo, group: str | None = None) -> None:
         assert self._dial is not None
         address, token = self._dial
-        env = {**_secrets(token, self.fingerprint), "SRTR_RUN_DIR": str(self._run_dir.resolve())}
+        env = agent_env(token, self.fingerprint, self._run_dir)
         where = ("--node", node.name, "--inherit", "minimal")
-        argv = (*self._under, *_agent_command(address, self._run_dir, self._window, *where))
+        argv = (*self._under, *agent_command(address, self._run_dir, self._window, *where))
         if self._node_tmp is not None and node.name in self._added:
             # The node helper made its views at the start: a node that joined later gets a
             # TMPDIR of its own, as where the kernel allows no views.
@@ -258,200 +165,6 @@ class LocalAgents:
         )
 
 
-class ControlFifo:
-    """Lines for the hollow process's control FIFO, written without blocking the event loop.
-
-    Each write is whole lines and at most PIPE_BUF bytes, which the kernel writes at once or
-    not at all: never cut, never interleaved with another writer's (a test's, a benchmark's).
-    A full FIFO (the hollow process busy) is waited out with `add_writer`; sends keep their
-    order."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = asyncio.Lock()
-
-    async def send(self, lines: Sequence[str], within: float = CONTROL_WAIT) -> None:
-        """Write `lines`; waits up to `within` seconds for a reader (a hollow process just
-        started makes its FIFO first) and for room in the FIFO.
-
-        Raises:
-            OSError: nobody reads the FIFO, or not in time (TimeoutError).
-        """
-        chunks = _chunks(lines)
-        async with self._lock:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + within
-            fd = await self._open(deadline)
-            try:
-                for chunk in chunks:
-                    await self._write(fd, chunk, deadline)
-            finally:
-                os.close(fd)
-
-    async def _open(self, deadline: float) -> int:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                return os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError as exc:  # ENOENT: not made yet; ENXIO: nobody reads it
-                if exc.errno not in (errno.ENOENT, errno.ENXIO) or loop.time() >= deadline:
-                    raise
-            await asyncio.sleep(CONTROL_RETRY)
-
-    async def _write(self, fd: int, chunk: bytes, deadline: float) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                os.write(fd, chunk)  # ≤ PIPE_BUF on a pipe: all of it, or EAGAIN
-                return
-            except BlockingIOError:  # full: wait for the reader to make room
-                async with asyncio.timeout_at(max(deadline, loop.time() + CONTROL_RETRY)):
-                    await _writable(fd)
-
-
-async def _writable(fd: int) -> None:
-    loop = asyncio.get_running_loop()
-    room: asyncio.Future[None] = loop.create_future()
-
-    def ready() -> None:
-        if not room.done():
-            room.set_result(None)
-
-    loop.add_writer(fd, ready)
-    try:
-        await room
-    finally:
-        loop.remove_writer(fd)
-
-
-def _chunks(lines: Sequence[str]) -> list[bytes]:
-    """`lines` packed into writes of whole lines, each at most PIPE_BUF bytes."""
-    chunks: list[bytes] = []
-    current = b""
-    for line in lines:
-        data = f"{line}\n".encode()
-        if len(data) > select.PIPE_BUF:
-            raise ValueError(f"a control line over {select.PIPE_BUF} bytes: {line[:40]!r}...")
-        if len(current) + len(data) > select.PIPE_BUF:
-            chunks.append(current)
-            current = b""
-        current += data
-    return [*chunks, current] if current else chunks
-
-
-class HollowAgents:
-    """Hollow mode (`hollow.py`): ONE process here runs every node's agent, each with its own
-    connection, on simulated processes. For scale tests and benchmarks, not for jobs."""
-
-    simulated = True
-    respawns = False  # a hollow node's agent is the node, as a local one's is
-    NAME = "hollow-agents"
-    fingerprint = ""
-
-    def __init__(self, nodes: list[NodeInfo], run_dir: Path, *, adopt_window: float = 0.0) -> None:
-        self._nodes = nodes
-        self._run_dir = run_dir
-        self._window = adopt_window
-        self._events: Events | None = None
-        self._closing = False
-        self._control = ControlFifo(run_dir / HOLLOW_CONTROL)
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._groups = ProcessGroups(
-            self._exited, command=_verbatim, environment=_local_environment, owner="agents"
-        )
-
-    @property
-    def control(self) -> Path:
-        return self._control.path
-
-    async def start(
-        self, address: tuple[str, int], token: str, events: Events, *, spawn: bool = True
-    ) -> None:
-        self._events = events
-        if not spawn:
-            return
-        host, port = address
-        logs = self._run_dir / "logs"
-        argv = (
-            sys.executable,
-            "-m",
-            HOLLOW_MODULE,
-            "--controller",
-            f"{host}:{port}",
-            "--nodes",
-            ",".join(n.name for n in self._nodes),
-            "--control",
-            str(self.control.resolve()),
-            "--log-dir",
-            str(logs.resolve()),
-            "--adopt-window",
-            f"{self._window:g}",
-            "--rendezvous",
-            str((self._run_dir / RENDEZVOUS).resolve()),
-        )
-        env = {**_secrets(token, self.fingerprint), "SRTR_RUN_DIR": str(self._run_dir.resolve())}
-        self._groups.start(
-            LaunchSpec(
-                name=self.NAME,
-                node=self._nodes[0].name,
-                node_ip=self._nodes[0].ip,
-                argv=argv,
-                env=env,
-                log_path=logs / "hollow.out",
-            )
-        )
-
-    async def add(self, nodes: list[NodeInfo]) -> None:
-        """The hollow process starts an agent for each (`add NODE`); one it cannot be told
-        about has no agent (`Events.agent_failed`), as a local node whose agent failed."""
-        self._nodes = [*self._nodes, *nodes]
-        try:
-            await self._control.send([f"add {n.name}" for n in nodes])
-        except OSError as exc:
-            log.warning("agents: cannot add hollow nodes: %s", exc)
-            for node in nodes:
-                if self._events is not None:
-                    self._events.agent_failed(node.name, f"the hollow process is not there: {exc}")
-
-    async def remove(self, names: list[str]) -> None:
-        gone = set(names)
-        self._nodes = [n for n in self._nodes if n.name not in gone]
-        try:
-            await self._control.send([f"remove {name}" for name in names])
-        except OSError as exc:  # gone with the hollow process: nothing to end
-            log.warning("agents: cannot remove hollow nodes: %s", exc)
-
-    def respawn(self, node: str) -> None:
-        raise ValueError("a hollow node's agent is the node: it is lost, not respawned")
-
-    def kill(self, node: str, pid: int | None) -> None:
-        """The hollow process drops `node`'s connection and forgets its instances."""
-        task = asyncio.get_running_loop().create_task(self._kill(node))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _kill(self, node: str) -> None:
-        try:
-            await self._control.send([f"kill {node}"], within=0.0)
-        except OSError as exc:  # ENXIO: nobody reads it (the hollow process is gone)
-            log.warning("agents: cannot kill hollow node %s: %s", node, exc)
-
-    async def close(self, within: float = EXIT_WAIT) -> None:
-        self._closing = True
-        for task in list(self._tasks):
-            task.cancel()
-        await self._groups.wait_idle(within)
-        await self._groups.close()
-
-    def _exited(self, attempt: Attempt, status: ExitStatus | None) -> None:
-        if self._closing or self._events is None:
-            return
-        what = status.message if status is not None else "exited"
-        self._events.agent_failed(
-            None, f"the hollow agents' process (pid {attempt.pid}) {what}; see logs/hollow.log"
-        )
-
-
 class SlurmAgents:
     """One srun step runs an agent on every node of the allocation; one srun client here.
 
@@ -488,7 +201,7 @@ class SlurmAgents:
         self._closing = False
         self._poller: asyncio.Task[None] | None = None
         self._groups = ProcessGroups(
-            self._exited, command=_verbatim, environment=self._environment, owner="agents"
+            self._exited, command=verbatim, environment=self._environment, owner="agents"
         )
 
     async def start(
@@ -536,7 +249,7 @@ class SlurmAgents:
         cpus = [rows[n].cpus for n in names if n in rows]
         logs = self._run_dir / "logs"
         where = ("--node-env", "SLURMD_NODENAME", "--inherit", "all", "--log-dir", str(logs))
-        command = _agent_command(address, self._run_dir, self._window, *where)
+        command = agent_command(address, self._run_dir, self._window, *where)
         argv = slurm_cmd.agents_srun_argv(
             job_id=self._job_id,
             nodes=names,
@@ -545,7 +258,7 @@ class SlurmAgents:
             command=command,
             cpus_per_task=min(c for c in cpus if c) if all(cpus) and cpus else None,
         )
-        env = {**_secrets(token, self.fingerprint), "SRTR_RUN_DIR": str(self._run_dir.resolve())}
+        env = agent_env(token, self.fingerprint, self._run_dir)
         self._groups.start(
             LaunchSpec(
                 name=group,

@@ -1,7 +1,7 @@
 """Service kinds: what a `type:` brings (default command, phase, placement, metrics).
 
-Kinds register themselves by name, like the older system's `@register_service` (reference
-§2.1). Each kind lives in its own module here; importing the package registers them all.
+Kinds register themselves by name, like srtctl's `@register_service`. Each kind lives in its
+own module here; importing the package registers them all.
 """
 
 from __future__ import annotations

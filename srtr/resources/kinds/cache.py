@@ -1,4 +1,4 @@
-"""KV-cache kinds: the Mooncake master, store and donor, and the LMCache server (S-40..S-42, S-46).
+"""KV-cache kinds: the Mooncake master, store and donor, and the LMCache server.
 
 Their programs need GPUs (or TensorRT-LLM) and do not install on a plain machine: each kind
 names its `binary` (or Python `module`), so an instance whose program is missing is skipped
@@ -11,7 +11,14 @@ rules that read the backend read the declared `mooncake-master` instead.
 
 from __future__ import annotations
 
-from srtr.resources.kinds.base import Kind, Options, file_probe, http_probe, register
+from srtr.resources.kinds.base import (
+    Kind,
+    Options,
+    Requirement,
+    file_probe,
+    http_probe,
+    register,
+)
 from srtr.resources.objects import ProbeKind, ProbeSpec
 from srtr.resources.recipe import Readiness, Recipe, Service
 
@@ -215,8 +222,6 @@ def _donor_env(service: Service, recipe: Recipe) -> dict[str, str]:
 
 
 def _validate_donor(service: Service, recipe: Recipe) -> Problems:
-    from srtr.resources.effective import effective_placement  # effective imports the kinds
-
     problems: Problems = []
     if not any(is_trtllm(m.options) for m in _masters(recipe)):
         problems.append(
@@ -230,8 +235,6 @@ def _validate_donor(service: Service, recipe: Recipe) -> Problems:
         problems.append(
             (("options", "size"), "mooncake-donor requires options.size (for example 640GiB)")
         )
-    if effective_placement(service) != "decode":
-        problems.append((("placement", "node"), "mooncake-donor requires placement.node: decode"))
     return problems
 
 
@@ -239,7 +242,7 @@ register(
     Kind(
         name="mooncake-donor",
         default_command=_donor_command,
-        # Donors connect while the workers start (srtctl [WW], T-120): launched with the
+        # Donors connect while the workers start, as srtctl's do: launched with the
         # workers, probed once every worker launched.
         default_start="with_workers",
         default_critical=True,
@@ -252,6 +255,7 @@ register(
         default_srun_options=lambda o: {"mpi": "none"},
         default_preamble=lambda o: f"mkdir -p /logs/mooncake/donor-{{node}} && {SCRUB_MPI_ENV}",
         validate=_validate_donor,
+        requires=Requirement("node", "decode", "mooncake-donor requires placement.node: decode"),
         container_from="mooncake-master",
     )
 )

@@ -1,6 +1,6 @@
-"""The discovery plane: `etcd` and `nats` on the infra node (reference S-38, S-39).
+"""The discovery plane: `etcd` and `nats` on the infra node.
 
-What differs from the older system, and why:
+What differs from srtctl's, and why:
 - the Debian binaries (`etcd`, `nats-server`) on PATH, not `/configs/...` inside a container;
 - data dirs live in the run dir, one per node (`data/etcd-<node>`): srtctl's `/tmp/etcd` is
   per node on a cluster, but simulated nodes share one machine and would share the dir. The
@@ -27,7 +27,7 @@ from srtr.resources.kinds.base import port_option as _port
 ETCD_PORT = 2379
 ETCD_PEER_PORT = 2380
 NATS_PORT = 4222
-# The older system's readiness timeout for both (S-38, S-39): a cold etcd can take a while.
+# srtctl's readiness timeout for both: a cold etcd can take a while.
 TIMEOUT = 300.0
 PLACEMENTS = ("head", "infra", "dedicated")
 MB = 1024 * 1024
@@ -68,7 +68,7 @@ def _nats_preamble(o: Options) -> str:
     payload = _max_payload(o)
     if payload is None:
         return text
-    # srtctl's /tmp/nats.conf (T-67): the payload limit, and JetStream on the same store dir.
+    # srtctl's /tmp/nats.conf: the payload limit, and JetStream on the same store dir.
     lines = [f"max_payload: {payload * MB}", "jetstream {", '  store_dir: "data/nats-{node}"', "}"]
     quoted = " ".join(f"'{line}'" for line in lines)
     return f"{text} && printf '%s\\n' {quoted} > data/nats-{{node}}.conf"

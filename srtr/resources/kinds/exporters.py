@@ -1,4 +1,4 @@
-"""Exporter kinds: host-native Prometheus exporters on every worker node (reference S-43, S-44)."""
+"""Exporter kinds: host-native Prometheus exporters on every worker node."""
 
 from __future__ import annotations
 

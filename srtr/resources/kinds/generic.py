@@ -1,4 +1,4 @@
-"""`generic`: launches exactly the recipe's argv (reference S-37)."""
+"""`generic`: launches exactly the recipe's argv."""
 
 from __future__ import annotations
 

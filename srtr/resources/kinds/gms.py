@@ -1,4 +1,4 @@
-"""`gms`: Dynamo's GPU Memory Service beside every engine worker (reference S-48).
+"""`gms`: Dynamo's GPU Memory Service beside every engine worker.
 
 One instance per worker (`placement.per: worker`), in that worker's device view: GMS names its
 sockets after device k as NVML sees it while the engine picks device k by CUDA index, and the
@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import re
 
-from srtr.resources.kinds.base import Kind, Options, log_probe, register
-from srtr.resources.recipe import Recipe, Service
+from srtr.resources.kinds.base import Kind, Options, Requirement, log_probe, register
 
 READY_MARKER = "GMS ready:"
 SOCKETS_PER_DEVICE = 2  # one per logical pool: weights, kv_cache
@@ -74,20 +73,6 @@ def _command(options: Options) -> list[str]:
     return ["bash", "-c", _SCRIPT]
 
 
-def _validate(service: Service, recipe: Recipe) -> list[tuple[tuple[str | int, ...], str]]:
-    from srtr.resources.effective import effective_per  # effective imports the kinds
-
-    if effective_per(service) == "worker":
-        return []
-    return [
-        (
-            ("placement", "per"),
-            f"services[{service.name}] (type gms) runs one instance per worker in that "
-            "worker's device view; set placement.per: worker",
-        )
-    ]
-
-
 register(
     Kind(
         name="gms",
@@ -101,7 +86,12 @@ register(
         ),
         # Forced: the supervisor and the engine must agree on where the sockets are.
         forced_env=lambda s, r: {"GMS_SOCKET_DIR": SOCKET_DIR},
-        validate=_validate,
+        requires=Requirement(
+            "per",
+            "worker",
+            "services[{name}] (type gms) runs one instance per worker in that worker's device "
+            "view; set placement.per: worker",
+        ),
         module="gpu_memory_service",
     )
 )

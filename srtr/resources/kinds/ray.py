@@ -1,4 +1,4 @@
-"""`ray`: a Ray cluster over the service's nodes, head on the first (reference S-47, T-100..T-112).
+"""`ray`: a Ray cluster over the service's nodes, head on the first.
 
 Instance 0 runs `ray start --head`; every other instance waits for the head's GCS port and
 joins it. Readiness is per instance (head: the dashboard's `/api/version`; members: their

@@ -3,7 +3,7 @@
 Every decision about what the TUI shows lives here, so it is tested without Textual. Nothing
 here reads a file or a clock: callers pass `now` (wall seconds), which keeps snapshot tests
 deterministic. Colours are Rich style names; widgets only apply them. The snapshot's fields
-are modelled in `srtr.reconciler.rundir`; the phases are the store's own enums.
+are modelled in `srtr.store.rundir`; the phases are the store's own enums.
 
 One module per part of the screen, all re-exported here:
 
@@ -21,8 +21,8 @@ One module per part of the screen, all re-exported here:
 
 from __future__ import annotations
 
-from srtr.reconciler.status import ALIVE as ALIVE_PHASES
-from srtr.reconciler.status import JOB_ENDED
+from srtr.store.status import ALIVE as ALIVE_PHASES
+from srtr.store.status import JOB_ENDED
 from srtr.tui.viewmodel.detail import DetailView, detail, remember_probe_failures
 from srtr.tui.viewmodel.events import EventLine, event_lines
 from srtr.tui.viewmodel.frame import Frame, frame

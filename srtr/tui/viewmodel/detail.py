@@ -8,8 +8,8 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from srtr.reconciler.rundir import ready_now
-from srtr.reconciler.status import Phase
+from srtr.store.rundir import ready_now
+from srtr.store.status import Phase
 from srtr.tui.viewmodel.phases import Doc
 from srtr.tui.viewmodel.text import (
     age_since,

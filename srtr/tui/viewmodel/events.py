@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from srtr.reconciler.status import EventType
+from srtr.store.status import EventType
 from srtr.tui.viewmodel.phases import Doc
 from srtr.tui.viewmodel.text import age_since
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from srtr.reconciler.status import JOB_ENDED, JobPhase
+from srtr.store.status import JOB_ENDED, JobPhase
 from srtr.tui.viewmodel.grid import GridCell, NodeGrid, diff_grid, node_grid
 from srtr.tui.viewmodel.header import HeaderView, header
 from srtr.tui.viewmodel.panels import PlanView, TierView, plan_view, teardown

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from srtr.reconciler.status import JOB_ENDED
+from srtr.store.status import JOB_ENDED
 from srtr.tui.viewmodel.phases import JOB_PHASE_STYLE, Doc
 from srtr.tui.viewmodel.text import fmt_age
 

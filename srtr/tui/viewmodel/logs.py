@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from rich.cells import cell_len
 
-from srtr.reconciler.rundir import RESTART_MARKER, parse_restart_marker
+from srtr.store.rundir import RESTART_MARKER, parse_restart_marker
 
 # The backend appends a restart marker (`rundir.restart_marker`) before each restart.
 LONG_LINE = 4096  # a longer line is shown as several display lines, so rendering stays cheap

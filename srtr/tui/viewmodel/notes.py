@@ -7,7 +7,7 @@ Pure like the rest of the view-model: `now` is passed in.
 
 from __future__ import annotations
 
-from srtr.reconciler.status import Phase
+from srtr.store.status import Phase
 from srtr.tui.viewmodel.phases import Doc
 from srtr.tui.viewmodel.text import fmt_age
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from srtr.reconciler.status import ALIVE, JobPhase, Phase
+from srtr.store.status import ALIVE, JobPhase, Phase
 from srtr.tui.viewmodel.phases import Doc
 
 # -- teardown -------------------------------------------------------------------------------

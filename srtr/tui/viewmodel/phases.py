@@ -1,5 +1,5 @@
 """How phases look: colour, glyph and short word of each instance and job phase, and which
-phase is the most alarming. The phases themselves are the store's (`srtr.reconciler.status`).
+phase is the most alarming. The phases themselves are the store's (`srtr.store.status`).
 """
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from srtr.reconciler.status import JobPhase, Phase
+from srtr.store.status import JobPhase, Phase
 
-Doc = Mapping[str, Any]  # a part of a state.json snapshot (see `srtr.reconciler.rundir`)
+Doc = Mapping[str, Any]  # a part of a state.json snapshot (see `srtr.store.rundir`)
 
 PHASE_STYLE: dict[str, str] = {
     Phase.PENDING: "grey62",

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import hostlist
 
-from srtr.reconciler.rundir import ready_now
-from srtr.reconciler.status import Phase
+from srtr.store.rundir import ready_now
+from srtr.store.status import Phase
 from srtr.tui.viewmodel.phases import PHASE_STYLE, SEVERITY, Doc
 
 

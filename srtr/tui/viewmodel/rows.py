@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from srtr.reconciler.rundir import ready_now
+from srtr.store.rundir import ready_now
 from srtr.tui.viewmodel.phases import SEVERITY, Doc
 from srtr.tui.viewmodel.text import instance_age, last_exit
 

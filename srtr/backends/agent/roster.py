@@ -1,0 +1,88 @@
+"""What the agent backend knows of the job's nodes (`NodeState`), of the instances their
+agents run (`Live`) and of the requests that wait for an agent's answer (`Answers`); shared
+by the backend and its adoption and growth."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from srtr.backends.agent import protocol as p
+from srtr.backends.agent.channel import Connection
+from srtr.backends.base import LaunchError, NodeInfo
+
+CONNECT_TIMEOUT = 60.0  # for the agents to dial in after they were started
+
+
+@dataclass
+class NodeState:
+    info: NodeInfo
+    conn: Connection | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # connected, lost or failed
+    lost: str | None = None  # why the node is lost: nothing launches there again
+    failed: str | None = None  # why its agent never came (launches there fail)
+    respawns: int = 0  # new agents started here through a one-node step
+    cut_off: bool = False  # lost while its agent may live on (silent, or down for SLURM)
+
+
+@dataclass(frozen=True)
+class Live:
+    node: str
+    attempt: int
+    pid: int
+    start: int | None = None  # the pid's kernel start time, as the agent read it
+
+
+async def wait_connected(states: Sequence[NodeState]) -> None:
+    """Wait until each of `states` is connected, lost or failed; one whose agent did not
+    connect within `CONNECT_TIMEOUT` has failed."""
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT):
+            await asyncio.gather(*(state.ready.wait() for state in states))
+    except TimeoutError:
+        for state in states:
+            if state.conn is None and state.failed is None:
+                state.failed = f"its agent did not connect within {CONNECT_TIMEOUT:g}s"
+
+
+class Answers:
+    """The requests sent to agents that wait for their answer, by sequence number."""
+
+    def __init__(self) -> None:
+        self._seq = itertools.count(1)
+        self._waiting: dict[int, tuple[str, asyncio.Future[p.Message]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._waiting)
+
+    async def ask(
+        self, conn: Connection, request: Callable[[int], p.Message], within: float
+    ) -> p.Message:
+        """Send `request(seq)` on `conn` and wait up to `within` seconds for its answer.
+
+        Raises:
+            TimeoutError: no answer in time.
+            LaunchError: the node was lost, or its agent died, meanwhile (`fail`).
+        """
+        seq = next(self._seq)
+        future: asyncio.Future[p.Message] = asyncio.get_running_loop().create_future()
+        self._waiting[seq] = (conn.node, future)
+        conn.send(request(seq))
+        try:
+            async with asyncio.timeout(within):
+                return await future
+        finally:
+            self._waiting.pop(seq, None)
+
+    def answer(self, seq: int, message: p.Message) -> None:
+        held = self._waiting.get(seq)
+        if held is not None and not held[1].done():
+            held[1].set_result(message)
+
+    def fail(self, node: str, why: str) -> None:
+        """Every request to `node`'s agent fails: it will not answer."""
+        for where, future in list(self._waiting.values()):
+            if where == node and not future.done():
+                future.set_exception(LaunchError(why))

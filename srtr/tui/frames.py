@@ -1,0 +1,46 @@
+"""What the App's reading thread does: poll the run dir (`source.RunSource`) and build the
+frame to show (`viewmodel.frame`) when state.json changed, or when asked to anyway (ages
+tick). The App's event loop only applies the frames built here."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+
+from srtr.store.rundir import RunState
+from srtr.tui import viewmodel as vm
+from srtr.tui.source import Poll, RunSource, controller_beats
+
+
+class FrameReader:
+    """The run dir's latest state and the frames built from it, in the reading thread."""
+
+    def __init__(self, source: RunSource, run_dir: Path, *, watch_controller: bool) -> None:
+        """`watch_controller`: read the controller's heartbeat to say whether it runs (not
+        under `srtr up`, where it is this very process, nor in tests that fake a run dir)."""
+        self.source = source
+        self._run_dir = run_dir
+        self._watch_controller = watch_controller
+        self.state: RunState | None = None
+        self.probe_failures: dict[str, str] = {}  # each instance's last failed probe
+        self._built: vm.Frame | None = None  # the last frame built
+        self._retired: deque[vm.Frame] = deque(maxlen=3)
+
+    def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
+        """Read what changed, and build the frame if there is one."""
+        poll = self.source.poll()
+        state = poll.state or self.state
+        if poll.state is not None:
+            self.state = poll.state
+        if state is None or (poll.state is None and not rebuild_anyway):
+            return poll, None
+        watched = self._watch_controller
+        alive = controller_beats(self._run_dir, time.time()) if watched else True
+        if poll.state is not None:
+            self.probe_failures = vm.remember_probe_failures(self.probe_failures, state.instances)
+        self._built = vm.frame(state.doc, now, controller_alive=alive, previous=self._built)
+        # Freeing a 4,096-row frame takes milliseconds: hold the last few here so that the
+        # last reference to an old frame is dropped in this thread, not in the UI's.
+        self._retired.append(self._built)
+        return poll, self._built
