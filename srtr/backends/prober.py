@@ -13,11 +13,22 @@ with it (`backends/agent/node.py`), and `Prober` runs them here with it.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from srtr.backends.probes import LogProbe, probe_file, probe_http, probe_tcp
+from srtr.backends.probes import (
+    LogProbe,
+    ProbeResult,
+    probe_exec,
+    probe_file,
+    probe_heartbeat,
+    probe_http,
+    probe_silence,
+    probe_tcp,
+)
 from srtr.resources.objects import ExporterSpec, InstanceSpec, ProbeKind, ProbeSpec
 
 
@@ -31,9 +42,13 @@ class ProbeRunner:
 
     def __init__(self) -> None:
         self._logs: dict[str, tuple[int, LogProbe]] = {}
+        # When a liveness `log` probe of (instance, attempt) first looked: silence before
+        # that belongs to an earlier attempt.
+        self._watched: dict[str, tuple[int, float]] = {}
 
     def forget(self, name: str) -> None:
         self._logs.pop(name, None)
+        self._watched.pop(name, None)
 
     async def check(
         self,
@@ -45,12 +60,18 @@ class ProbeRunner:
         log_path: Path,
         log_offset: int,
         files_dir: Path,
+        env: Mapping[str, str] | None = None,
+        liveness: bool = False,
     ) -> tuple[bool, str]:
-        """One attempt of `probe` for attempt `attempt` of instance `name`."""
+        """One attempt of `probe` for attempt `attempt` of instance `name`.
+
+        `liveness`: the probe is a liveness probe, whose `timeout_seconds` bounds this
+        attempt (a readiness probe's is the gate's deadline). `env`: an exec probe's."""
+        timeout = probe.timeout_seconds if liveness else None
         if probe.kind is ProbeKind.TCP:
             assert probe.port is not None
             for port in (probe.port, *probe.more_ports):  # in turn: the first closed one says
-                result = await probe_tcp(node_ip, port, min(1.0, probe.interval_seconds))
+                result = await probe_tcp(node_ip, port, timeout or min(1.0, probe.interval_seconds))
                 if not result.ok:
                     break
         elif probe.kind is ProbeKind.HTTP:
@@ -60,21 +81,45 @@ class ProbeRunner:
                 probe.port,
                 probe.path,
                 probe.status or 200,
-                min(5.0, max(probe.interval_seconds, 1.0)),
+                timeout or min(5.0, max(probe.interval_seconds, 1.0)),
             )
-        elif probe.kind is ProbeKind.LOG:
+        elif probe.kind is ProbeKind.EXEC:
+            result = await probe_exec(probe.command, env or {}, probe.timeout_seconds, files_dir)
+        else:
+            result = self._local(name, probe, attempt, log_path, log_offset, files_dir)
+        return result.ok, result.message
+
+    def _local(
+        self,
+        name: str,
+        probe: ProbeSpec,
+        attempt: int,
+        log_path: Path,
+        log_offset: int,
+        files_dir: Path,
+    ) -> ProbeResult:
+        """The probes that only look at files: a log pattern, a log's silence, a file."""
+        if probe.kind is ProbeKind.LOG:
             assert probe.pattern is not None
             held = self._logs.get(name)
             if held is None or held[0] != attempt:
                 log_probe = LogProbe(log_path, re.compile(probe.pattern), offset=log_offset)
                 held = (attempt, log_probe)
                 self._logs[name] = held
-            result = held[1].check()
-        else:
-            assert probe.path is not None
-            path = Path(probe.path)
-            result = probe_file(path if path.is_absolute() else files_dir / path)
-        return result.ok, result.message
+            return held[1].check()
+        now = time.time()  # file times are wall times
+        if probe.kind is ProbeKind.SILENCE:
+            assert probe.silence_seconds is not None
+            seen = self._watched.get(name)
+            if seen is None or seen[0] != attempt:
+                seen = self._watched[name] = (attempt, now)
+            return probe_silence(log_path, probe.silence_seconds, since=seen[1], now=now)
+        assert probe.path is not None
+        path = Path(probe.path)
+        path = path if path.is_absolute() else files_dir / path
+        if probe.max_age_seconds is not None:
+            return probe_heartbeat(path, probe.max_age_seconds, now)
+        return probe_file(path)
 
 
 class Prober:
@@ -97,6 +142,35 @@ class Prober:
             log_offset=status.log_offset,
             files_dir=run_dir / "logs",
         )
+
+    async def liveness(
+        self, spec: InstanceSpec, status: _Status, run_dir: Path
+    ) -> tuple[bool, str]:
+        """One attempt of the instance's liveness probe, here."""
+        assert spec.liveness is not None
+        return await self._runner.check(
+            spec.name,
+            spec.liveness,
+            node_ip=spec.node_ip,
+            attempt=status.attempt,
+            log_path=run_dir / spec.log,
+            log_offset=status.log_offset,
+            files_dir=run_dir / "logs",
+            env=probe_env(spec, run_dir),
+            liveness=True,
+        )
+
+    def watch(
+        self,
+        spec: InstanceSpec,
+        status: _Status,
+        run_dir: Path,
+        *,
+        kind: str,
+        delay: float,
+        report: Callable[[bool, int, str], None],
+    ) -> bool:
+        return False  # the instance runs here: its controller probes it attempt by attempt
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await http_scrape(exporter, timeout)
@@ -123,3 +197,10 @@ async def http_scrape(exporter: ExporterSpec, timeout: float) -> tuple[bool, str
         path += f"?{url.query}"
     result = await probe_http(url.hostname or "", url.port or 80, path, 200, timeout)
     return result.ok, result.message
+
+
+def probe_env(spec: InstanceSpec, run_dir: Path) -> dict[str, str]:
+    """An exec probe runs in its instance's environment (what `instance._launch` gives it)."""
+    if spec.liveness is None or spec.liveness.kind is not ProbeKind.EXEC:
+        return {}
+    return {**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": str(run_dir.resolve())}

@@ -1,4 +1,4 @@
-"""Readiness probes: each function makes one attempt and says whether the instance is ready.
+"""Probes: each function makes one attempt and says whether the instance is ready (or alive).
 
 The probe controller calls these. It owns periods, thresholds, timeouts' values and what a
 failure means; here is only "is it ready right now, and if not, why", as a `ProbeResult` whose
@@ -12,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import os
 import re
+import signal
 import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,3 +230,76 @@ class LogProbe:
         if len(shown) > 80:
             shown = shown[:77] + "..."
         return ProbeResult(ok=True, message=f"log {self.path.name}: matched {shown!r}")
+
+
+def probe_heartbeat(path: Path, max_age: float, now: float) -> ProbeResult:
+    """Alive when `path`'s mtime is younger than `max_age` seconds at wall time `now`."""
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return ProbeResult(ok=False, message=f"heartbeat file {path} not there")
+    except OSError as exc:
+        return ProbeResult(ok=False, message=f"heartbeat file {path}: {exc.strerror}")
+    age = now - mtime
+    if age > max_age:
+        return ProbeResult(
+            ok=False, message=f"heartbeat file {path} last touched {age:.1f}s ago (> {max_age:g}s)"
+        )
+    return ProbeResult(ok=True, message=f"heartbeat file {path} touched {age:.1f}s ago")
+
+
+def probe_silence(path: Path, silence: float, *, since: float, now: float) -> ProbeResult:
+    """Alive when the log at `path` was written within `silence` seconds of wall time `now`.
+
+    `since` is when watching began (this attempt's first look): output from before it, a
+    previous attempt's, does not count as silence of this one.
+    """
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        mtime = since
+    except OSError as exc:
+        return ProbeResult(ok=False, message=f"log {path.name}: {exc.strerror}")
+    quiet = now - max(mtime, since)
+    if quiet > silence:
+        return ProbeResult(
+            ok=False, message=f"log {path.name} silent for {quiet:.1f}s (> {silence:g}s)"
+        )
+    return ProbeResult(ok=True, message=f"log {path.name} written {quiet:.1f}s ago")
+
+
+async def probe_exec(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    timeout: float,  # noqa: ASYNC109 (see probe_tcp)
+    cwd: Path | None = None,
+) -> ProbeResult:
+    """Alive when `command` exits 0 within `timeout` seconds; its output's last line says
+    why it did not. One that overstays is killed (its process group)."""
+    what = "exec " + " ".join(command)
+    if len(what) > 60:
+        what = what[:57] + "..."
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, **env},
+            cwd=cwd,
+            start_new_session=True,  # its children are killed with it on a timeout
+        )
+    except OSError as exc:
+        return ProbeResult(ok=False, message=f"{what}: cannot run: {_os_error(exc)}")
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        return ProbeResult(ok=False, message=f"{what}: no answer within {timeout:g}s")
+    if proc.returncode == 0:
+        return ProbeResult(ok=True, message=f"{what}: exit 0")
+    lines = out.decode("utf-8", errors="replace").strip().splitlines()
+    last = f": {lines[-1][:120]}" if lines else ""
+    return ProbeResult(ok=False, message=f"{what}: exit {proc.returncode}{last}")

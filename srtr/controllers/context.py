@@ -22,9 +22,12 @@ from srtr.resources.objects import ExporterSpec, InstanceSpec
 from srtr.resources.pins import Pins
 from srtr.store.store import InstanceStatus, Store
 
+# A watched probe's transition, as its node reports it: (ok, failures in a row, message).
+Report = Callable[[bool, int, str], None]
+
 
 class Prober(Protocol):
-    """Runs one attempt of an instance's readiness probe; never blocks the loop."""
+    """Runs one attempt of an instance's readiness or liveness probe; never blocks the loop."""
 
     async def check(
         self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
@@ -32,6 +35,27 @@ class Prober(Protocol):
 
     def forget(self, name: str) -> None:
         """Drop per-attempt probe state (log offsets) of an instance."""
+        ...
+
+    async def liveness(
+        self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
+    ) -> tuple[bool, str]:
+        """One attempt of an instance's liveness probe, bounded by its `timeout_seconds`."""
+        ...
+
+    def watch(
+        self,
+        spec: InstanceSpec,
+        status: InstanceStatus,
+        run_dir: Path,
+        *,
+        kind: str,
+        delay: float,
+        report: Report,
+    ) -> bool:
+        """Have the instance's node run its `kind` probe (`liveness`, or `readiness` after
+        the gate) every interval from `delay` seconds on, and `report` its transitions only.
+        False where probes run on the controller's machine: the controller runs them."""
         ...
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
@@ -125,6 +149,15 @@ def instance_key(name: str) -> str:
 
 def probe_key(name: str) -> str:
     return f"probe/{name}"
+
+
+def liveness_key(name: str) -> str:
+    return f"liveness/{name}"
+
+
+def gang_key(pool: str) -> str:
+    """A pool that restarts as a whole (`restart.scope: pool`)."""
+    return f"gang/{pool}"
 
 
 def pool_key(name: str) -> str:

@@ -76,7 +76,8 @@ def after_exit(
         tearing_down: the job is being torn down.
 
     Returns:
-        RestartNow for a user's restart; Finish(Stopped) when it was being stopped;
+        RestartNow for a user's restart; Finish(Stopped) when it was being stopped (not
+        for a failed liveness probe: that stop is a failure);
         Finish(Succeeded/Failed) when its policy does not restart it (a benchmark never
         restarts); GiveUp when `max_restarts` restarts happened within `window_seconds`;
         otherwise Restart, with the backoff doubled from `backoff_seconds` up to
@@ -85,12 +86,14 @@ def after_exit(
     code = status.exit_code if status.exit_code is not None else 1
     if status.user_action == UserAction.RESTART and not tearing_down:
         return RestartNow()
-    if tearing_down or status.stop_sent_at is not None:
+    if tearing_down or (status.stop_sent_at is not None and not status.liveness_failed):
         return Finish(Phase.STOPPED)
+    # Stopped because its liveness probe failed: a failure, whatever its exit code.
+    failed = code != 0 or status.liveness_failed
     policy = spec.restart
-    restart = policy.policy == "always" or (policy.policy == "on-failure" and code != 0)
+    restart = policy.policy == "always" or (policy.policy == "on-failure" and failed)
     if not restart or spec.kind is InstanceKind.BENCHMARK:
-        return Finish(Phase.SUCCEEDED if code == 0 else Phase.FAILED)
+        return Finish(Phase.FAILED if failed else Phase.SUCCEEDED)
     window_start = now - policy.window_seconds
     # restart_times is in time order, so the ones inside the window are its tail
     recent = sum(1 for t in status.restart_times if t > window_start)
@@ -271,7 +274,7 @@ def exited_unready(spec: InstanceSpec, status: InstanceStatus) -> bool:
         and spec.kind is not InstanceKind.BENCHMARK
         and status.attempt >= 0
         and status.phase in (Phase.SUCCEEDED, Phase.FAILED)
-        and not status.ready
+        and not status.passed_readiness
     )
 
 

@@ -9,7 +9,7 @@ previous one is gone; then their records leave the store.
 from __future__ import annotations
 
 from srtr.controllers import exporter, teardown
-from srtr.controllers.context import JOB, Ctx, instance_key, pool_key
+from srtr.controllers.context import JOB, Ctx, instance_key, liveness_key, pool_key
 from srtr.reconciler.workqueue import Result
 from srtr.resources.diff import Plan
 from srtr.resources.objects import DesiredState
@@ -52,6 +52,8 @@ def apply(ctx: Ctx, new: DesiredState, plan: Plan, text: str = "") -> str:
     store.apply_edit(new, plan, text, launching=ctx.launches.names)
     for change in (*plan.add, *plan.restart):
         ctx.queue.add(instance_key(change.name))
+    for change in plan.hot:  # a liveness probe added or changed live starts watching now
+        ctx.queue.add(liveness_key(change.name))
     exporter.desired_changed(ctx)  # skip instances whose binary is missing; re-list targets
     for pool in new.pools:
         ctx.queue.add(pool_key(pool.name))

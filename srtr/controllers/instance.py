@@ -12,8 +12,17 @@ import itertools
 import logging
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
-from srtr.controllers import decisions, replacement, teardown
-from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
+from srtr.controllers import decisions, gang, health_decisions, replacement, teardown
+from srtr.controllers.context import (
+    JOB,
+    TEARDOWN,
+    Ctx,
+    gang_key,
+    instance_key,
+    liveness_key,
+    pool_key,
+    probe_key,
+)
 from srtr.reconciler.workqueue import Result
 from srtr.resources.objects import InstanceSpec
 from srtr.store.store import Phase, UserAction
@@ -45,6 +54,7 @@ def observe(ctx: Ctx, obs: Observation) -> None:
     if lost:
         replacement.note_lost(ctx, obs)
         ctx.queue.add(replacement.KEY)
+        gang.on_lost(ctx, store.spec(obs.name))
     ctx.queue.add("exporters")  # an exited instance's targets leave the targets file
     _enqueue_related(ctx, store.spec(obs.name))
 
@@ -85,6 +95,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         if status.phase in (Phase.BACKOFF, Phase.PENDING) and status.activated:
             store.finished(name, Phase.STOPPED)
         return None
+    if status.gang_held:
+        return None  # its pool's restart relaunches it (`gang.reconcile`)
     if status.user_action is UserAction.RESTART and status.phase is Phase.BACKOFF:
         store.restart_now(name)
     elif status.user_action is UserAction.RESTART and status.phase in RESTARTABLE:
@@ -109,8 +121,11 @@ async def _stop_for_user(ctx: Ctx, spec: InstanceSpec) -> Result | None:
 
 
 def _after_exit(ctx: Ctx, spec: InstanceSpec) -> Result | None:
-    """The instance's process is gone: finished, stopped, or due for a restart."""
+    """The instance's process is gone: finished, stopped, or due for a restart (its own,
+    or its pool's: `gang.on_exit`)."""
     store = ctx.store
+    if gang.on_exit(ctx, spec):
+        return None
     decision = decisions.after_exit(
         spec,
         store.status[spec.name],
@@ -162,13 +177,17 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
         store.identified(launched, ctx.backend.identity(launched) if alive else None)
     attempt = store.launching(spec.name, log_offset=log_offset)
     ctx.prober.forget(spec.name)
+    restarts = _restart_count(ctx, spec)
     launch = LaunchSpec(
         name=spec.name,
         node=spec.node,
         node_ip=spec.node_ip,
-        argv=spec.argv,
+        argv=restart_count_in(spec.argv, restarts),
         # srun_export_env travels like env: in the srun client's environment (never argv)
-        env={**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": ctx.run_dir_path},
+        env=with_restart_count(
+            {**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": ctx.run_dir_path},
+            restarts,
+        ),
         log_path=log_or_null(store.write_faults, log_path),  # a log never stops a launch
         attempt=attempt,
         preamble=spec.preamble,
@@ -218,6 +237,13 @@ def _launch_failed(ctx: Ctx, spec: InstanceSpec, exc: LaunchError) -> None:
     ctx.store.launch_failed(spec.name, str(exc))
     ctx.queue.add(instance_key(spec.name))
     ctx.queue.add(JOB)
+    _wake_gang(ctx, spec)
+
+
+def _wake_gang(ctx: Ctx, spec: InstanceSpec) -> None:
+    """A pool restarting as a whole waits for its members' launches in flight."""
+    if spec.pool is not None and spec.pool in ctx.store.gangs:
+        ctx.queue.add(gang_key(spec.pool))
 
 
 def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
@@ -232,10 +258,38 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
     ctx.queue.add(instance_key(spec.name))  # dead already: decide; alive: identify
     if spec.probe is not None:
         ctx.queue.add(probe_key(spec.name))
+    elif spec.liveness is not None:
+        ctx.queue.add(liveness_key(spec.name))  # no readiness: liveness counts from launch
     _wake_deferred_probes(ctx, spec)
     ctx.queue.add(JOB)
     if spec.pool:
         ctx.queue.add(pool_key(spec.pool))
+    _wake_gang(ctx, spec)
+
+
+def _restart_count(ctx: Ctx, spec: InstanceSpec) -> int:
+    """How many times the instance was restarted; for a member of a pool restarted as a
+    whole, its pool's restarts, which a spare that replaced a lost member shares too."""
+    gang_ = ctx.store.gangs.get(spec.pool) if spec.pool is not None else None
+    if gang_ is not None and health_decisions.gang_scoped(spec):
+        return gang_.restarts
+    return ctx.store.status[spec.name].restarts
+
+
+def restart_count_in(argv: tuple[str, ...], restarts: int) -> tuple[str, ...]:
+    """`{restart_count}` is how many times the instance (or its pool) was restarted: only
+    known at launch, so `expand` leaves it as written."""
+    if not any("{restart_count}" in a for a in argv):
+        return argv
+    return tuple(a.replace("{restart_count}", str(restarts)) for a in argv)
+
+
+def with_restart_count(env: dict[str, str], restarts: int) -> dict[str, str]:
+    """The launch env with SRTR_RESTART_COUNT, and `{restart_count}` rendered in its values."""
+    count = str(restarts)
+    if any("{restart_count}" in v for v in env.values()):
+        env = {k: v.replace("{restart_count}", count) for k, v in env.items()}
+    return {**env, "SRTR_RESTART_COUNT": count}
 
 
 def _wake_deferred_probes(ctx: Ctx, spec: InstanceSpec) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import signal
 
-from srtr.controllers import decisions, fleet_decisions
-from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, instance_key
+from srtr.controllers import decisions, fleet_decisions, health_decisions
+from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, gang_key, instance_key
 from srtr.reconciler.workqueue import Result
 from srtr.store import causes
 from srtr.store.store import JobPhase
@@ -35,6 +35,8 @@ def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str, failed: bool = Fals
         reason = causes.with_first_failure(reason, ctx.store.job.cause)
     if ctx.store.begin_teardown(exit_code=exit_code, reason=reason):
         ctx.queue.add(TEARDOWN)
+        for pool in ctx.store.gangs:  # members held for a pool restart end now
+            ctx.queue.add(gang_key(pool))
 
 
 async def reconcile(ctx: Ctx) -> Result | None:
@@ -54,11 +56,9 @@ async def reconcile(ctx: Ctx) -> Result | None:
             await ctx.backend.signal(gate.failed, signal.SIGKILL)
         begin_teardown(ctx, exit_code=1, reason=gate.reason, failed=True)
         return None
-    failure = decisions.critical_failure(
-        store.specs, store.status, store.desired_names, spares=bool(store.desired.nodes.spares)
-    ) or decisions.unstartable(store.specs, store.status, store.desired_names)
-    if failure:
-        begin_teardown(ctx, exit_code=1, reason=failure, failed=True)
+    failure = _failure(ctx)
+    if failure is not None:
+        begin_teardown(ctx, exit_code=failure.exit_code, reason=failure.reason, failed=True)
         return None
     step = decisions.next_stage(
         store.desired.stages, store.specs, store.status, job.passed_stages, store.fleets_passed()
@@ -94,6 +94,18 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if end is not None:
         begin_teardown(ctx, exit_code=end.exit_code, reason=end.reason, failed=True)
     return None
+
+
+def _failure(ctx: Ctx) -> decisions.EndJob | None:
+    """A failure that ends the job whatever its stage: a critical instance's, a service
+    that cannot start, a terminal or critical pool out of restarts."""
+    store = ctx.store
+    failure = decisions.critical_failure(
+        store.specs, store.status, store.desired_names, spares=bool(store.desired.nodes.spares)
+    ) or decisions.unstartable(store.specs, store.status, store.desired_names)
+    if failure:
+        return decisions.EndJob(1, failure)
+    return health_decisions.pool_failure(store.gangs, store.specs)
 
 
 def _gate(ctx: Ctx) -> decisions.Gate:

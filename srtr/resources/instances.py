@@ -7,12 +7,16 @@ here, once per service, so a 1,000-node pool does not redo it 1,000 times. Pure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from srtr.resources import placeholders
-from srtr.resources.effective import Resolved
+from srtr.resources.effective import (
+    Resolved,
+)
+from srtr.resources.liveness import Liveness
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
 from srtr.resources.recipe import Leader, Readiness, Recipe, RestartPolicy
 from srtr.resources.setup_steps import workdir
@@ -26,6 +30,7 @@ def restart_spec(policy: RestartPolicy) -> RestartSpec:
         reset_after_seconds=policy.reset_after_seconds,
         max_restarts=policy.max_restarts,
         window_seconds=policy.window_seconds,
+        scope=policy.scope,
     )
 
 
@@ -35,20 +40,55 @@ NEVER = restart_spec(RestartPolicy(policy="never"))
 def probe_spec(readiness: Readiness | None, values: dict[str, str]) -> ProbeSpec | None:
     if readiness is None:
         return None
-    timing = (readiness.timeout_seconds, readiness.interval_seconds)
-    if readiness.port is not None:
-        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.port)
-    if readiness.tcp is not None:
-        return ProbeSpec(ProbeKind.TCP, *timing, port=readiness.tcp.port)
-    if readiness.http is not None:
-        http = readiness.http
-        return ProbeSpec(
-            ProbeKind.HTTP, *timing, port=http.port, path=http.path, status=http.status
-        )
-    if readiness.log is not None:
-        return ProbeSpec(ProbeKind.LOG, *timing, pattern=readiness.log.pattern)
-    assert readiness.file is not None
-    return ProbeSpec(ProbeKind.FILE, *timing, path=placeholders.render(readiness.file.path, values))
+    spec = _target(readiness, values)
+    return ProbeSpec(
+        spec.kind,
+        readiness.timeout_seconds,
+        readiness.interval_seconds,
+        port=spec.port,
+        path=spec.path,
+        status=spec.status,
+        pattern=readiness.log.pattern if readiness.log is not None else None,
+        failure_threshold=readiness.failure_threshold,
+    )
+
+
+def _target(probe: Readiness | Liveness, values: dict[str, str]) -> ProbeSpec:
+    """What the probe kinds of readiness and liveness share: the kind and the target.
+
+    Its timing is a placeholder: the caller builds the probe with its own."""
+    if probe.port is not None:
+        return ProbeSpec(ProbeKind.TCP, 0, 0, port=probe.port)
+    if probe.tcp is not None:
+        return ProbeSpec(ProbeKind.TCP, 0, 0, port=probe.tcp.port)
+    if probe.http is not None:
+        http = probe.http
+        return ProbeSpec(ProbeKind.HTTP, 0, 0, port=http.port, path=http.path, status=http.status)
+    if isinstance(probe, Readiness) and probe.log is not None:
+        return ProbeSpec(ProbeKind.LOG, 0, 0)
+    assert probe.file is not None
+    return ProbeSpec(ProbeKind.FILE, 0, 0, path=placeholders.render(probe.file.path, values))
+
+
+def liveness_spec(liveness: Liveness | None, values: dict[str, str]) -> ProbeSpec | None:
+    """The liveness probe of one instance: its file path and exec command rendered."""
+    if liveness is None:
+        return None
+    if liveness.exec is not None:
+        command = tuple(placeholders.render(a, values) for a in liveness.exec.command)
+        target = ProbeSpec(ProbeKind.EXEC, 0, 0, command=command)
+    elif liveness.log is not None:
+        target = ProbeSpec(ProbeKind.SILENCE, 0, 0, silence_seconds=liveness.log.silence_seconds)
+    else:
+        target = _target(liveness, values)
+    return dataclasses.replace(
+        target,
+        timeout_seconds=liveness.timeout_seconds,
+        interval_seconds=liveness.interval_seconds,
+        failure_threshold=liveness.failure_threshold,
+        initial_delay_seconds=liveness.initial_delay_seconds,
+        max_age_seconds=liveness.file.max_age_seconds if liveness.file is not None else None,
+    )
 
 
 Template = str | None  # a text's placeholder template, None when it names no placeholder
@@ -59,6 +99,7 @@ class ServiceCommon:
     """What every instance of one service shares; `instance` adds the node's part."""
 
     readiness: Readiness | None
+    liveness: Liveness | None
     argv: list[tuple[str, Template]]
     env: list[tuple[str, str, Template]]
     export_env: list[tuple[str, str, Template]]  # srun_export_env
@@ -97,6 +138,7 @@ class ServiceCommon:
             else (),
             log=f"logs/{name}.out",
             probe=probe_spec(self.readiness, values) if node_probe else self.probe,
+            liveness=liveness_spec(self.liveness, values) if self.liveness else None,
             preamble=preamble or None,
             **self.common,
         )
@@ -134,6 +176,17 @@ def leader_fields(leader: Leader | None, resolved: Resolved) -> Readiness | None
     return resolved.readiness
 
 
+def _preamble(resolved: Resolved) -> list[str]:
+    """Shell lines before the command: into the source checkout the service runs in, then
+    the kind's preamble and the service's own."""
+    service, kind = resolved.service, resolved.kind
+    kind_preamble = kind.default_preamble(service.options) if kind.default_preamble else None
+    checkout = workdir(service)
+    return [
+        p for p in (f"cd {checkout}" if checkout else None, kind_preamble, service.preamble) if p
+    ]
+
+
 def service_common(
     resolved: Resolved,
     recipe: Recipe,
@@ -152,14 +205,13 @@ def service_common(
         probe = kind.instance_probe(service.options, index)
     srun = dict(kind.default_srun_options(service.options)) if kind.default_srun_options else {}
     srun.update(service.srun_options)
-    kind_preamble = kind.default_preamble(service.options) if kind.default_preamble else None
-    checkout = workdir(service)  # the service runs in its source checkout
     with_workers = resolved.start == "with_workers"
     stage = "workers" if with_workers else f"{resolved.start}/{service.name}"
     if leader is not None and leader.start == "first":  # its own stage, before the others
         stage, with_workers = f"{resolved.start}/{service.name}.leader", False
     return ServiceCommon(
         readiness=readiness,
+        liveness=service.liveness,
         probe=probe,
         argv=[(a, placeholders.template(a, keys)) for a in resolved.command(index)],
         env=[
@@ -169,11 +221,7 @@ def service_common(
         export_env=[
             (k, v, placeholders.template(v, keys)) for k, v in service.srun_export_env.items()
         ],
-        preamble=[
-            p
-            for p in (f"cd {checkout}" if checkout else None, kind_preamble, service.preamble)
-            if p
-        ],
+        preamble=_preamble(resolved),
         common={
             "service": service.name,
             "kind": instance_kind(resolved),

@@ -61,6 +61,9 @@ class ProbeKind(enum.StrEnum):
     HTTP = "http"
     LOG = "log"
     FILE = "file"
+    # Liveness only: a command on the instance's node, and the log's silence (a hang).
+    EXEC = "exec"
+    SILENCE = "silence"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,12 @@ class ProbeSpec:
     # A tcp probe passes once `port` and then each of these accept, in turn (a server that
     # opens several ports, such as mooncake-master's 8700, 8701, 8702).
     more_ports: tuple[int, ...] = ()
+    # Liveness (then `timeout_seconds` bounds one attempt) and readiness after the gate.
+    failure_threshold: int = 3
+    initial_delay_seconds: float = 0.0
+    command: tuple[str, ...] = ()  # exec
+    max_age_seconds: float | None = None  # a heartbeat file: its mtime younger than this
+    silence_seconds: float | None = None  # silence: the log written within this
 
     def describe(self, ip: str = "<node_ip>") -> str:
         """Short text used in plan output and in readiness failure messages."""
@@ -94,6 +103,12 @@ class ProbeSpec:
             return f"http://{ip}:{self.port}{self.path} -> {self.status}"
         if self.kind is ProbeKind.LOG:
             return f"log matches /{self.pattern}/"
+        if self.kind is ProbeKind.EXEC:
+            return "exec " + " ".join(self.command)
+        if self.kind is ProbeKind.SILENCE:
+            return f"log written within {self.silence_seconds:g}s"
+        if self.max_age_seconds is not None:
+            return f"file {self.path} touched within {self.max_age_seconds:g}s"
         return f"nonempty file {self.path}"
 
 
@@ -105,6 +120,7 @@ class RestartSpec:
     reset_after_seconds: float
     max_restarts: int
     window_seconds: float
+    scope: str = "instance"  # or "pool": a failure restarts the owner's whole pool
 
 
 @_fills_slots  # built by the thousand: 5,000 for a 1,000-node `srtr plan`
@@ -149,6 +165,9 @@ class InstanceSpec:
     export_env: tuple[tuple[str, str], ...] = ()
     # `limits.memory` in bytes: the instance's memory cgroup (and srun's --mem).
     memory_limit: int | None = None
+    # Restarted when it fails `failure_threshold` times in a row; not in the config hash
+    # (its timing and target change live).
+    liveness: ProbeSpec | None = None
 
     def config_hash(self) -> str:
         """What decides a restart on a live edit: rendered argv, env, preamble and probe target.

@@ -34,7 +34,7 @@ from srtr.resources.recipe import Leader, Recipe
 from srtr.resources.workers import WORKER_KEYS
 
 # Every key some instance can see: the common ones, the Mooncake ports, per-worker ones.
-KNOWN = frozenset((*KEYS, "master_port", "metadata_port", *WORKER_KEYS))
+KNOWN = frozenset((*KEYS, "master_port", "metadata_port", "restart_count", *WORKER_KEYS))
 CUTOFF = 0.8
 _TOKEN = re.compile(r"(?<![${])\{([a-z][a-z0-9_]*)(:[A-Za-z0-9_-]+)?\}(?!\})")
 

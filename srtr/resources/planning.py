@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from srtr.resources import placeholder_lint
+from srtr.resources import health_rules, placeholder_lint
 from srtr.resources.autoscale import with_sizes
 from srtr.resources.effective import allocation_size
 from srtr.resources.errors import GrowRequired, RecipeError
@@ -55,9 +55,8 @@ def plan_text_source(
         raise GrowRequired(file, problems, exc.missing) from None
     except ExpandError as exc:
         raise RecipeError(file, [attach_line(p, marked) for p in exc.problems]) from None
-    found = sorted(
-        (attach_line(p, marked) for p in placeholder_lint.warnings(recipe)), key=lambda p: p.line
-    )
+    lints = [*placeholder_lint.warnings(recipe), *health_rules.warnings(recipe)]
+    found = sorted((attach_line(p, marked) for p in lints), key=lambda p: p.line)
     typos = [p.format(file) for p in found]
     if typos:
         state = dataclasses.replace(state, line_warnings=tuple(typos))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from srtr.resources.spec import Spec, check_port
 
@@ -83,6 +83,8 @@ class Readiness(Spec):
     file: FileProbe | None = None
     timeout_seconds: float = 120.0
     interval_seconds: float = 2.0
+    # After the gate: this many failed attempts in a row make a Ready instance NotReady.
+    failure_threshold: int = Field(default=3, ge=1)
 
     @field_validator("port")
     @classmethod

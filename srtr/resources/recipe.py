@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from srtr.resources.limits import Limits
+from srtr.resources.liveness import Liveness
 from srtr.resources.readiness import FileProbe, HttpProbe, LogProbe, Readiness, TcpProbe
 from srtr.resources.source import Source, is_commit
 from srtr.resources.spec import (
@@ -130,6 +131,8 @@ class RestartPolicy(Spec):
     reset_after_seconds: PositiveSeconds = 600.0
     max_restarts: int = Field(default=10, ge=0)
     window_seconds: PositiveSeconds = 1800.0
+    # `pool`: a failure of any instance of the owner's pool restarts the whole pool.
+    scope: Literal["instance", "pool"] = "instance"
 
     @model_validator(mode="before")
     @classmethod
@@ -258,6 +261,7 @@ class Service(Spec):
     nodes: int | None = None
     start: str | None = None
     readiness: Readiness | None = None
+    liveness: Liveness | None = None
     critical: bool | None = None
     terminal: bool = False
     preamble: str | None = None

@@ -72,7 +72,10 @@ def service_lines(recipe: Recipe) -> list[str]:
         metrics = _metrics_text(r)
         if metrics:
             head += f" metrics={metrics}"
-        head += f" restart={r.restart.policy} tier={r.tier}"
+        scope = "/pool" if r.restart.scope == "pool" else ""
+        head += f" restart={r.restart.policy}{scope} tier={r.tier}"
+        if service.liveness is not None:
+            head += " liveness"
         lines.append(head)
         if r.reason:
             lines.append(
@@ -304,6 +307,9 @@ def _plan_doc(recipe: Recipe, state: DesiredState) -> dict[str, Any]:
                 "log": s.log,
                 "stage": s.stage,
                 "probe": s.probe.describe(s.node_ip) if s.probe else None,
+                # Only when set: the plans of recipes without them read as before.
+                **({"liveness": s.liveness.describe(s.node_ip)} if s.liveness else {}),
+                **({"restart_scope": s.restart.scope} if s.restart.scope != "instance" else {}),
                 "config_hash": s.config_hash(),
             }
             for s in state.instances

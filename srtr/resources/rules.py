@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from srtr.resources import pool_refs
+from srtr.resources import health_rules, pool_refs
 from srtr.resources.effective import (
     allocation_size,
     effective_per,
@@ -132,6 +132,7 @@ def _check_service(recipe: Recipe, index: int, service: Service) -> list[Problem
         problems
         + _check_infra_kind(at, service)
         + _check_service_fields(at, service)
+        + health_rules.check(at, service)
         + check_keys(at, service)
     )
 

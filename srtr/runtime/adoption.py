@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from srtr.controllers.context import JOB, TEARDOWN, Ctx, instance_key, pool_key, probe_key
+from srtr.controllers.context import (
+    JOB,
+    TEARDOWN,
+    Ctx,
+    instance_key,
+    liveness_key,
+    pool_key,
+    probe_key,
+)
 from srtr.store.rundir import InstanceDoc, RunState
 
 
@@ -41,8 +49,10 @@ async def adopt(ctx: Ctx, doc: Mapping[str, Any]) -> tuple[int, int]:
         attempt = store.status[name].attempt
         if identity and await ctx.backend.adopt(name, attempt, identity):
             adopted += 1
-            if store.adopted(name, identity):
-                ctx.queue.add(probe_key(name))
+            store.adopted(name, identity)
+            # Its probes go on: readiness (to Ready, or watched after it) and liveness.
+            ctx.queue.add(probe_key(name))
+            ctx.queue.add(liveness_key(name))
         else:
             store.gone(name)  # gone while no controller watched: an exit of unknown status
             gone += 1

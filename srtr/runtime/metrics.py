@@ -38,7 +38,7 @@ from srtr.store.store import Event, InstanceStatus, Phase, Store, UserAction
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from srtr.controllers.context import Ctx, Prober
+    from srtr.controllers.context import Ctx, Prober, Report
     from srtr.reconciler.workqueue import WorkQueue
 
 REFRESH_PERIOD = 1.0
@@ -83,6 +83,23 @@ class TimedProber:
 
     def forget(self, name: str) -> None:
         self.inner.forget(name)
+
+    async def liveness(
+        self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
+    ) -> tuple[bool, str]:
+        return await self.inner.liveness(spec, status, run_dir)
+
+    def watch(
+        self,
+        spec: InstanceSpec,
+        status: InstanceStatus,
+        run_dir: Path,
+        *,
+        kind: str,
+        delay: float,
+        report: Report,
+    ) -> bool:
+        return self.inner.watch(spec, status, run_dir, kind=kind, delay=delay, report=report)
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         return await self.inner.scrape(exporter, timeout)

@@ -3,7 +3,7 @@
 Mixed into `Store`; `transitions.py` calls `failure` on every observed end of an attempt
 and `note_failure` on those that are failures. Which ends are failures, and their class, is
 `causes.classify`: here only what the store knows is added, that srtr itself caused the
-end (a teardown, a stop it sent), which is never a failure.
+end (a teardown, a stop it sent, a pool restart's hold), which is never a failure.
 """
 
 from __future__ import annotations
@@ -28,13 +28,17 @@ class CauseTransitions(StoreBase):
         """The class of an attempt's end if it is a failure srtr did not cause, else None.
 
         Ends during a teardown are never failures; nor is the end of an attempt srtr sent a
-        stop (a user's stop, a planned restart), unless what ended it was not that stop (a
-        liveness kill, whose stop carries `stop_reason`; the kernel's OOM killer).
+        stop (a user's stop, a planned restart) or held for its pool's restart (a gang stop,
+        or a member that ended on its own once its pool was restarting), unless what ended
+        it was not that stop: a failed liveness probe's (`liveness_failed`, though srtr sent
+        the signal), the kernel's OOM killer.
         """
         if self.job.teardown_requested:
             return None
-        reported = reported or status.stop_reason
-        if status.stop_sent_at is not None and reported not in causes.ALWAYS_FAILURES:
+        if status.liveness_failed and not lost:
+            reported = reported or causes.LIVENESS_FAILED
+        caused = status.stop_sent_at is not None or status.gang_held
+        if caused and reported not in causes.ALWAYS_FAILURES:
             return None
         return causes.classify(exit_code, signal, reported=reported, lost=lost)
 

@@ -131,6 +131,11 @@ def pool_doc(store: Store, pool: PoolSpec) -> PoolDoc:
     }
     if status is not None and status.autoscale is not None:
         doc["autoscale"] = status.autoscale.to_json()
+    gang = store.gangs.get(pool.name)
+    if gang is not None:
+        doc["restarts"] = gang.restarts
+        doc["failed"] = gang.failed
+        doc["first_failure"] = gang.first_failure
     return doc
 
 
@@ -189,7 +194,7 @@ def instance_doc(
     # When a probe that has not passed runs out of time (the probe controller's deadline):
     # the stage gate's, or after the gate the attempt's. The TUI counts it down.
     probe_deadline = None
-    probing = spec.probe is not None and st.alive and not st.ready
+    probing = spec.probe is not None and st.alive and not st.passed_readiness
     if probing and st.phase == "Starting" and spec.probe is not None:
         start = gate_started_at if gate_started_at is not None else st.started_at
         if start is not None:
@@ -229,6 +234,8 @@ def instance_doc(
         "identity": st.identity,
         "log_offset": st.log_offset,
         "conditions": [condition_doc(c) for c in st.conditions.values()],
+        "liveness": spec.liveness.describe(spec.node_ip) if spec.liveness else None,
+        "liveness_message": st.liveness_message,
     }
 
 

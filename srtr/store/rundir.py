@@ -140,6 +140,11 @@ class PoolDoc(TypedDict):
     pending: str | None
     # An autoscaled pool: min, max, size, desired (last published), source, error.
     autoscale: NotRequired[dict[str, Any]]
+    # A pool that restarts as a whole (`restart.scope: pool`), once it first failed: its
+    # pool restarts, whether it is Failed, and its latest failure.
+    restarts: NotRequired[int]
+    failed: NotRequired[bool]
+    first_failure: NotRequired[str]
 
 
 class InstanceDoc(TypedDict):
@@ -185,6 +190,9 @@ class InstanceDoc(TypedDict):
     identity: dict[str, int] | None  # pid and kernel start time: what adoption checks
     log_offset: int  # where the current attempt's output starts in the log
     conditions: list[ConditionDoc]
+    # Its liveness probe, described (None: none), and why it fails now ('' when it passes).
+    liveness: str | None
+    liveness_message: str
 
 
 class ExporterDoc(TypedDict):

@@ -97,9 +97,6 @@ class InstanceStatus:
     restart_times: deque[float] = field(default_factory=deque)
     stop_sent_at: float | None = None
     kill_sent: bool = False
-    # Why srtr stopped this attempt when the stop is a failure, not a plan: LivenessFailed.
-    # Its exit is then classified so (`causes.py`), though srtr sent the signal.
-    stop_reason: str = ""
     probe_message: str = ""
     probe_in_flight: bool = False
     next_probe_at: float | None = None
@@ -113,6 +110,24 @@ class InstanceStatus:
     log_offset: int = 0  # where this attempt's output starts in the log (for log probes)
     history: list[dict[str, Any]] = field(default_factory=list)
     conditions: dict[str, Condition] = field(default_factory=dict)
+    # Readiness after the gate: failed attempts in a row, and whether they made it NotReady.
+    readiness_failures: int = 0
+    not_ready: bool = False
+    # Liveness of this attempt: failed attempts in a row and the last one's message, the
+    # next attempt's time, one in flight, and whether it failed (so srtr stops it, and its
+    # exit is a failure with the reason LivenessFailed, not a stop).
+    liveness_failures: int = 0
+    liveness_message: str = ""
+    liveness_in_flight: bool = False
+    next_liveness_at: float | None = None
+    liveness_failed: bool = False
+    # Its pool's gang restart holds it: stopped (or ended), waiting for the whole pool's
+    # relaunch. `gang_restart`: its next launch is that relaunch (counted, not budgeted).
+    gang_held: bool = False
+    gang_restart: bool = False
+    # Its node's agent runs these probes and reports their transitions (`Prober.watch`).
+    readiness_on_node: bool = False
+    liveness_on_node: bool = False
 
     @property
     def alive(self) -> bool:
@@ -134,6 +149,15 @@ class InstanceStatus:
         has always meant this); whether it is ready now is `alive and ready`, or the Ready
         condition.
         """
+        return (
+            self.ready_attempt is not None
+            and self.ready_attempt == self.attempt
+            and not self.not_ready
+        )
+
+    @property
+    def passed_readiness(self) -> bool:
+        """The current attempt passed its readiness gate (NotReady since, or not)."""
         return self.ready_attempt is not None and self.ready_attempt == self.attempt
 
 
@@ -154,6 +178,24 @@ class Cause:
     message: str
     log: str
     log_offset: int
+
+
+@dataclass
+class GangStatus:
+    """A pool whose owner restarts as a whole (`restart.scope: pool`).
+
+    `restart_times` are the pool restarts within the budget's window; `stopping`: its
+    members are being stopped for one; then `next_start_at` is the relaunch's time.
+    `failed`: the budget was spent, the pool is Failed (`failed_code`: its first failure's
+    exit code)."""
+
+    restarts: int = 0
+    restart_times: deque[float] = field(default_factory=deque)
+    stopping: bool = False
+    next_start_at: float | None = None
+    first_failure: str = ""
+    failed: bool = False
+    failed_code: int = 1
 
 
 @dataclass

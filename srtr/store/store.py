@@ -8,14 +8,16 @@ next. Observers (progress printer, state.json writer, the metrics) subscribe to 
 the "changed" signal. Nothing here touches processes or files: `persist.py` does the writing.
 
 `Store` is put together from `StoreBase` (the data, events, conditions; `store_base.py`) and
-the transitions of instances (`transitions.py`), of the job (`job_transitions.py`) and of live
-edits (`edit_transitions.py`). The status types are in `status.py` and re-exported here.
+the transitions of instances (`transitions.py`), of the job (`job_transitions.py`), of live
+edits (`edit_transitions.py`) and of health (`health_transitions.py`: probes after the gate,
+liveness, a pool's gang restart). The status types are in `status.py` and re-exported here.
 """
 
 from __future__ import annotations
 
 from srtr.store.edit_transitions import EditTransitions
 from srtr.store.fleet_transitions import FleetTransitions
+from srtr.store.health_transitions import HealthTransitions
 from srtr.store.job_transitions import JobTransitions
 from srtr.store.status import (
     ALIVE,
@@ -23,6 +25,7 @@ from srtr.store.status import (
     Condition,
     Event,
     EventType,
+    GangStatus,
     InstanceStatus,
     JobPhase,
     JobStatus,
@@ -39,6 +42,7 @@ __all__ = [
     "Event",
     "EventListener",
     "EventType",
+    "GangStatus",
     "InstanceStatus",
     "JobPhase",
     "JobStatus",
@@ -48,5 +52,7 @@ __all__ = [
 ]
 
 
-class Store(InstanceTransitions, JobTransitions, EditTransitions, FleetTransitions):
+class Store(
+    InstanceTransitions, JobTransitions, EditTransitions, FleetTransitions, HealthTransitions
+):
     """Desired state, status per instance, the job's status, and the event stream."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from srtr.store import causes
 from srtr.store.cause_transitions import CauseTransitions
+from srtr.store.health_transitions import reset_health
 from srtr.store.status import (
     ALIVE,
     FINISHED,
@@ -96,6 +97,25 @@ class InstanceTransitions(CauseTransitions):
         )
         if failure:
             self.note_failure(name, failure, exit_code=exit_code, signal=signal, message=message)
+        self._exit_event(name, exit_code, signal, message, lost, planned, failure)
+        if lost:
+            status.phase = Phase.LOST
+        return True
+
+    def _exit_event(
+        self,
+        name: str,
+        exit_code: int | None,
+        signal: int | None,
+        message: str,
+        lost: bool,
+        planned: str | None,
+        failure: str | None,
+    ) -> None:
+        """`exited`'s Exited (or NodeLost) event and Ready condition: a Warning only for a
+        `failure`, never for an end srtr caused (a teardown, a planned or a pool's restart;
+        a failed liveness probe's stop is a failure, though srtr sent it)."""
+        status = self.status[name]
         node = self.specs[name].node
         how = _how(exit_code, signal)
         text = f"{'lost' if lost else 'exited with ' + how} on {node}"
@@ -110,9 +130,6 @@ class InstanceTransitions(CauseTransitions):
             warning=failure is not None,
         )
         self.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
-        if lost:
-            status.phase = Phase.LOST
-        return True
 
     # -- launching ----------------------------------------------------------------------------
     def launching(self, name: str, *, log_offset: int) -> int:
@@ -126,7 +143,15 @@ class InstanceTransitions(CauseTransitions):
         assert status.phase in (Phase.PENDING, Phase.BACKOFF), status.phase
         now = self.clock.now()
         attempt = status.attempt + 1
-        if attempt > 0 and status.planned is not None:
+        if attempt > 0 and status.gang_restart:
+            status.restarts += 1  # its pool's restart: counted, on the pool's budget
+            self.record(
+                f"instance/{name}",
+                "Restarting",
+                f"pool restart: attempt {attempt} on {self.specs[name].node} "
+                f"(restart {status.restarts})",
+            )
+        elif attempt > 0 and status.planned is not None:
             self.record(
                 f"instance/{name}",
                 "Restarting",
@@ -141,13 +166,14 @@ class InstanceTransitions(CauseTransitions):
                 f"attempt {attempt} on {self.specs[name].node} (restart {status.restarts})",
             )
         status.planned = None
+        status.gang_restart = False
+        reset_health(status)
         status.log_offset = log_offset
         status.attempt = attempt
         status.step = None  # the backend reports the new attempt's step once it has one
         status.exit_code = status.exit_signal = None
         status.stop_sent_at = status.next_probe_at = None
         status.kill_sent = False
-        status.stop_reason = ""
         status.probe_message = ""
         status.launch_error = None
         status.started_at = now
@@ -291,6 +317,7 @@ class InstanceTransitions(CauseTransitions):
         status.ready_attempt = status.attempt
         status.ready_at = now
         status.probe_message = ""
+        status.next_probe_at = now + spec.probe.interval_seconds  # it keeps being watched
         self.set_phase(name, Phase.READY)
         self.set_condition(
             status.conditions, "Ready", True, "ProbePassed", spec.probe.describe(spec.node_ip)

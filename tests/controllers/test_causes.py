@@ -195,21 +195,76 @@ services:
 
 
 def test_a_liveness_stop_is_a_failure_though_srtr_sent_it(tmp_path: Path) -> None:
+    probe = "    liveness: {exec: {command: [check]}, interval_seconds: 5}\n"
+    recipe = LIVE.replace("    restart:", probe + "    restart:")
+
     async def body() -> None:
-        h = Harness(LIVE, tmp_path)
+        h = Harness(recipe, tmp_path)
         await h.settle()
         name = "service_web"
-        status = h.store.status[name]
-        # What a liveness controller does: mark the stop as a failure, then stop it.
-        status.stop_reason = "LivenessFailed"
-        h.store.terminating(name, at=h.clock.now())
-        await h.ctx.backend.signal(name, signal.SIGTERM)
+        h.prober.unhealthy.add(name)  # the liveness controller stops it after 3 failures
+        for _ in range(3):
+            await h.advance(5)
+        assert (name, signal.SIGTERM) in h.backend.signals
         await h.settle()
         cause = h.store.job.cause
-        assert cause is not None and cause.reason == "LivenessFailed"
+        assert cause is not None and cause.reason == "LivenessFailed" and cause.instance == name
+        status = h.store.status[name]
         assert status.history[-1]["reason"] == "LivenessFailed"
         exited = [e for e in h.events if e.reason == "Exited"]
         assert exited[-1].type == "Warning" and "(LivenessFailed)" in exited[-1].message
+
+    run(body())
+
+
+GANG = """
+name: t
+services:
+  - name: train
+    command: [train]
+    nodes: 3
+    terminal: true
+    stop_grace_seconds: 5
+    restart: {policy: on-failure, scope: pool, max_restarts: 2, backoff_seconds: 2}
+"""
+GANG_RANKS = ["service_train_node1", "service_train_node2", "service_train_node3"]
+
+
+def test_a_pool_restarts_stops_are_neither_the_cause_nor_warnings(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(GANG, tmp_path)
+        await h.settle()
+        h.backend.ignore_term.add(GANG_RANKS[2])
+        h.exit(GANG_RANKS[1], 1)
+        await h.settle()
+        h.exit(GANG_RANKS[2], 1)  # it aborts on its own once its pool is restarting: no failure
+        await h.settle()
+        await h.advance(5)
+        cause = h.store.job.cause
+        assert cause is not None and cause.instance == GANG_RANKS[1] and cause.reason == "Error"
+        for name in (GANG_RANKS[0], GANG_RANKS[2]):
+            assert "reason" not in h.store.status[name].history[-1]
+        warned = [e.object for e in h.events if e.reason == "Exited" and e.type == "Warning"]
+        assert warned == [f"instance/{GANG_RANKS[1]}"]
+
+    run(body())
+
+
+def test_a_failed_gang_pool_names_the_runs_first_failure(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(GANG, tmp_path)
+        await h.settle()
+        h.exit(GANG_RANKS[1], 1)  # the run's first failure; then rank 0 fails every time
+        for _ in range(2):  # its two pool restarts, then the pool fails
+            await h.settle()
+            await h.advance(10)
+            h.exit(GANG_RANKS[0], 3)
+        await h.settle()
+        job = h.store.job
+        assert job.teardown_requested and "pool train failed" in job.reason
+        assert job.cause is not None and job.cause.instance == GANG_RANKS[1]
+        assert job.cause.attempt == 0 and job.cause.exit_code == 1
+        assert f"first failure: {GANG_RANKS[1]} on node2" in job.reason
 
     run(body())
 

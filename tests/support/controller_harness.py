@@ -9,7 +9,7 @@ from pathlib import Path
 from srtr.backends.fake import FakeBackend
 from srtr.backends.prober import http_scrape
 from srtr.controllers import instance, manager
-from srtr.controllers.context import JOB, Ctx
+from srtr.controllers.context import JOB, Ctx, Report
 from srtr.reconciler.clock import FakeClock
 from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.effective import allocation_size
@@ -24,6 +24,13 @@ class FakeProber:
     def __init__(self) -> None:
         self.ready: set[str] = set()
         self.calls: list[str] = []
+        # Liveness: instances whose liveness probe fails (every other one passes).
+        self.unhealthy: set[str] = set()
+        self.liveness_calls: list[str] = []
+        # As a node agent's prober: `watch` takes the probe loops, kept here by (name, kind)
+        # with the report callback a test calls to play a transition.
+        self.on_node = False
+        self.watched: dict[tuple[str, str], Report] = {}
         # Scripted fleet answers, one per poll (the last one repeats): live members or None.
         self.fleet_answers: list[int | None] = [None]
         self.fleet_polls = 0
@@ -39,6 +46,26 @@ class FakeProber:
 
     def forget(self, name: str) -> None:
         pass
+
+    async def liveness(
+        self, spec: InstanceSpec, status: InstanceStatus, run_dir: Path
+    ) -> tuple[bool, str]:
+        self.liveness_calls.append(spec.name)
+        return spec.name not in self.unhealthy, "scripted: no answer within 1s"
+
+    def watch(
+        self,
+        spec: InstanceSpec,
+        status: InstanceStatus,
+        run_dir: Path,
+        *,
+        kind: str,
+        delay: float,
+        report: Report,
+    ) -> bool:
+        if self.on_node:
+            self.watched[(spec.name, kind)] = report
+        return self.on_node
 
     async def scrape(self, exporter: ExporterSpec, timeout: float) -> tuple[bool, str]:  # noqa: ASYNC109
         # The real GET, as before scrapes went through the prober; exporter tests that want

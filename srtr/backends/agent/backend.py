@@ -37,9 +37,11 @@ from srtr.backends.agent.adoption import Adoption, publish
 from srtr.backends.agent.adoption import read_token as read_token
 from srtr.backends.agent.channel import LEASE, AgentServer, Connection
 from srtr.backends.agent.growth import Growth
+from srtr.backends.agent.probe_requests import ProbesOnAgents
 from srtr.backends.agent.probing import AgentProber as AgentProber
 from srtr.backends.agent.roster import Answers, Live, NodeState, wait_connected
 from srtr.backends.agent.starter_base import EXIT_WAIT, EXIT_WAIT_AFTER_GOODBYES, Starter
+from srtr.backends.agent.watched import Watched
 from srtr.backends.base import (
     Backend,
     Capabilities,
@@ -53,7 +55,6 @@ from srtr.backends.base import (
     host_has_program,
 )
 from srtr.resources.launchers import Launcher, instance_launcher, own_step_reasons
-from srtr.resources.objects import InstanceSpec
 
 log = logging.getLogger("srtr")
 
@@ -71,7 +72,7 @@ LAUNCHES_IN_FLIGHT = 64
 MAX_RESPAWNS = 3
 
 
-class AgentBackend:
+class AgentBackend(ProbesOnAgents):
     """Runs instance attempts through one node agent per node.
 
     Args:
@@ -129,6 +130,7 @@ class AgentBackend:
         self._started = asyncio.Lock()
         self._answers = Answers()
         self._live: dict[str, Live] = {}
+        self._watched = Watched()  # probes the agents run in a loop (`watch`)
         self._on_step: set[str] = set()  # names whose current attempt is an srun step
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
         self._closing = False
@@ -297,44 +299,6 @@ class AgentBackend:
         conn = self._nodes[node].conn
         return conn.pid if conn is not None else None
 
-    # -- probes ---------------------------------------------------------------------------
-
-    def on_agent(self, name: str) -> bool:
-        return name in self._live
-
-    async def probe(
-        self, spec: InstanceSpec, attempt: int, log_offset: int, run_dir: Path
-    ) -> tuple[bool, str]:
-        """One probe attempt, run by the agent of the instance's node."""
-        assert spec.probe is not None
-        state = self._nodes[spec.node]
-        if state.conn is None:
-            return False, f"no agent on {spec.node}: {state.lost or state.failed or 'not yet'}"
-        probe = spec.probe
-
-        def request(seq: int) -> p.Message:
-            return p.Probe(
-                seq=seq,
-                name=spec.name,
-                attempt=attempt,
-                probe=probe,
-                node_ip=spec.node_ip,
-                log_path=str(run_dir / spec.log),
-                log_offset=log_offset,
-                files_dir=str(run_dir / "logs"),
-            )
-
-        try:
-            answer = await self._answers.ask(
-                state.conn, request, max(10.0, 2 * probe.interval_seconds)
-            )
-        except TimeoutError:
-            return False, f"the agent on {spec.node} did not answer the probe"
-        except LaunchError as exc:
-            return False, str(exc)
-        assert isinstance(answer, p.ProbeResult)
-        return answer.ok, answer.message
-
     # -- the channel's handler ------------------------------------------------------------
 
     def refuse(self, node: str) -> str | None:
@@ -371,7 +335,10 @@ class AgentBackend:
         elif isinstance(message, p.LaunchFailed | p.ProbeResult):
             self._answers.answer(message.seq, message)
         elif isinstance(message, p.Exited):
+            self._watched.exited(message.name)
             self._exited(conn, message)
+        elif isinstance(message, p.Health):
+            self._watched.health(message)
         elif not isinstance(message, p.Bye):
             log.warning("agents: %s sent an unexpected %s", conn.node, type(message).__name__)
 

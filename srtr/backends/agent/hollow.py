@@ -19,7 +19,9 @@ A simulated attempt, like a process with default signal handlers:
 - it writes one line into its log (after the restart marker, as a real attempt's log has);
 - its pid is a number above Linux's largest pid, so no real process is ever named by it.
 
-Readiness probes on simulated instances succeed at once (`SimulatedProbes`): nothing listens.
+Probes of simulated instances succeed at once (`SimulatedProbes`): nothing listens. The
+control line `unhealthy INSTANCE` makes every probe of that instance fail until `healthy
+INSTANCE`: a hung instance, for the liveness and readiness loops the agents run.
 
 The control FIFO (`--control`, in the 0700 run dir) takes one command a line:
 
@@ -27,6 +29,7 @@ The control FIFO (`--control`, in the 0700 run dir) takes one command a line:
   instances vanish unreported, as when a machine loses power;
 - `freeze NODE`: the node goes silent (no heartbeats, no answers) with its connection open;
 - `exit INSTANCE CODE`: that instance's live attempt exits with CODE;
+- `unhealthy INSTANCE`, `healthy INSTANCE`: its probes fail from now on, or pass again;
 - `add NODE`: a node a grow request brought: a new agent for it dials the controller;
 - `remove NODE`: a node that went back to its provider: its agent ends (if the controller's
   Shutdown has not ended it already).
@@ -46,7 +49,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,7 +216,11 @@ def _write_log(spec: LaunchSpec, node: str, pid: int) -> None:
 
 
 class SimulatedProbes:
-    """Every probe attempt on a simulated instance succeeds: nothing really listens."""
+    """Every probe attempt on a simulated instance succeeds (nothing really listens), but
+    those of the instances a control line made `unhealthy`."""
+
+    def __init__(self) -> None:
+        self.failing: set[str] = set()
 
     def forget(self, name: str) -> None:
         pass
@@ -228,7 +235,11 @@ class SimulatedProbes:
         log_path: Path,
         log_offset: int,
         files_dir: Path,
+        env: Mapping[str, str] | None = None,
+        liveness: bool = False,
     ) -> tuple[bool, str]:
+        if name in self.failing:
+            return False, f"simulated {probe.kind.value} probe fails (hollow node, unhealthy)"
         return True, f"simulated {probe.kind.value} probe (hollow node)"
 
 
@@ -244,6 +255,7 @@ class HollowAgent(Agent):
         adopt_window: float,
         rendezvous: Path | None,
         fingerprint: str | None = None,
+        probes: SimulatedProbes | None = None,
     ) -> None:
         self.processes: SimulatedProcesses | None = None
         self._gate = gate
@@ -254,7 +266,7 @@ class HollowAgent(Agent):
             adopt_window=adopt_window,
             rendezvous=rendezvous,
             runner=self._runner,
-            probes=SimulatedProbes(),
+            probes=probes or SimulatedProbes(),
             fingerprint=fingerprint,
         )
 
@@ -305,6 +317,7 @@ class Hollow:
         self._rendezvous = Path(args.rendezvous) if args.rendezvous else None
         self._window = args.adopt_window
         self._fingerprint = fingerprint or None
+        self.probes = SimulatedProbes()  # every node's: `unhealthy` names an instance
         self.agents = {node: self._agent(node) for node in nodes}
         self.tasks: dict[str, asyncio.Task[int]] = {}
         self._dial: tuple[str, int] | None = None
@@ -322,6 +335,7 @@ class Hollow:
             adopt_window=self._window,
             rendezvous=self._rendezvous,
             fingerprint=self._fingerprint,
+            probes=self.probes,
         )
 
     async def run(self, host: str, port: int) -> int:
@@ -371,6 +385,12 @@ class Hollow:
             return self._add(words[1])
         if len(words) == 2 and words[0] == "remove":
             return self._remove(words[1])
+        if len(words) == 2 and words[0] == "unhealthy":
+            self.probes.failing.add(words[1])
+            return f"{words[1]}'s probes fail"
+        if len(words) == 2 and words[0] == "healthy":
+            self.probes.failing.discard(words[1])
+            return f"{words[1]}'s probes pass"
         if len(words) == 3 and words[0] == "exit" and words[2].lstrip("-").isdigit():
             for agent in self.agents.values():
                 if agent.processes is not None and agent.processes.exit(words[1], int(words[2])):

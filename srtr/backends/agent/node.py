@@ -56,6 +56,7 @@ from srtr.backends.agent import protocol as p
 from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, connect, open_beats, read_rendezvous
 from srtr.backends.agent.lease import Lease
 from srtr.backends.agent.node_env import inherited_env
+from srtr.backends.agent.node_watch import Probes, Watches
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.prober import ProbeRunner
 from srtr.backends.procgroup import (
@@ -66,7 +67,6 @@ from srtr.backends.procgroup import (
     process_start_time,
 )
 from srtr.net import tls
-from srtr.resources.objects import ProbeSpec
 
 log = logging.getLogger("srtr.agent")
 
@@ -111,23 +111,6 @@ class Runner(Protocol):
 
 # Builds a node's runner from the agent's exit report and environment builder.
 RunnerFactory = Callable[[str, ExitReport, EnvironmentOf], Runner]
-
-
-class Probes(Protocol):
-    """Runs readiness probe attempts on the node (`prober.ProbeRunner`, or simulated)."""
-
-    def forget(self, name: str) -> None: ...
-    async def check(
-        self,
-        name: str,
-        probe: ProbeSpec,
-        *,
-        node_ip: str,
-        attempt: int,
-        log_path: Path,
-        log_offset: int,
-        files_dir: Path,
-    ) -> tuple[bool, str]: ...
 
 
 class _Processes(ProcessGroups):
@@ -176,6 +159,7 @@ class Agent:
         self._inherited = inherited_env(inherit_all, node)
         self._groups = runner(node, self._exited, self._environment)
         self._probes: Probes = probes if probes is not None else ProbeRunner()
+        self._watches = Watches(node, self._probes, self._send)  # probe loops (`node_watch`)
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(node, self._groups, self._window)
@@ -325,6 +309,8 @@ class Agent:
             live = self._groups.get(message.name)
             if live is not None and message.attempt in (None, live.attempt):
                 self._groups.signal(message.name, message.signum)
+        elif isinstance(message, p.Watch):
+            self._watches.watch(message)
         elif isinstance(message, p.Probe):
             task = asyncio.create_task(self._probe(message))
             self._tasks.add(task)
@@ -338,6 +324,7 @@ class Agent:
             self._send(p.LaunchFailed(seq, spec.name, spec.attempt, why))
             return
         self._probes.forget(spec.name)
+        self._watches.forget(spec.name)
         self._lease.graces[spec.name] = spec.stop_grace_seconds
         try:
             attempt = self._groups.start(spec)
@@ -357,6 +344,8 @@ class Agent:
                 log_path=Path(request.log_path),
                 log_offset=request.log_offset,
                 files_dir=Path(request.files_dir),
+                env=request.env,
+                liveness=request.liveness,
             )
         except Exception as exc:  # a probe bug is a failed probe, not a dead agent
             ok, message = False, f"probe error on {self.node}: {exc!r}"
@@ -366,6 +355,7 @@ class Agent:
         code = None if status is None else status.code
         signum = None if status is None else status.signal
         message = "exit status unknown" if status is None else status.message
+        self._watches.forget(attempt.name)
         if self._lease.fenced is not None:
             message = f"{message} (fenced: {self._lease.fenced})"
             log.warning(
@@ -384,6 +374,7 @@ class Agent:
         return instance_environment(spec, self._inherited)
 
     async def _stop(self) -> None:
+        self._watches.close()
         for task in list(self._tasks):
             task.cancel()
         await self._groups.close()

@@ -18,10 +18,10 @@ cannot be replayed on another connection (fresh nonces). `srtr up` runs all of i
 TLS with a pinned job certificate (`channel`); only the heartbeats below go in the clear,
 and they carry nothing.
 
-Controller → agent: `Launch`, `Signal`, `Probe`, `Shutdown`. Agent → controller:
+Controller → agent: `Launch`, `Signal`, `Probe`, `Watch`, `Shutdown`. Agent → controller:
 `Launched` / `LaunchFailed` (the answer to a `Launch`, same `seq`), `Exited`, `ProbeResult`
-(same `seq` as its `Probe`), `Bye` (after a `Shutdown`, when every instance of the node has
-been reaped and reported).
+(same `seq` as its `Probe`), `Health` (a `Watch`'s transitions), `Bye` (after a `Shutdown`,
+when every instance of the node has been reaped and reported).
 
 Heartbeats are not messages. They go on a second, plain TCP connection of their own, to the
 `Welcome`'s `beat_port`: the agent sends the `Welcome`'s `beat_token` and a newline, then
@@ -152,6 +152,9 @@ class Probe:
     log_path: str
     log_offset: int
     files_dir: str  # relative file probe paths resolve against this (the run's logs/)
+    # A liveness attempt (its timeout bounds it); `env`: an exec probe's environment.
+    env: dict[str, str] = field(default_factory=dict)
+    liveness: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,40 @@ class ProbeResult:
     TYPE: ClassVar[str] = "probe_result"
     seq: int
     ok: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Probe `name`'s attempt `attempt` on the node every interval, from `delay` seconds on,
+    and report only its transitions (`Health`): `kind` is `liveness`, or `readiness` after
+    its gate. A new `Watch` of the same name and kind replaces the old one; the instance's
+    exit or next launch ends it."""
+
+    TYPE: ClassVar[str] = "watch"
+    name: str
+    attempt: int
+    kind: str
+    probe: ProbeSpec
+    node_ip: str
+    log_path: str
+    log_offset: int
+    files_dir: str
+    delay: float
+    env: dict[str, str] = field(default_factory=dict)  # an exec probe's
+
+
+@dataclass(frozen=True)
+class Health:
+    """A watched probe changed: failing (`ok` false, after `failures` in a row, the probe's
+    `failure_threshold`) or passing again."""
+
+    TYPE: ClassVar[str] = "health"
+    name: str
+    attempt: int
+    kind: str
+    ok: bool
+    failures: int
     message: str
 
 
@@ -186,6 +223,8 @@ Message = (
     | Exited
     | Probe
     | ProbeResult
+    | Watch
+    | Health
     | Shutdown
     | Bye
 )
@@ -202,6 +241,8 @@ _TYPES: dict[str, type[Any]] = {
         Exited,
         Probe,
         ProbeResult,
+        Watch,
+        Health,
         Shutdown,
         Bye,
     )
@@ -223,7 +264,7 @@ def decode(line: bytes) -> Message:
         cls = _TYPES[doc.pop("type")]
         if cls is Launch:
             doc["spec"] = spec_from_json(doc["spec"])
-        elif cls is Probe:
+        elif cls is Probe or cls is Watch:
             doc["probe"] = _probe_from_json(doc["probe"])
         message: Message = cls(**doc)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -289,8 +330,11 @@ def _optional_int(value: Any) -> int | None:
 
 
 def _probe_from_json(doc: dict[str, Any]) -> ProbeSpec:
-    more = tuple(doc.get("more_ports", ()))  # JSON has lists; the spec is frozen and hashable
-    return ProbeSpec(**{**doc, "kind": ProbeKind(doc["kind"]), "more_ports": more})
+    # JSON has lists; the spec is frozen and hashable
+    more, command = tuple(doc.get("more_ports", ())), tuple(doc.get("command", ()))
+    return ProbeSpec(
+        **{**doc, "kind": ProbeKind(doc["kind"]), "more_ports": more, "command": command}
+    )
 
 
 def _plain(value: Any) -> Any:
@@ -309,6 +353,7 @@ __all__ = [
     "Bye",
     "Challenge",
     "Exited",
+    "Health",
     "Hello",
     "Launch",
     "LaunchFailed",
@@ -319,6 +364,7 @@ __all__ = [
     "ProtocolError",
     "Shutdown",
     "Signal",
+    "Watch",
     "Welcome",
     "decode",
     "encode",
