@@ -6,7 +6,8 @@ Unlike the tests' workloads, every attempt misbehaves again, so one job yields m
 - `silent MARKS`: prints a few lines, appends "PID EPOCH" (its own clock) to MARKS, then
   stops itself (SIGSTOP): alive to the kernel, silent to its log;
 - `hog MARKS`: allocates (and touches) 4 MiB at a time, appending "PID EPOCH" to MARKS after
-  each block, until the kernel kills it; exits 3 after 2 GiB (no limit took effect).
+  each block, until the kernel kills it; exits 3 after 512 MiB (no limit took effect; kept
+  small, as the machine is shared).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ def silent(marks: str) -> None:
 
 def hog(marks: str) -> None:
     kept = []
-    for _ in range((2 << 30) // BLOCK):
+    for _ in range((512 << 20) // BLOCK):
         kept.append(b"x" * BLOCK)
         mark(marks)
-    print("allocated 2 GiB and was not killed", flush=True)
+    print("allocated 512 MiB and was not killed", flush=True)
     sys.exit(3)
 
 
