@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import logging
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -116,6 +117,10 @@ def exited(attempt: Attempt, status: ExitStatus | None) -> Observation:
         message=status.message,
         reason=status.reason,
     )
+
+
+# Signals that ask a process to end: sent with a SIGCONT after them.
+_ENDING = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
 
 
 class ProcessGroups:
@@ -233,6 +238,10 @@ class ProcessGroups:
         # The leader is not reaped yet, so its pid (the group id) cannot have been reused.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(attempt.pgid, signum)
+            if signum in _ENDING:
+                # A stopped process (SIGSTOP, a debugger let go of) would hold the signal
+                # until its grace ran out; woken, it handles it now, as systemd does.
+                os.killpg(attempt.pgid, signal.SIGCONT)
 
     def identity(self, name: str) -> Identity | None:
         """pid and kernel start time of the live attempt: what adoption checks later."""
