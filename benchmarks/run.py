@@ -45,11 +45,14 @@ SCENARIOS = (
     "grow",
     "control",
     "handshakes",
+    "health",
+    "oom",
     "slurm",
     "slurm_scale",
     "slurm_status",
     "slurm_partition",
     "slurm_grow",
+    "slurm_health",
 )
 
 

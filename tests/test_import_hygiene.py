@@ -63,7 +63,7 @@ with contextlib.redirect_stdout(io.StringIO()):
 machinery = ("srtr.reconciler", "srtr.store", "srtr.controllers", "srtr.backends", "srtr.runtime")
 machinery += ("srtr.tui", "srtr.net")
 machinery += ("srtr.cli.run", "srtr.cli.status", "srtr.cli.logs", "srtr.cli.control_verbs")
-machinery += ("srtr.cli.run_state", "srtr.cli.submit", "srtr.cli.run_dir")
+machinery += ("srtr.cli.run_state", "srtr.cli.submit", "srtr.cli.run_dir", "srtr.cli.wait")
 heavy = ("rich", "textual")
 loaded = [m for m in sys.modules if m.startswith(machinery) or m.split(".")[0] in heavy]
 print(json.dumps({"code": code, "loaded": sorted(loaded)}))

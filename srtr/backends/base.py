@@ -59,6 +59,8 @@ class LaunchSpec:
     # SIGTERM to SIGKILL: what a node agent that fences itself gives the attempt (it decides
     # alone, cut off from the controller that keeps the grace).
     stop_grace_seconds: float = 30.0
+    # `limits.memory` in bytes: a memory cgroup of its own (local, agent); srun's --mem.
+    memory_limit: int | None = None
 
 
 class ObservationKind(enum.StrEnum):
@@ -84,6 +86,9 @@ class Observation:
     signal: int | None = None
     message: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
+    # What ended it, when the backend knows more than the code: OOMKilled (the kernel's OOM
+    # killer, seen in the instance's memory cgroup or SLURM's step state); '' otherwise.
+    reason: str = ""
 
 
 Listener = Callable[[Observation], None]

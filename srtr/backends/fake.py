@@ -55,8 +55,9 @@ class FakeBackend:
         self._pid += 1
         return self._pid
 
-    def exit(self, name: str, code: int, signum: int | None = None) -> None:
-        """Report that the live attempt of `name` ended with `code`."""
+    def exit(self, name: str, code: int, signum: int | None = None, reason: str = "") -> None:
+        """Report that the live attempt of `name` ended with `code` (and `reason`, as a
+        backend that saw the OOM killer reports it)."""
         spec = self.live.pop(name)
         assert self._listener is not None
         self._listener(
@@ -66,6 +67,7 @@ class FakeBackend:
                 attempt=spec.attempt,
                 exit_code=code,
                 signal=signum,
+                reason=reason,
             )
         )
 

@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from srtr.backends.base import Identity, LaunchError, LaunchSpec, Observation, ObservationKind
+from srtr.backends.cgroups import MemoryCgroups
 from srtr.backends.exit_watch import exit_watcher
 from srtr.backends.spawn import ExitStatus as ExitStatus
 from srtr.backends.spawn import (
@@ -112,7 +115,12 @@ def exited(attempt: Attempt, status: ExitStatus | None) -> Observation:
         exit_code=status.code,
         signal=status.signal,
         message=status.message,
+        reason=status.reason,
     )
+
+
+# Signals that ask a process to end: sent with a SIGCONT after them.
+_ENDING = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
 
 
 class ProcessGroups:
@@ -126,6 +134,7 @@ class ProcessGroups:
         environment: EnvironmentBuilder,
         owner: str,
         die_with_parent: bool = False,
+        memory_cgroups: bool = True,
     ) -> None:
         """
         Args:
@@ -136,6 +145,9 @@ class ProcessGroups:
             die_with_parent: each leader gets SIGKILL when this process dies (Linux's
                 parent-death signal), so a node agent killed by `kill -9` takes its
                 instances' leaders with it. Members a leader forked are not covered.
+            memory_cgroups: attempts with a memory limit run in a memory cgroup of their
+                own, and OOM kills are told apart (`cgroups.py`); False where the attempts
+                are not the instances (the SLURM backend's srun clients).
         """
         self._on_exit = on_exit
         self._command = command
@@ -144,6 +156,7 @@ class ProcessGroups:
         self._preexec = parent_death_hook() if die_with_parent else None
         if self._preexec is None:
             close_inherited_on_exec()  # `spawn` has no close_fds
+        self._cgroups = MemoryCgroups(enabled=memory_cgroups)
         self._watcher = exit_watcher()  # started here, not in a launch inside a node's view
         self._live: dict[str, Attempt] = {}
         # Groups whose leader was reaped while other members (grandchildren) remained. Only
@@ -201,7 +214,8 @@ class ProcessGroups:
                 )
                 append_note(fd, marker)
             try:
-                argv, env = self._command(spec), self._environment(spec)
+                argv = self._cgroups.argv(spec, self._command(spec))
+                env = self._environment(spec)
                 if self._preexec is None and spec.cwd is None:
                     attempt = _attempt(spec, spawn(spec, fd, argv, env), None, loop)
                 else:
@@ -220,9 +234,14 @@ class ProcessGroups:
         attempt = self._live.get(name)
         if attempt is None:
             return
+        self._cgroups.signalled(name, signum)
         # The leader is not reaped yet, so its pid (the group id) cannot have been reused.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(attempt.pgid, signum)
+            if signum in _ENDING:
+                # A stopped process (SIGSTOP, a debugger let go of) would hold the signal
+                # until its grace ran out; woken, it handles it now, as systemd does.
+                os.killpg(attempt.pgid, signal.SIGCONT)
 
     def identity(self, name: str) -> Identity | None:
         """pid and kernel start time of the live attempt: what adoption checks later."""
@@ -278,13 +297,13 @@ class ProcessGroups:
         for pgid in self._lingering:
             kill_group(pgid)
         self._lingering.clear()
-        if not self._live:
-            return
-        try:
-            async with asyncio.timeout(CLOSE_TIMEOUT):
-                await self._idle.wait()
-        except TimeoutError:
-            self._abandon()
+        if self._live:
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await self._idle.wait()
+            except TimeoutError:
+                self._abandon()
+        self._cgroups.close()
 
     def _register_child(self, attempt: Attempt) -> None:
         """`_register` a child just started; one whose exit cannot be watched is killed."""
@@ -320,6 +339,8 @@ class ProcessGroups:
         # unreaped leader keeps the group id from being reused, so this cannot hit a stranger.
         kill_group(attempt.pgid)
         status = reap(attempt.pid)
+        oom = self._cgroups.reason(attempt.name, status, attempt.pid)
+        status = dataclasses.replace(status, reason=oom) if oom else status
         if attempt.popen is not None:
             attempt.popen.returncode = -status.signal if status.signal is not None else status.code
         if self._live.get(attempt.name) is attempt:

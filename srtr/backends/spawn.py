@@ -48,6 +48,7 @@ class ExitStatus:
     code: int
     signal: int | None
     message: str
+    reason: str = ""  # OOMKilled: the kernel's OOM killer ended it (`cgroups.py`)
 
 
 def parent_death_hook() -> Callable[[], None]:

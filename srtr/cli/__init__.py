@@ -22,7 +22,7 @@ from srtr.resources.errors import RecipeError
 
 # Every verb family, one module each, in `srtr -h` order; each adds its verbs with
 # `add_verbs`. `srtr plan` builds only the first: the others' modules cost its start-up.
-VERB_FAMILIES = ("plan", "run", "submit", "status", "logs", "control_verbs")
+VERB_FAMILIES = ("plan", "run", "submit", "status", "wait", "logs", "control_verbs")
 
 
 def build_parser(*, run_verbs: bool = True) -> argparse.ArgumentParser:

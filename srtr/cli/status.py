@@ -100,6 +100,11 @@ def print_status(
     _print_pools(console, state)
     console.print(_instances_table(state, now))
     _print_exporters(console, state)
+    if state.ended:  # a running job's first failure may yet be healed by its restarts
+        from srtr.store.cause_block import block, job_cause
+
+        for line in block(run_dir, job_cause(state)):
+            console.print(Text(line, style="red" if line.startswith("first") else ""))
 
 
 def controller_summary(liveness: Liveness) -> str:

@@ -309,21 +309,6 @@ def could_not_start_text(spec: InstanceSpec, status: InstanceStatus) -> str:
     return f"{owner_text(spec)} {why} (command: {command}); see {spec.log}"
 
 
-def failed_alone(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> set[str]:
-    """Instances a live edit added that ended for good before they were ever up: they fail
-    alone, as Kubernetes rolls a bad new Deployment without touching the other pods. Neither
-    the stage gate, `critical_failure` nor `unstartable` counts them; the edit is marked
-    failed instead, and everything that ran before goes on."""
-    found = set()
-    for name in desired:
-        status = statuses[name]
-        if not status.added_by_edit or status.ready_attempt is not None:
-            continue
-        if status.phase is Phase.FAILED or could_not_start(specs[name], status):
-            found.add(name)
-    return found
-
-
 def unstartable(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> str | None:
     """Why the job fails because a service cannot start at all, or None: every desired
     instance of one service never ran (`could_not_start`), critical or not. srtctl lets a
@@ -472,10 +457,10 @@ def critical_failure(
     """Why the job fails because of a critical instance, or None.
 
     A critical instance fails the job when it Failed, or when it was Lost and no spare node
-    can take its place (`replace_lost` with `spares` left). Instances an edit or a
-    replacement dropped (not in `desired`) no longer count.
+    can take its place (`replace_lost` with `spares` left); of several, the one that ended
+    first. Instances an edit or a replacement dropped (not in `desired`) no longer count.
     """
-    for name, status in statuses.items():
+    for name, status in sorted(statuses.items(), key=lambda item: _ended_at(item[1])):
         spec = specs[name]
         if name not in desired or not spec.critical:
             continue
@@ -499,7 +484,9 @@ class EndJob:
 
 def job_end(specs: Specs, statuses: Statuses) -> EndJob | None:
     """Once every stage is up: the job ends when the benchmark finished (its code), or when
-    every terminal instance finished (the worst code); otherwise it holds (None)."""
+    every terminal instance finished: with the code of the first of them that failed (the
+    earliest exit; the others often only abort because of it), 0 when none did; otherwise
+    it holds (None)."""
     bench = specs.get("benchmark")
     if bench is not None and bench.kind is InstanceKind.BENCHMARK:
         status = statuses["benchmark"]
@@ -509,17 +496,23 @@ def job_end(specs: Specs, statuses: Statuses) -> EndJob | None:
         return EndJob(code, f"benchmark exited with code {code}")
     terminal = [n for n, s in specs.items() if s.terminal]
     if terminal and all(statuses[n].phase in FINISHED for n in terminal):
-        worst = max(terminal, key=lambda n: statuses[n].exit_code or 0)  # the first of ties
-        code = statuses[worst].exit_code or 0
-        if not code:
-            return EndJob(0, "terminal service(s) finished (worst exit code 0)")
-        spec = specs[worst]
+        failed = [n for n in terminal if statuses[n].exit_code]
+        if not failed:
+            return EndJob(0, "terminal service(s) finished (every exit code 0)")
+        first = min(failed, key=lambda n: _ended_at(statuses[n]))  # the first of ties
+        code = statuses[first].exit_code or 1
+        spec = specs[first]
         return EndJob(
             code,
-            f"terminal service(s) failed (worst exit code {code}: {worst} on {spec.node}; "
-            f"see {spec.log})",
+            f"terminal service(s) failed (first failed: {first} on {spec.node}, exit code "
+            f"{code}; see {spec.log})",
         )
     return None
+
+
+def _ended_at(status: InstanceStatus) -> float:
+    """When the instance's last attempt ended (monotonic); unknown ones count as last."""
+    return status.exited_at if status.exited_at is not None else float("inf")
 
 
 def rolled_out(statuses: Statuses, desired: Iterable[str]) -> bool:

@@ -48,6 +48,7 @@ def observe(ctx: Ctx, obs: Observation) -> None:
         signal=obs.signal,
         message=obs.message,
         lost=lost,
+        reason=obs.reason,
     ):
         return
     if lost:
@@ -197,6 +198,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
         srun_options=dict(spec.srun_options),
         export_env=dict(spec.export_env),
         stop_grace_seconds=spec.stop_grace_seconds,
+        memory_limit=spec.memory_limit,
     )
     if limit > 0:
         ctx.launches.begin(spec.name)

@@ -7,8 +7,8 @@ before passing its probe, never ran (its launch failed, or it exited with 127/12
 not ready `timeout_seconds` after the stage began; later, a service none of whose instances
 could start fails it too (`unstartable`). After the
 last stage the job ends when the benchmark exits, when every terminal instance has exited
-(worst code), on a critical failure (1), or when stopped by a signal (128+n); otherwise it
-holds. The decisions are `decisions.stage_gate`, `next_stage`, `critical_failure` and
+(the first failure's code), on a critical failure (1), or when stopped by a signal (128+n);
+otherwise it holds. The decisions are `decisions.stage_gate`, `next_stage`, `critical_failure` and
 `job_end`, and `fleet_decisions.fleet_gate` for a stage that waits on a whole cluster
 (a `ray` service: every member alive at the head); this module applies them through the store.
 """
@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import signal
 
-from srtr.controllers import decisions, fleet_decisions, health_decisions
+from srtr.controllers import decisions, edit_decisions, fleet_decisions, health_decisions
 from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, gang_key, instance_key
 from srtr.reconciler.workqueue import Result
+from srtr.store import causes
 from srtr.store.store import JobPhase
 
 
-def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str) -> None:
+def begin_teardown(ctx: Ctx, *, exit_code: int, reason: str, failed: bool = False) -> None:
     """End the job: remember why and with which code, and hand over to the teardown controller.
 
     The first reason wins; later ones (a second failure during teardown) are only events.
+    A job that `failed` (not one stopped by a user or a signal) names its first failure in
+    its reason, whatever instance's end decided it.
     """
+    if failed and exit_code != 0:
+        reason = causes.with_first_failure(reason, ctx.store.job.cause)
     if ctx.store.begin_teardown(exit_code=exit_code, reason=reason):
         ctx.queue.add(TEARDOWN)
         for pool in ctx.store.gangs:  # members held for a pool restart end now
@@ -41,7 +46,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
         return None
     if job.phase is JobPhase.PENDING:
         store.job_launching()
-    alone = decisions.failed_alone(store.specs, store.status, store.desired_names)
+    alone = edit_decisions.failed_alone(store.specs, store.status, store.desired_names)
     if alone:
         store.edit_failed(alone)
     gate = _gate(ctx)
@@ -52,11 +57,11 @@ async def reconcile(ctx: Ctx) -> Result | None:
             # a clone or build past its timeout is killed at once, not after a grace
             store.killing(gate.failed)
             await ctx.backend.signal(gate.failed, signal.SIGKILL)
-        begin_teardown(ctx, exit_code=1, reason=gate.reason)
+        begin_teardown(ctx, exit_code=1, reason=gate.reason, failed=True)
         return None
     failure = _failure(ctx, alone)
     if failure is not None:
-        begin_teardown(ctx, exit_code=failure.exit_code, reason=failure.reason)
+        begin_teardown(ctx, exit_code=failure.exit_code, reason=failure.reason, failed=True)
         return None
     step = decisions.next_stage(
         store.desired.stages, store.specs, store.status, job.passed_stages, store.fleets_passed()
@@ -90,7 +95,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
             store.converged()
     end = decisions.job_end(store.specs, store.status)
     if end is not None:
-        begin_teardown(ctx, exit_code=end.exit_code, reason=end.reason)
+        begin_teardown(ctx, exit_code=end.exit_code, reason=end.reason, failed=True)
     return None
 
 

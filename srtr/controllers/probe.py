@@ -141,7 +141,7 @@ async def _not_ready(ctx: Ctx, spec: InstanceSpec) -> None:
     text = decisions.not_ready_within(spec)
     ctx.store.not_ready_in_time(spec.name, text)
     if spec.critical:
-        begin_teardown(ctx, exit_code=1, reason=text)
+        begin_teardown(ctx, exit_code=1, reason=text, failed=True)
         return
     # Like a failed Kubernetes startup probe: kill it and let its restart policy decide.
     ctx.store.killing(spec.name)

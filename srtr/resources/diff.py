@@ -87,6 +87,7 @@ _RESTART_FIELDS = (
     "cpu_bind",
     "srun_options",
     "export_env",
+    "memory_limit",
 )
 
 

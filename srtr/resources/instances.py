@@ -240,5 +240,6 @@ def service_common(
             "cpu_bind": service.cpu_bind,
             "srun_options": tuple(srun.items()),
             "replace_lost": service.replace_lost,
+            "memory_limit": service.limits.memory if service.limits else None,
         },
     )

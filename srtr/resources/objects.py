@@ -163,6 +163,8 @@ class InstanceSpec:
     deferred_probe: bool = False
     # srun_export_env: reaches the instance through srun's --export, never through argv.
     export_env: tuple[tuple[str, str], ...] = ()
+    # `limits.memory` in bytes: the instance's memory cgroup (and srun's --mem).
+    memory_limit: int | None = None
     # Restarted when it fails `failure_threshold` times in a row; not in the config hash
     # (its timing and target change live).
     liveness: ProbeSpec | None = None
@@ -197,6 +199,7 @@ class InstanceSpec:
                     else []
                 ),
                 *([self.export_env] if self.export_env else []),
+                *([self.memory_limit] if self.memory_limit else []),
             ],
             sort_keys=True,
         )

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from srtr.resources.limits import Limits
 from srtr.resources.liveness import Liveness
 from srtr.resources.readiness import FileProbe, HttpProbe, LogProbe, Readiness, TcpProbe
 from srtr.resources.source import Source, is_commit
@@ -267,6 +268,7 @@ class Service(Spec):
     cpus_per_task: int | None = None
     cpu_bind: str | None = None
     srun_options: dict[str, Text] = {}
+    limits: Limits | None = None  # per instance (`limits.py`)
     enabled: bool = True
     options: dict[str, Any] = {}
     metrics: list[Metrics] = []

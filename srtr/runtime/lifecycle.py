@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from srtr.backends.base import Backend
+from srtr.backends.cgroups import limits_warning
 from srtr.backends.prober import Prober
 from srtr.controllers import manager
 from srtr.controllers.context import Ctx
@@ -201,6 +202,10 @@ def _announce(store: Store, desired: DesiredState, backend: Backend, run_dir: Pa
                 "backend runs these instances on the host",
                 warning=True,
             )
+    limited = sorted({s.service for s in desired.instances if s.memory_limit})
+    unenforced = limits_warning(limited, backend.capabilities.simulated_nodes)
+    if unenforced:
+        store.record("job", "NoMemoryLimits", unenforced, warning=True)
     store.record(
         "job",
         "Started",

@@ -29,6 +29,7 @@ from srtr.runtime.control import ControlServer, advertised_hosts
 from srtr.runtime.progress import ProgressPrinter, RawOut
 from srtr.runtime.recipe_watch import RecipeWatcher
 from srtr.runtime.run_files import RETRY_PERIOD, RunDir
+from srtr.store.cause_block import failed_job_block
 from srtr.store.persist import snapshot, write_atomic
 from srtr.store.rundir import (
     HEARTBEAT_FILE,
@@ -85,6 +86,8 @@ class Progress:
     async def stop(self) -> None:
         if self.printer is not None:
             run_dir = self.ctx.run_dir
+            for line in failed_job_block(run_dir, self.ctx.store.job):
+                self.printer.print(line)
             self.printer.print(f"run dir: {run_dir}  (srtr status {run_dir})")
             self.printer.close()
 

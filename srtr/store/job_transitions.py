@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from srtr.resources.objects import Stage
+from srtr.store import causes
 from srtr.store.status import JobPhase, Phase
 from srtr.store.store_base import StoreBase
 
@@ -156,8 +157,9 @@ class JobTransitions(StoreBase):
 
     def restore_job(self, job: Mapping[str, Any]) -> None:
         """Adoption: the job's status from state.json's `job` section (generation, stages,
-        phase, and the teardown's code and reason if one had begun)."""
+        phase, the first failure, and the teardown's code and reason if one had begun)."""
         status = self.job
+        status.cause = causes.restored_cause(job.get("cause"))
         status.generation = int(job.get("generation", 1))
         status.observed_generation = int(job.get("observed_generation", 0))
         status.passed_stages = set(job.get("passed_stages", []))

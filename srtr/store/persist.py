@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from srtr.resources.objects import InstanceSpec, PoolSpec
 from srtr.resources.render import mask
+from srtr.store import causes
 from srtr.store.rundir import (
     ConditionDoc,
     EventDoc,
@@ -176,6 +177,7 @@ def job_doc(
         "stages": [s.name for s in store.desired.stages],
         "conditions": [condition_doc(c) for c in job.conditions.values()],
         "write_faults": store.write_faults.to_json(),
+        "cause": causes.cause_doc(job.cause),
     }
 
 
@@ -226,7 +228,7 @@ def instance_doc(
         "stop_grace_seconds": spec.stop_grace_seconds,
         "stop_deadline": stop_deadline,
         "next_start_at": wall(st.next_start_at) if st.phase == "BackOff" else None,
-        "history": st.history[-20:],
+        "history": causes.kept_history(st.history),
         "attempt": st.attempt,
         "activated": st.activated,
         "identity": st.identity,

@@ -83,6 +83,7 @@ class JobDoc(TypedDict):
     stages: list[str]
     conditions: list[ConditionDoc]
     write_faults: list[WriteFaultDoc]  # files srtr cannot write now (absent from older run dirs)
+    cause: CauseDoc | None  # the first failure (`store/causes.py`)
     # Added by the runner (`srtr.runtime.lifecycle`) on top of the store's snapshot:
     control: NotRequired[str]  # the control socket's path (a same-host fast path; may be absent)
     control_addresses: NotRequired[list[str]]  # HOST:PORT of the control channel (TLS)
@@ -93,6 +94,24 @@ class JobDoc(TypedDict):
     launcher: NotRequired[str]  # process | step | agent: how instances are started
     # A local job's loopback block, 127.B.0.0/16 (backends/local/loopback.py).
     network: NotRequired[str]
+
+
+class CauseDoc(TypedDict):
+    """state.json `job.cause`: the job's first failure (None until one happened); written
+    by `causes.cause_doc`."""
+
+    instance: str
+    node: str
+    attempt: int
+    at: float  # wall seconds
+    reason: str  # OOMKilled | LivenessFailed | NodeLost | LaunchFailed | Error
+    exit_code: int | None
+    signal: int | None
+    signal_name: str | None  # SIGKILL, ... when a signal ended it
+    message: str
+    log: str  # relative to the run dir
+    log_offset: int  # where that attempt's output starts in the log
+    summary: str  # the one line srtr prints for it
 
 
 class WriteFaultDoc(TypedDict):
@@ -162,7 +181,9 @@ class InstanceDoc(TypedDict):
     stop_deadline: float | None  # SIGKILL time of an instance being stopped
     next_start_at: float | None  # in BackOff: the next launch
     # the last 20 exits: attempt, exit_code, signal, at, message; `planned` (why) when it
-    # was stopped for a planned restart (a user's, a rollout's)
+    # was stopped for a planned restart (a user's, a rollout's); `reason` (OOMKilled,
+    # Error, ...) when it was a failure srtr did not cause. The instance's first failure
+    # stays first, however many exits followed.
     history: list[dict[str, Any]]
     attempt: int
     activated: bool

@@ -81,7 +81,7 @@ class InstanceStatus:
     # later stages' new members wait for it, as they waited for its stage at the first launch.
     late: bool = False
     # Added by a live edit to a running job: until it is first up, its failure fails it
-    # alone, not the job (`decisions.failed_alone`).
+    # alone, not the job (`controllers.edit_decisions.failed_alone`).
     added_by_edit: bool = False
     attempt: int = -1
     exited_attempt: int = -1  # the last attempt whose end was observed
@@ -164,6 +164,25 @@ class InstanceStatus:
         return self.ready_attempt is not None and self.ready_attempt == self.attempt
 
 
+@dataclass(frozen=True)
+class Cause:
+    """The job's first failure: the first exit (or lost node, or failed launch) that srtr
+    did not cause itself, whatever came after it. `reason` classifies it (`causes.py`:
+    OOMKilled, LivenessFailed, NodeLost, LaunchFailed, Error); `at` is wall seconds;
+    `log_offset` is where that attempt's output starts in `log` (relative to the run dir)."""
+
+    instance: str
+    node: str
+    attempt: int
+    at: float
+    reason: str
+    exit_code: int | None
+    signal: int | None
+    message: str
+    log: str
+    log_offset: int
+
+
 @dataclass
 class GangStatus:
     """A pool whose owner restarts as a whole (`restart.scope: pool`).
@@ -202,6 +221,7 @@ class JobStatus:
     # Seconds before `end_time` that the teardown starts; None: not worked out yet.
     walltime_budget: float | None = None
     conditions: dict[str, Condition] = field(default_factory=dict)
+    cause: Cause | None = None  # the first failure (set once, never by a teardown's exits)
 
 
 @dataclass(frozen=True)

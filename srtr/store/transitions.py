@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from srtr.store import causes
+from srtr.store.cause_transitions import CauseTransitions
 from srtr.store.health_transitions import reset_health
 from srtr.store.status import (
     ALIVE,
@@ -24,7 +26,6 @@ from srtr.store.status import (
     Phase,
     UserAction,
 )
-from srtr.store.store_base import StoreBase
 
 # A launch the backend refused counts as an exit with the shell's "command not found" code:
 # restart policies, critical failures and terminal exit codes treat it like any failed exit.
@@ -36,8 +37,8 @@ _REQUESTED = {
 }
 
 
-class InstanceTransitions(StoreBase):
-    """Transitions of `InstanceStatus`, mixed into `Store`."""
+class InstanceTransitions(CauseTransitions):
+    """Transitions of `InstanceStatus`, mixed into `Store` (with the job's first failure)."""
 
     def _current(self, name: str, attempt: int) -> InstanceStatus | None:
         status = self.status.get(name)
@@ -64,11 +65,15 @@ class InstanceTransitions(StoreBase):
         signal: int | None,
         message: str = "",
         lost: bool = False,
+        reason: str = "",
     ) -> bool:
         """The attempt ended (or its node was `lost`): Exited/NodeLost, Ready False.
 
         The phase stays where it was (the instance controller decides what follows), except
-        for a lost node: Lost. Returns False, changing nothing, for a stale attempt.
+        for a lost node: Lost. `reason` is what ended it when the backend or a controller
+        knows (OOMKilled, LivenessFailed). A failure srtr did not cause is a Warning, keeps
+        its class in the history, and may be the job's first failure (`job.cause`).
+        Returns False, changing nothing, for a stale attempt.
         """
         status = self._current(name, attempt)
         if status is None:
@@ -77,23 +82,22 @@ class InstanceTransitions(StoreBase):
         status.exit_code = exit_code
         status.exit_signal = signal
         status.exited_at = self.clock.now()
+        failure = self.failure(
+            status, exit_code=exit_code, signal=signal, reported=reason, lost=lost
+        )
         planned = (
             status.restart_reason
             if status.user_action is UserAction.RESTART and status.stop_sent_at is not None
             else None
         )
+        entry: dict[str, Any] = {"attempt": attempt, "exit_code": exit_code, "signal": signal}
+        entry |= {"at": round(self.clock.wall(), 3), "message": message}
         status.history.append(
-            {
-                "attempt": attempt,
-                "exit_code": exit_code,
-                "signal": signal,
-                "at": round(self.clock.wall(), 3),
-                "message": message,
-                **({"planned": planned} if planned and not lost else {}),
-                **({"reason": "LivenessFailed"} if status.liveness_failed else {}),
-            }
+            entry | ({"planned": planned} if planned and not lost else {}) | _failed(failure)
         )
-        self._exit_event(name, status, exit_code, signal, message, lost, planned)
+        if failure:
+            self.note_failure(name, failure, exit_code=exit_code, signal=signal, message=message)
+        self._exit_event(name, exit_code, signal, message, lost, planned, failure)
         if lost:
             status.phase = Phase.LOST
         return True
@@ -101,35 +105,29 @@ class InstanceTransitions(StoreBase):
     def _exit_event(
         self,
         name: str,
-        status: InstanceStatus,
         exit_code: int | None,
         signal: int | None,
         message: str,
         lost: bool,
         planned: str | None,
+        failure: str | None,
     ) -> None:
-        """`exited`'s Exited (or NodeLost) event and Ready condition: a Warning unless srtr
-        stopped it (a teardown, a planned or a pool's restart, but not a failed liveness)."""
-        spec = self.specs[name]
-        how = (
-            f"signal {signal}"
-            if signal
-            else f"code {exit_code}"
-            if exit_code is not None
-            else "unknown status"
-        )
-        expected = self.job.teardown_requested or status.gang_held
-        expected = expected or (status.stop_sent_at is not None and not status.liveness_failed)
-        text = f"{'lost' if lost else 'exited with ' + how} on {spec.node}"
-        if status.liveness_failed and not lost:
-            text += " (LivenessFailed)"
+        """`exited`'s Exited (or NodeLost) event and Ready condition: a Warning only for a
+        `failure`, never for an end srtr caused (a teardown, a planned or a pool's restart;
+        a failed liveness probe's stop is a failure, though srtr sent it)."""
+        status = self.status[name]
+        node = self.specs[name].node
+        how = _how(exit_code, signal)
+        text = f"{'lost' if lost else 'exited with ' + how} on {node}"
+        if failure in causes.REPORTED:
+            text += f" ({failure})"
         if planned and not lost:
-            text = f"stopped on {spec.node} for a planned restart: {planned} ({how})"
+            text = f"stopped on {node} for a planned restart: {planned} ({how})"
         self.record(
             f"instance/{name}",
             "NodeLost" if lost else "Exited",
             text + (f": {message}" if lost and message else ""),
-            warning=(exit_code != 0 or lost or status.liveness_failed) and not expected,
+            warning=failure is not None,
         )
         self.set_condition(status.conditions, "Ready", False, "NodeLost" if lost else "Exited", how)
 
@@ -225,6 +223,10 @@ class InstanceTransitions(StoreBase):
         status.exit_code = LAUNCH_FAILED_EXIT_CODE
         status.launch_error = error
         self.record(f"instance/{name}", "LaunchFailed", error, warning=True)
+        if not self.job.teardown_requested:
+            self.note_failure(
+                name, causes.LAUNCH_FAILED, exit_code=None, signal=None, message=error
+            )
 
     # -- after an exit ------------------------------------------------------------------------
     def restart_now(self, name: str) -> None:
@@ -429,6 +431,18 @@ class InstanceTransitions(StoreBase):
         reason, message = _REQUESTED[action]
         status.restart_reason = message if action is UserAction.RESTART else None
         self.record(f"instance/{name}", reason, message)
+
+
+def _failed(failure: str | None) -> dict[str, Any]:
+    """The history entry's `reason`: the failure class of an exit srtr did not cause."""
+    return {"reason": failure} if failure else {}
+
+
+def _how(exit_code: int | None, signal: int | None) -> str:
+    """`signal 9`, `code 3` or `unknown status`: how an attempt ended, in its events."""
+    if signal:
+        return f"signal {signal}"
+    return f"code {exit_code}" if exit_code is not None else "unknown status"
 
 
 def _forget_restarts(status: InstanceStatus, window_start: float) -> None:

@@ -307,7 +307,7 @@ class SrtrApp(App[int]):
 
     def _select_worst(self, frame: vm.Frame) -> None:
         """The job ended: put the cursor on the instance that failed it, if one did."""
-        name = vm.worst_instance(frame.rows.values())
+        name = frame.header.cause_instance or vm.worst_instance(frame.rows.values())
         if name is not None:
             self._choose(name)
 

@@ -7,7 +7,8 @@ teardown the user asked for do not count as reading: the end is what they were w
 for. The App exits at once when the user already chose to quit, or when the terminal is
 gone (a hang-up ended the job: there is nobody to show it to). Once the terminal is back,
 `srtr up` prints what a headless `srtr up` ends with (`summary_lines`): the job's last
-event (its reason and exit code) and the run dir, so the end is not lost with the screen.
+event (its reason and exit code), a failed job's first failure with its log tail, and the
+run dir, so the end is not lost with the screen.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srtr.runtime.progress import REASON_WIDTH
-from srtr.store.rundir import EVENTS_FILE, parse_event
+from srtr.store.cause_block import block, job_cause
+from srtr.store.rundir import EVENTS_FILE, StateFileError, parse_event, read_state
 
 READING_WINDOW = 5.0  # a key pressed this recently before the job ended means "reading"
 HANGUP_CODE = 128 + signal.SIGHUP
@@ -77,6 +79,7 @@ def summary_lines(run_dir: Path) -> list[str]:
         stamp = time.strftime("%H:%M:%S", time.localtime(float(last.get("ts") or 0)))
         reason = f"{last['reason']:<{REASON_WIDTH}}"
         lines.append(f"{stamp} {reason} {last['object']}: {last['message']}")
+    lines.extend(_failure_lines(run_dir))
     lines.append(f"run dir: {run_dir}  (srtr status {run_dir})")
     return lines
 
@@ -105,3 +108,14 @@ def on_job_end(
     if since_last_key < READING_WINDOW and not teardown_sent:
         return JobEnd(exit_now=False, banner=ended_banner(code))
     return JobEnd(exit_now=False, banner=closing_banner(code, exit_after), close_after=exit_after)
+
+
+def _failure_lines(run_dir: Path) -> list[str]:
+    """A failed job's first failure and its log tail, as a headless `srtr up` prints them."""
+    try:
+        state = read_state(run_dir)
+    except StateFileError:
+        return []
+    if not state.job.get("exit_code"):
+        return []
+    return block(run_dir, job_cause(state))

@@ -126,3 +126,19 @@ def test_uncommitted_sees_a_new_file_but_not_results(
     (repo / "a.py").write_text("x = 2\n")
     (repo / "b.py").write_text("y = 1\n")
     assert sorted(bench.uncommitted()) == ["a.py", "b.py"]
+
+
+def test_every_scenario_is_a_module_with_run_and_is_documented() -> None:
+    """A scenario listed in SCENARIOS imports and has `run`; the README's list names each
+    one in the order they run (a module that is never run, or a name that does not import,
+    would only show up as a failure in a long benchmark run)."""
+    import importlib
+    import re
+
+    for name in bench.SCENARIOS:
+        module = importlib.import_module(f"benchmarks.{name}")
+        assert callable(getattr(module, "run", None)), name
+    readme = (Path(bench.__file__).parent / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"^Scenarios: (.*?)\n\(run in that order\)", readme, re.M | re.S)
+    assert listed is not None
+    assert re.findall(r"`(\w+)`", listed.group(1)) == list(bench.SCENARIOS)

@@ -159,7 +159,7 @@ services:
 """
 
 
-def test_terminal_services_end_the_job_with_the_worst_code(tmp_path: Path) -> None:
+def test_terminal_services_end_the_job_with_the_first_failures_code(tmp_path: Path) -> None:
     async def body() -> None:
         h = Harness(TERMINAL, tmp_path)
         await h.settle()
@@ -171,7 +171,13 @@ def test_terminal_services_end_the_job_with_the_worst_code(tmp_path: Path) -> No
         assert h.store.job.exit_code == 3
         assert h.store.job.phase == "Failed"
         assert h.phase("service_side_node1") == "Stopped"
-        assert "terminal service(s) failed (worst exit code 3: " in h.store.job.reason
+        assert h.store.job.reason.startswith(
+            "terminal service(s) failed (first failed: service_train_node2 on node2, exit code 3"
+        )
+        assert "first failure" not in h.store.job.reason  # it names that instance already
+        cause = h.store.job.cause
+        assert cause is not None and cause.instance == "service_train_node2"
+        assert (cause.exit_code, cause.reason) == (3, "Error")
 
     run(body())
 

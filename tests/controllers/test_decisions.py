@@ -470,20 +470,42 @@ def test_the_job_ends_with_the_benchmark() -> None:
     assert job_end(specs, running) == EndJob(1, "benchmark exited with code 1")
 
 
-def test_the_job_ends_with_the_worst_code_of_its_terminal_instances() -> None:
+def test_the_job_ends_with_the_code_of_its_first_failed_terminal_instance() -> None:
     specs = {**SPECS, "worker_0": replace(SPECS["worker_0"], terminal=True)}
     specs["worker_1"] = replace(SPECS["worker_1"], terminal=True)
     st = statuses(worker_0=Phase.SUCCEEDED, worker_1=Phase.RUNNING)
     assert job_end(specs, st) is None
     st["worker_1"] = InstanceStatus(phase=Phase.FAILED, exit_code=4)
-    worst = specs["worker_1"]
+    failed = specs["worker_1"]
     assert job_end(specs, st) == EndJob(
         4,
-        f"terminal service(s) failed (worst exit code 4: worker_1 on {worst.node}; "
-        f"see {worst.log})",
+        f"terminal service(s) failed (first failed: worker_1 on {failed.node}, exit code 4; "
+        f"see {failed.log})",
     )
     st["worker_1"] = InstanceStatus(phase=Phase.SUCCEEDED, exit_code=0)
-    assert job_end(specs, st) == EndJob(0, "terminal service(s) finished (worst exit code 0)")
+    assert job_end(specs, st) == EndJob(0, "terminal service(s) finished (every exit code 0)")
+
+
+def test_the_first_failed_terminal_instance_decides_not_the_worst_code() -> None:
+    # Rank 1 fails first with 1; rank 0 aborts later with 134: the job is rank 1's failure.
+    specs = {n: replace(SPECS[n], terminal=True) for n in ("worker_0", "worker_1")}
+    specs = {**SPECS, **specs}
+    st = statuses()
+    st["worker_0"] = InstanceStatus(phase=Phase.FAILED, exit_code=134, exited_at=20.0)
+    st["worker_1"] = InstanceStatus(phase=Phase.FAILED, exit_code=1, exited_at=10.0)
+    end = job_end(specs, st)
+    assert end is not None and end.exit_code == 1
+    assert "first failed: worker_1 " in end.reason and "134" not in end.reason
+
+
+def test_of_several_failed_critical_instances_the_first_is_named() -> None:
+    specs = {n: replace(SPECS[n], critical=True) for n in ("worker_0", "worker_1")}
+    st = {
+        "worker_0": InstanceStatus(phase=Phase.FAILED, exit_code=134, exited_at=20.0),
+        "worker_1": InstanceStatus(phase=Phase.FAILED, exit_code=1, exited_at=10.0),
+    }
+    why = critical_failure(specs, st, set(specs), spares=False)
+    assert why is not None and why.startswith("critical instance worker_1 ")
 
 
 def test_a_job_without_benchmark_or_terminal_instances_holds() -> None:

@@ -142,7 +142,7 @@ def test_the_end_of_a_job_counts_down_offers_no_intents_and_is_printed(
     run_dir = tmp_path / "run"
     program = start(programs, srtr("up", str(recipe), "--run-dir", str(run_dir)), run_dir, tmp_path)
     program.wait_for_text("service_fine", "service_broken", "Restart")
-    # The job ends (worst exit 3): the banner counts down, second by second.
+    # The job ends (exit 3): the banner counts down, second by second.
     program.wait_for_text("closing in 3s")
     screen = program.wait_for_text("closing in 2s")
     # An ended job takes no intents: the footer no longer offers them.

@@ -429,6 +429,7 @@ class AgentBackend(ProbesOnAgents):
             exit_code=message.exit_code,
             signal=message.signal,
             message=message.message,
+            reason=message.reason,
         )
         self._deliver(observation)
 

@@ -365,7 +365,10 @@ class Agent:
                 attempt.attempt,
                 message,
             )
-        self._send(p.Exited(attempt.name, attempt.attempt, attempt.pid, code, signum, message))
+        reason = "" if status is None else status.reason
+        self._send(
+            p.Exited(attempt.name, attempt.attempt, attempt.pid, code, signum, message, reason)
+        )
 
     def _environment(self, spec: LaunchSpec) -> dict[str, str]:
         return instance_environment(spec, self._inherited)

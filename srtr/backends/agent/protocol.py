@@ -136,6 +136,7 @@ class Exited:
     exit_code: int | None
     signal: int | None
     message: str
+    reason: str = ""  # OOMKilled: the node saw the OOM killer end it
 
 
 @dataclass(frozen=True)
@@ -296,6 +297,7 @@ def spec_to_json(spec: LaunchSpec) -> dict[str, Any]:
         "shell": spec.shell,
         "cwd": None if spec.cwd is None else str(spec.cwd),
         "stop_grace_seconds": spec.stop_grace_seconds,
+        "memory_limit": spec.memory_limit,
     }
 
 
@@ -315,7 +317,16 @@ def spec_from_json(doc: dict[str, Any]) -> LaunchSpec:
         shell=bool(doc["shell"]),
         cwd=None if doc["cwd"] is None else Path(doc["cwd"]),
         stop_grace_seconds=float(doc.get("stop_grace_seconds", DEFAULT_GRACE)),
+        memory_limit=_optional_int(doc.get("memory_limit")),
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("memory_limit must be a whole number of bytes")
+    return value
 
 
 def _probe_from_json(doc: dict[str, Any]) -> ProbeSpec:

@@ -34,6 +34,7 @@ from srtr.backends.base import (
     ObservationKind,
     host_has_program,
 )
+from srtr.backends.cgroups import OOM_KILLED
 from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, exited, kill_group
 from srtr.backends.slurm import cmd as slurm_cmd
 from srtr.backends.slurm.alloc import (
@@ -91,7 +92,11 @@ class SlurmBackend:
         self._nodes = list(allocation.nodes)
         self._listener: Listener | None = None
         self._groups = ProcessGroups(
-            self._exited, command=self._command, environment=self._environment, owner=self.name
+            self._exited,
+            command=self._command,
+            environment=self._environment,
+            owner=self.name,
+            memory_cgroups=False,  # SLURM's: srun --mem
         )
         self.allocation = allocation
         self.job_id = allocation.job_id
@@ -150,6 +155,7 @@ class SlurmBackend:
                 cpu_bind=spec.cpu_bind,
                 srun_options=dict(spec.srun_options),
                 cwd=spec.cwd,
+                memory=spec.memory_limit,
             )
         except ValueError as exc:
             raise LaunchError(f"cannot start {spec.name!r} as an srun step: {exc}") from None
@@ -298,7 +304,8 @@ class SlurmBackend:
         if why is not None:
             lost = ObservationKind.LOST
             return Observation(lost, attempt.name, attempt.attempt, attempt.pid, step, message=why)
-        failed_node = _node_failure_in_log(*self._log.get(attempt.name, (None, 0)))
+        last_words = _srun_last_words(*self._log.get(attempt.name, (None, 0)))
+        failed_node = slurm_cmd.parse_srun_node_failure(last_words)
         if failed_node is not None:
             return Observation(
                 kind=ObservationKind.LOST,
@@ -308,7 +315,8 @@ class SlurmBackend:
                 step=step,
                 message=f"node failure on {failed_node}",
             )
-        return dataclasses.replace(exited(attempt, status), step=step)
+        oom = OOM_KILLED if status.code and slurm_cmd.parse_srun_oom(last_words) else ""
+        return dataclasses.replace(exited(attempt, status), step=step, reason=oom)
 
     async def _poll_forever(self) -> None:
         while not self._groups.closed:
@@ -488,10 +496,11 @@ def _instance_env(spec: LaunchSpec) -> dict[str, str]:
     }
 
 
-def _node_failure_in_log(path: Path | None, start: int) -> str | None:
-    """srun exits 0 when its step's node fails; its last words in this attempt's log tell."""
+def _srun_last_words(path: Path | None, start: int) -> str:
+    """The end of this attempt's log, where srun's own last words are: srun exits 0 when
+    its step's node fails, and says when the step met the OOM killer."""
     if path is None:
-        return None
+        return ""
     try:
         with path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -499,5 +508,5 @@ def _node_failure_in_log(path: Path | None, start: int) -> str | None:
             handle.seek(max(start, size - 4096))
             tail = handle.read().decode(errors="replace")
     except OSError:
-        return None
-    return slurm_cmd.parse_srun_node_failure(tail)
+        return ""
+    return tail

@@ -27,6 +27,13 @@ from pathlib import PurePath
 _STEERING_PREFIXES = ("SLURM", "SRUN_", "SALLOC_", "SBATCH_", "PMI_", "PMIX_", "LD_", "GLIBC_")
 _OPTION_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _NODE_FAILURE_RE = re.compile(r"srun: error: Node failure on (\S+)")
+# srun's and slurmstepd's words when the step's cgroup saw the OOM killer (the step state
+# OUT_OF_MEMORY), in the wordings of several SLURM versions.
+_OOM_RE = re.compile(
+    r"srun: error: \S+: tasks? [0-9,-]+: Out Of Memory"
+    r"|slurmstepd(?:-\S+)?: .*(?:Detected \d+ oom[-_]kill event|out-of-memory handler)"
+)
+_MIB = 1024 * 1024
 
 # Options srun_argv sets itself; srun_options may not override them (the backend relies on them).
 _RESERVED_SRUN_OPTIONS = frozenset(
@@ -69,6 +76,7 @@ def srun_argv(
     cpu_bind: str | None = None,
     srun_options: Mapping[str, str] | None = None,
     cwd: PurePath | str | None = None,
+    memory: int | None = None,
 ) -> list[str]:
     """One single-task step on `node` of allocation `job_id`, output appended to `log_path`.
 
@@ -89,6 +97,7 @@ def srun_argv(
     otherwise). `srun_options` entries become `--key=value` (`--key` when the value is ""); they
     may not replace the options this function sets. `cwd` becomes `--chdir`: note that
     slurmstepd falls back to /tmp when that directory does not exist, so check it first.
+    `memory` (bytes, `limits.memory`) becomes `--mem` in whole MiB, rounded up.
     Raises ValueError for input that cannot be passed faithfully.
     """
     check_text("job id", job_id)
@@ -101,6 +110,8 @@ def srun_argv(
         check_text("cwd", str(cwd))
         out.append(f"--chdir={cwd}")
     out += _resource_options(container if pyxis else None, cpus_per_task, cpu_bind)
+    if memory is not None:
+        out.append(f"--mem={-(-memory // _MIB)}M")
     out += [_srun_option(key, value) for key, value in (srun_options or {}).items()]
     _check_env(env)
     out += ["env", "--", *(f"{k}={v}" for k, v in env.items() if steers_srun(k))]
@@ -151,6 +162,12 @@ def parse_srun_node_failure(stderr: str) -> str | None:
     """
     found = _NODE_FAILURE_RE.search(stderr)
     return found.group(1) if found else None
+
+
+def parse_srun_oom(stderr: str) -> bool:
+    """Whether srun's last words say the step's tasks met the OOM killer (SLURM's step
+    state OUT_OF_MEMORY): `slurmstepd: error: Detected 1 oom_kill event in StepId=...`."""
+    return _OOM_RE.search(stderr) is not None
 
 
 def _command(step_name: str, argv: Sequence[str], preamble: str | None, shell: bool) -> list[str]:

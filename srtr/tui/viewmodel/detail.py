@@ -8,9 +8,17 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from srtr.store.rundir import ready_now
 from srtr.store.status import Phase
 from srtr.tui.viewmodel.phases import Doc
-from srtr.tui.viewmodel.text import age_since, fmt_age, fmt_exit, last_exit
+from srtr.tui.viewmodel.text import (
+    age_since,
+    attempt_end,
+    fmt_age,
+    fmt_exit,
+    instance_age,
+    last_exit,
+)
 
 RECENT_EVENTS = 8
 # Phases that end an instance without a failure: a probe failure from before is stale.
@@ -81,9 +89,10 @@ def _facts(inst: Doc, now: float) -> list[tuple[str, str]]:
 def _status(inst: Doc, now: float) -> str:
     """`Ready · ready yes · up 3m`, with the next start (BackOff) or the SIGKILL to come."""
     phase = str(inst.get("phase", ""))
-    status = f"{phase} · ready {'yes' if inst.get('ready') else 'no'}"
+    status = f"{phase} · ready {'yes' if ready_now(inst) else 'no'}"
     if inst.get("started_at") is not None:
-        status += f" · up {age_since(inst.get('started_at'), now)}"
+        ran = "ran" if attempt_end(inst) is not None else "up"
+        status += f" · {ran} {instance_age(inst, now)}"
     if phase == Phase.BACKOFF and inst.get("next_start_at") is not None:
         status += f" · next start in {fmt_age(inst['next_start_at'] - now)}"
     if inst.get("stop_deadline") is not None:
@@ -129,10 +138,13 @@ def _gate_left(inst: Doc, now: float) -> str:
 
 
 def _history(inst: Doc, now: float) -> list[str]:
-    """Its exits, newest first: `#1 exit 137 (SIGKILL) · 3s ago · OOM`."""
+    """Its exits, newest first: `#1 exit 137 (SIGKILL) · 3s ago · OOMKilled · killed by
+    SIGKILL`, with the class of a failure (the first one stays, at the end)."""
     return [
         f"#{h.get('attempt', '?')} exit {fmt_exit(h.get('exit_code'), h.get('signal')) or '?'}"
-        f" · {age_since(h.get('at'), now)} ago" + (f" · {h['message']}" if h.get("message") else "")
+        f" · {age_since(h.get('at'), now)} ago"
+        + (f" · {h['reason']}" if h.get("reason") else "")
+        + (f" · {h['message']}" if h.get("message") else "")
         for h in reversed(inst.get("history") or [])
     ]
 

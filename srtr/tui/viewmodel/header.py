@@ -23,6 +23,7 @@ class HeaderView:
     reason: str
     controller_gone: bool
     gate: str = ""  # `probe failing: gate fails in 42s (service_api)`: the nearest deadline
+    cause_instance: str = ""  # the instance of the job's first failure (state.json job.cause)
 
     @property
     def phase_style(self) -> str:
@@ -41,14 +42,8 @@ def header(state: Doc, now: float, *, controller_alive: bool = True) -> HeaderVi
         time_left = fmt_age(end_time - now)
     else:
         time_left = "?" if backend == "slurm" else ""
-    stages = job.get("stages") or []
-    stage_index = job.get("stage")
-    stage = ""
-    if stages and isinstance(stage_index, int):
-        shown = min(stage_index + 1, len(stages))
-        current = stages[min(stage_index, len(stages) - 1)]
-        stage = f"stage {shown}/{len(stages)} {current}"
     phase = str(job.get("phase", "?"))
+    cause = job.get("cause")
     return HeaderView(
         name=str(job.get("name", "?")),
         backend=backend,
@@ -57,11 +52,25 @@ def header(state: Doc, now: float, *, controller_alive: bool = True) -> HeaderVi
         generation=f"gen {job.get('generation', '?')}/{job.get('observed_generation', '?')}",
         elapsed=elapsed,
         time_left=time_left,
-        stage=stage,
+        stage=stage_line(job),
         reason=str(job.get("reason") or ""),
         controller_gone=not controller_alive and phase not in JOB_ENDED,
         gate="" if phase in JOB_ENDED else gate_countdown(state.get("instances", []), now),
+        cause_instance=str(cause.get("instance") or "") if isinstance(cause, dict) else "",
     )
+
+
+def stage_line(job: Doc) -> str:
+    """`stage 2/3 workers` while stages launch; `all 3 stages up` once every one passed."""
+    stages = job.get("stages") or []
+    stage_index = job.get("stage")
+    if not stages or not isinstance(stage_index, int):
+        return ""
+    if set(stages) <= set(job.get("passed_stages") or ()):
+        return f"all {len(stages)} stages up" if len(stages) > 1 else "the stage is up"
+    shown = min(stage_index + 1, len(stages))
+    current = stages[min(stage_index, len(stages) - 1)]
+    return f"stage {shown}/{len(stages)} {current}"
 
 
 def gate_countdown(instances: Iterable[Doc], now: float) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from srtr.store.rundir import ready_now
 from srtr.tui.viewmodel.phases import SEVERITY, Doc
-from srtr.tui.viewmodel.text import age_since, last_exit
+from srtr.tui.viewmodel.text import instance_age, last_exit
 
 # NAME, PHASE and READY first (as k9s does): on an 80-column terminal they stay on screen,
 # and the rest scrolls sideways.
@@ -57,7 +57,7 @@ def instance_row(inst: Doc, now: float) -> InstanceRow:
         "phase": str(inst.get("phase", "")),
         "ready": "yes" if ready_now(inst) else "no",
         "restarts": str(inst.get("restarts", 0)),
-        "age": age_since(started, now),
+        "age": instance_age(inst, now),
         "exit": exit_text,
     }
     # Unknown values sort last whatever the direction of the other values.

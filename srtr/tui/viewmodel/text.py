@@ -36,6 +36,28 @@ def age_since(at: float | None, now: float) -> str:
     return "" if at is None else fmt_age(now - at)
 
 
+# Phases in which the current attempt no longer runs: its age stopped when it ended.
+_ENDED_PHASES = frozenset({"Succeeded", "Failed", "Stopped", "Lost", "BackOff"})
+
+
+def instance_age(inst: Doc, now: float) -> str:
+    """How long the current attempt ran: up to now, or up to its end once it ended (the
+    time of its exit in the history), so a finished instance's age does not keep growing."""
+    return age_since(inst.get("started_at"), attempt_end(inst) or now)
+
+
+def attempt_end(inst: Doc) -> float | None:
+    """When the current attempt ended (wall seconds), or None while it runs (or unknown)."""
+    if inst.get("phase") not in _ENDED_PHASES:
+        return None
+    history = inst.get("history") or []
+    last = history[-1] if history else None
+    if last is None or last.get("attempt") != inst.get("attempt"):
+        return None
+    at = last.get("at")
+    return float(at) if isinstance(at, int | float) else None
+
+
 def fmt_exit(code: int | None, signal: int | None = None, *, short: bool = False) -> str:
     """`0`, `3`, `143 (SIGTERM)` (short: `143 SIGTERM`); '' when it has not exited."""
     if code is None and signal is None:

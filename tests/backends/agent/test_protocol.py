@@ -3,6 +3,7 @@ token proofs bind the role, the nonce and the node."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,14 @@ MESSAGES: list[p.Message] = [
     p.Hello(node="node2", pid=42, nonce="n2", proof="ab"),
     p.Welcome(proof="cd", heartbeat=0.5, beat_port=4242, beat_token="ef", lease=5.0),
     p.Launch(7, SPEC),
+    p.Launch(7, replace(SPEC, memory_limit=512 * 1024 * 1024)),
     p.Launched(7, "x", 3, 1234, 99),
     p.Launched(7, "x", 3, 1234, None),
     p.LaunchFailed(7, "x", 3, "cannot start 'nope': [Errno 2] No such file"),
     p.Signal("x", 15),
     p.Exited("x", 3, 1234, 143, 15, "killed by SIGTERM"),
     p.Exited("x", 3, 1234, None, None, "exit status unknown"),
+    p.Exited("x", 3, 1234, 137, 9, "killed by SIGKILL", "OOMKilled"),
     p.Probe(
         seq=8,
         name="x",

@@ -278,6 +278,26 @@ def test_term_stops_the_whole_group_including_a_grandchild(tmp_path: Path) -> No
     run(tmp_path, body)
 
 
+def test_term_reaches_a_stopped_group_at_once(tmp_path: Path) -> None:
+    """A SIGSTOPped instance gets SIGCONT after SIGTERM, so it ends now, not after its
+    grace (a hung process a liveness probe stops, say)."""
+
+    async def body(h: Harness) -> None:
+        pid = await h.launch("frozen", [PY, WORKLOAD, "--print", "ready", "--run-for", "inf"])
+        await h.wait_log("frozen", "ready")
+        os.killpg(pid, signal.SIGSTOP)
+        await wait_for(lambda: _state(pid) == "T", what="the group to stop")
+        await h.backend.signal("frozen", signal.SIGTERM)
+        seen = await h.wait_exit("frozen")
+        assert (seen.exit_code, seen.signal) == (143, 15)
+
+    run(tmp_path, body)
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def test_term_can_be_ignored_and_kill_cannot(tmp_path: Path) -> None:
     async def body(h: Harness) -> None:
         argv = [PY, WORKLOAD, "--ignore-term", "--print", "ready", "--run-for", "inf"]

@@ -62,7 +62,9 @@ services:
 
 
 @LAUNCHERS
-def test_terminal_pool_ends_the_job_with_the_worst_code(tmp_path: Path, launcher: str) -> None:
+def test_terminal_pool_ends_the_job_with_the_failed_members_code(
+    tmp_path: Path, launcher: str
+) -> None:
     run = Run(tmp_path, TERMINAL, "--launcher", launcher)
     assert finish(run) == 3
     state = run.state()
@@ -70,7 +72,7 @@ def test_terminal_pool_ends_the_job_with_the_worst_code(tmp_path: Path, launcher
     assert instance(state, "service_train_node1")["exit_code"] == 0
     assert instance(state, "service_train_node2")["exit_code"] == 3
     assert instance(state, "service_side_node1")["phase"] == "Stopped"
-    assert "worst exit code 3" in state["job"]["reason"]
+    assert "first failed: service_train_node2 on node2, exit code 3" in state["job"]["reason"]
 
 
 FDS = """

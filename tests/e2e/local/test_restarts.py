@@ -256,7 +256,7 @@ services:
 """
 
 
-def test_a_terminal_jobs_failure_names_the_worst_instance_and_rank0_is_no_warning(
+def test_a_terminal_jobs_failure_names_the_failed_instance_and_rank0_is_no_warning(
     tmp_path: Path,
 ) -> None:
     run = Run(tmp_path, RANKS)
@@ -264,8 +264,8 @@ def test_a_terminal_jobs_failure_names_the_worst_instance_and_rank0_is_no_warnin
     seen = events(run.run_dir)
     failed = next(e for e in seen if e["reason"] == "JobFailed")
     assert failed["message"] == (
-        "exit code 3: terminal service(s) failed (worst exit code 3: service_train_node2 "
-        "on node2; see logs/service_train_node2.out)"
+        "exit code 3: terminal service(s) failed (first failed: service_train_node2 on node2, "
+        "exit code 3; see logs/service_train_node2.out)"
     )
     assert failed["message"] in run.out
     rank1_exit = next(
