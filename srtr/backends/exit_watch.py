@@ -176,7 +176,7 @@ def _own_tables(rx: int) -> bool:
 
 class _Thread:
     """The watcher thread's side: its epoll over the pidfds, the loops' report sockets
-    (writable ones waited for when full), and the socket the pidfds arrive on."""
+    (for their end, and for room when one is full), and the socket the pidfds arrive on."""
 
     def __init__(self, rx: int) -> None:
         self.rx = rx
@@ -186,22 +186,33 @@ class _Thread:
         self.watched: dict[int, tuple[int, int]] = {}  # pidfd (in this table) → (key, channel)
         self.pidfds: dict[int, int] = {}  # key → pidfd
         self.channels: dict[int, _Reports] = {}  # channel number → its end here
-        self.writable: dict[int, _Reports] = {}  # fd → a channel waiting to be writable
+        self.by_fd: dict[int, _Reports] = {}  # the same, by the fd of that end
 
     def serve(self) -> None:
         """Until the process exits: report each exit to its loop's socket."""
         while True:
             exited: set[_Reports] = set()
-            for fd, _ in self.epoll.poll():
-                if fd in self.writable:  # a loop's socket has room again
-                    self.epoll.unregister(fd)
-                    exited.add(self.writable.pop(fd))
+            for fd, events in self.epoll.poll():
+                reports = self.by_fd.get(fd)
+                if reports is not None:
+                    self._channel_event(reports, events, exited)
                 elif fd != self.rx:
                     self._exited(fd, exited)
                 elif not self._receive():
                     return
             for reports in exited:
-                self._flush(reports)
+                if reports.number in self.channels:  # not closed in this same batch
+                    self._flush(reports)
+
+    def _channel_event(self, reports: _Reports, events: int, exited: set[_Reports]) -> None:
+        if events & (select.EPOLLHUP | select.EPOLLERR | select.EPOLLRDHUP):
+            # Its loop was closed: drop its end now, not at its next exit (which may never
+            # come), or a process that runs one loop after another (a test run) fills this
+            # table with ends nobody reads, until a pidfd no longer fits.
+            self._drop(reports)
+        else:  # a full socket has room again: send the rest
+            self.epoll.modify(reports.sock.fileno(), select.EPOLLRDHUP)
+            exited.add(reports)
 
     def _exited(self, pidfd: int, exited: set[_Reports]) -> None:
         self.epoll.unregister(pidfd)
@@ -226,8 +237,12 @@ class _Thread:
             fds = array.array("i")
             for _level, _type, payload in ancillary:
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-            if op == _CHANNEL:
-                self.channels[key] = _Reports(key, socket.socket(fileno=fds[0]))
+            if op in (_CHANNEL, _WATCH) and not fds:
+                # The kernel dropped the descriptor (this table is at its limit): say so,
+                # and go on watching the others.
+                log.error("exit watcher: a descriptor did not arrive (open files limit?)")
+            elif op == _CHANNEL:
+                self._add_channel(key, socket.socket(fileno=fds[0]))
             elif op == _WATCH:
                 self.watched[fds[0]] = (key, channel)
                 self.pidfds[key] = fds[0]
@@ -238,15 +253,24 @@ class _Thread:
                 self.epoll.unregister(pidfd)
                 os.close(pidfd)
 
+    def _add_channel(self, number: int, sock: socket.socket) -> None:
+        reports = self.channels[number] = _Reports(number, sock)
+        self.by_fd[sock.fileno()] = reports
+        self.epoll.register(sock.fileno(), select.EPOLLRDHUP)
+
+    def _drop(self, reports: _Reports) -> None:
+        fd = reports.sock.fileno()
+        self.epoll.unregister(fd)
+        del self.by_fd[fd]
+        del self.channels[reports.number]
+        reports.sock.close()
+
     def _flush(self, reports: _Reports) -> None:
         match reports.flush():
             case "full":  # the loop is busy: send the rest once it has read
-                if reports.sock.fileno() not in self.writable:
-                    self.writable[reports.sock.fileno()] = reports
-                    self.epoll.register(reports.sock.fileno(), select.EPOLLOUT)
+                self.epoll.modify(reports.sock.fileno(), select.EPOLLRDHUP | select.EPOLLOUT)
             case "gone":  # its loop was closed: nobody is left to tell
-                del self.channels[reports.number]
-                reports.sock.close()
+                self._drop(reports)
 
 
 class _Reports:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
-from srtr.backends.exit_watch import exit_watcher
+from srtr.backends.exit_watch import ExitWatcher, exit_watcher
 
 
 def pidfds_here() -> list[int]:
@@ -95,3 +99,42 @@ def test_a_process_that_is_gone_cannot_be_watched() -> None:
         raise AssertionError("watching a reaped pid succeeded")
 
     asyncio.run(body())
+
+
+def test_a_closed_loops_report_socket_leaves_the_watchers_table() -> None:
+    """A process that runs one loop after another (a test run, `asyncio.run` twice) must
+    not fill the watcher thread's fd table with the report sockets of closed loops: full,
+    it could take no more pidfds and every later exit would go unseen."""
+    watcher = ExitWatcher()
+    assert watcher.private
+    table = f"/proc/self/task/{watcher._thread.native_id}/fd"
+
+    def sockets() -> int:
+        """Sockets in the thread's table: the one the pidfds arrive on, and report ends."""
+        found = 0
+        for name in os.listdir(table):
+            with contextlib.suppress(OSError):
+                found += os.readlink(f"{table}/{name}").startswith("socket:")
+        return found
+
+    async def one_exit() -> None:
+        proc = subprocess.Popen(["true"])  # noqa: ASYNC220 (a child that ends at once)
+        done = asyncio.Event()
+        watcher.watch(proc.pid, asyncio.get_running_loop(), done.set)
+        await asyncio.wait_for(done.wait(), 10)
+        proc.wait()
+
+    asyncio.run(one_exit())
+    gc.collect()
+    wait_until(lambda: sockets() == 1, "the first loop's report socket let go")
+    for _ in range(40):
+        asyncio.run(one_exit())
+    gc.collect()
+    wait_until(lambda: sockets() == 1, "the closed loops' report sockets let go")
+
+
+def wait_until(ready: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
