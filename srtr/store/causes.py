@@ -22,10 +22,9 @@ import re
 import signal as signals
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from srtr.store.rundir import CauseDoc
-from srtr.store.status import Cause
+from srtr.store.status import Cause, ExitRecord
 
 OOM_KILLED = "OOMKilled"
 LIVENESS_FAILED = "LivenessFailed"
@@ -136,7 +135,7 @@ def cause_doc(cause: Cause | None) -> CauseDoc | None:
     }
 
 
-def kept_history(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def kept_history(history: Sequence[ExitRecord]) -> list[ExitRecord]:
     """The exits state.json keeps of one instance: the last `HISTORY_KEPT`, and its first
     failure on top when that is older, however many restarts followed it."""
     recent = list(history[-HISTORY_KEPT:])

@@ -45,7 +45,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
-from srtr.store.status import JOB_ENDED, Phase
+from srtr.store.status import JOB_ENDED, ExitRecord, Phase
 
 STATE_FILE = "state.json"
 EVENTS_FILE = "events.jsonl"
@@ -184,7 +184,7 @@ class InstanceDoc(TypedDict):
     # was stopped for a planned restart (a user's, a rollout's); `reason` (OOMKilled,
     # Error, ...) when it was a failure srtr did not cause. The instance's first failure
     # stays first, however many exits followed.
-    history: list[dict[str, Any]]
+    history: list[ExitRecord]
     attempt: int
     activated: bool
     identity: dict[str, int] | None  # pid and kernel start time: what adoption checks

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 
 class Phase(enum.StrEnum):
@@ -66,6 +66,19 @@ class Condition:
     last_transition: float
 
 
+class ExitRecord(TypedDict, total=False):
+    """One ended attempt of an instance (state.json `instances[].history[]`): how it ended,
+    when, and why srtr stopped it (`planned`) or what failure it was (`reason`)."""
+
+    attempt: int
+    exit_code: int | None
+    signal: int | None
+    at: float
+    message: str
+    planned: str
+    reason: str
+
+
 @dataclass
 class InstanceStatus:
     """What srtr has observed of one instance. Mutated only through the Store.
@@ -111,7 +124,7 @@ class InstanceStatus:
     restart_reason: str | None = None
     planned: str | None = None
     log_offset: int = 0  # where this attempt's output starts in the log (for log probes)
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[ExitRecord] = field(default_factory=list)
     conditions: dict[str, Condition] = field(default_factory=dict)
     # Readiness after the gate: failed attempts in a row, and whether they made it NotReady.
     readiness_failures: int = 0

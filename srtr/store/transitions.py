@@ -14,7 +14,7 @@ Lifecycle of one attempt: `launching` (attempt+1) → `launched` or `launch_fail
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from srtr.store import causes
 from srtr.store.cause_transitions import CauseTransitions
@@ -22,6 +22,7 @@ from srtr.store.health_transitions import reset_health
 from srtr.store.status import (
     ALIVE,
     FINISHED,
+    ExitRecord,
     InstanceStatus,
     Phase,
     UserAction,
@@ -90,11 +91,13 @@ class InstanceTransitions(CauseTransitions):
             if status.user_action is UserAction.RESTART and status.stop_sent_at is not None
             else None
         )
-        entry: dict[str, Any] = {"attempt": attempt, "exit_code": exit_code, "signal": signal}
+        entry: ExitRecord = {"attempt": attempt, "exit_code": exit_code, "signal": signal}
         entry |= {"at": round(self.clock.wall(), 3), "message": message}
-        status.history.append(
-            entry | ({"planned": planned} if planned and not lost else {}) | _failed(failure)
-        )
+        if planned and not lost:
+            entry["planned"] = planned
+        if failure:
+            entry["reason"] = failure
+        status.history.append(entry)
         if failure:
             self.note_failure(name, failure, exit_code=exit_code, signal=signal, message=message)
         self._exit_event(name, exit_code, signal, message, lost, planned, failure)
@@ -390,7 +393,7 @@ class InstanceTransitions(CauseTransitions):
         status.step = record.get("step")
         status.exit_code = record.get("exit_code")
         status.log_offset = int(record.get("log_offset", 0))
-        status.history = list(record.get("history", []))
+        status.history = [cast(ExitRecord, h) for h in record.get("history", [])]
         status.started_at = self.clock.now()
         return status.phase in ALIVE
 
@@ -431,11 +434,6 @@ class InstanceTransitions(CauseTransitions):
         reason, message = _REQUESTED[action]
         status.restart_reason = message if action is UserAction.RESTART else None
         self.record(f"instance/{name}", reason, message)
-
-
-def _failed(failure: str | None) -> dict[str, Any]:
-    """The history entry's `reason`: the failure class of an exit srtr did not cause."""
-    return {"reason": failure} if failure else {}
 
 
 def _how(exit_code: int | None, signal: int | None) -> str:
