@@ -191,6 +191,11 @@ class Gate:
             _drop(conn)
             return
         conn.setblocking(False)
+        if conn.family in (socket.AF_INET, socket.AF_INET6):
+            # asyncio sets this itself only on sockets it made (proto 6); these are
+            # `create_server`'s (proto 0): without it a reply waits for the peer's
+            # delayed ACK (Nagle), 40 ms per round trip of every intent and agent answer.
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.pending += 1
         self._sources[source] += 1
         ticket = Ticket(self, source)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -275,6 +276,26 @@ def test_unproved_connections_are_capped_per_address_and_the_rest_wait() -> None
 
     held, dropped, pending = _run(body())
     assert held == 3 and dropped == 2 and pending == 2
+
+
+def test_admitted_connections_send_without_waiting_for_an_ack() -> None:
+    """TCP_NODELAY on what the gate admits, as asyncio's own servers have it: without it
+    each reply of a request-answer exchange waited for the peer's delayed ACK."""
+
+    async def body() -> int:
+        served: list[Any] = []
+        sock = listen_gate.listen("127.0.0.1", backlog=8)
+        limits = listen_gate.Limits(max_pending=4, per_source=4, deadline=30.0)
+        gate = listen_gate.Gate("test", sock, lambda conn, t: served.append(conn), limits)
+        _, writer = await asyncio.open_connection("127.0.0.1", gate.port)
+        await _until(lambda: served)
+        nodelay = int(served[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        gate.close()
+        writer.close()
+        served[0].close()
+        return nodelay
+
+    assert _run(body()) == 1
 
 
 async def _until(predicate: Any, within: float = 10.0) -> None:
