@@ -11,43 +11,18 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
+from srtr.resources.readiness import HttpProbe, TcpProbe
 from srtr.resources.spec import Spec, Text, check_port
 
 PROBES = ("port", "tcp", "http", "file", "exec", "log")
 
 
-class TcpLiveness(Spec):
-    port: int
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int) -> int:
-        return check_port(v, "liveness.tcp.port")
+class TcpLiveness(TcpProbe):
+    BLOCK = "liveness"
 
 
-class HttpLiveness(Spec):
-    port: int
-    path: str = "/health"
-    status: int = 200
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int) -> int:
-        return check_port(v, "liveness.http.port")
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        if not v.startswith("/"):
-            raise ValueError("liveness.http.path must start with '/'")
-        return v
-
-    @field_validator("status")
-    @classmethod
-    def _status(cls, v: int) -> int:
-        if not 100 <= v <= 599:
-            raise ValueError(f"liveness.http.status must be an HTTP status code; got {v}")
-        return v
+class HttpLiveness(HttpProbe):
+    BLOCK = "liveness"
 
 
 class ExecProbe(Spec):

@@ -6,7 +6,7 @@ A recipe writes it per service or role; a kind brings a default one (`kinds/base
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
@@ -14,15 +14,18 @@ from srtr.resources.spec import Spec, check_port
 
 
 class TcpProbe(Spec):
+    # The block the probe is in, for its messages: liveness's probe is this one (`liveness.py`).
+    BLOCK: ClassVar[str] = "readiness"
     port: int
 
     @field_validator("port")
     @classmethod
     def _port(cls, v: int) -> int:
-        return check_port(v, "readiness.tcp.port")
+        return check_port(v, f"{cls.BLOCK}.tcp.port")
 
 
 class HttpProbe(Spec):
+    BLOCK: ClassVar[str] = "readiness"
     port: int
     path: str = "/health"
     status: int = 200
@@ -30,20 +33,20 @@ class HttpProbe(Spec):
     @field_validator("port")
     @classmethod
     def _port(cls, v: int) -> int:
-        return check_port(v, "readiness.http.port")
+        return check_port(v, f"{cls.BLOCK}.http.port")
 
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
         if not v.startswith("/"):
-            raise ValueError("readiness.http.path must start with '/'")
+            raise ValueError(f"{cls.BLOCK}.http.path must start with '/'")
         return v
 
     @field_validator("status")
     @classmethod
     def _status(cls, v: int) -> int:
         if not 100 <= v <= 599:
-            raise ValueError(f"readiness.http.status must be an HTTP status code; got {v}")
+            raise ValueError(f"{cls.BLOCK}.http.status must be an HTTP status code; got {v}")
         return v
 
 
