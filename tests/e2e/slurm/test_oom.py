@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.local.test_causes import OOM as LOCAL_OOM
 from tests.support import slurm_util
 from tests.support.e2e_util import Run, events, instance
 
@@ -24,22 +25,8 @@ def cluster(slurm_cluster: dict[str, str]) -> None:
 
 finish = functools.partial(Run.finish, timeout=180.0)
 
-OOM = """
-name: soom
-services:
-  - name: hog
-    command:
-      - python3
-      - -c
-      - |
-        print("allocating", flush=True)
-        hoard = []
-        while True:
-            hoard.append(bytearray(8 * 1024 * 1024))
-    limits: {memory: 64Mi}
-    terminal: true
-    restart: never
-"""
+# The local test's hog, under a name of its own.
+OOM = LOCAL_OOM.replace("name: oom", "name: soom", 1)
 
 
 def test_a_step_over_its_memory_is_oom_killed(tmp_path: Path) -> None:
