@@ -8,10 +8,9 @@ import gc
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 from srtr.backends.exit_watch import ExitWatcher, exit_watcher
+from tests.support.e2e_util import wait_for
 
 
 def pidfds_here() -> list[int]:
@@ -126,15 +125,8 @@ def test_a_closed_loops_report_socket_leaves_the_watchers_table() -> None:
 
     asyncio.run(one_exit())
     gc.collect()
-    wait_until(lambda: sockets() == 1, "the first loop's report socket let go")
+    wait_for(lambda: sockets() == 1, 10, "the first loop's report socket let go")
     for _ in range(40):
         asyncio.run(one_exit())
     gc.collect()
-    wait_until(lambda: sockets() == 1, "the closed loops' report sockets let go")
-
-
-def wait_until(ready: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    wait_for(lambda: sockets() == 1, 10, "the closed loops' report sockets let go")
