@@ -15,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import pytest
 from srtr.backends.agent import channel
 from srtr.backends.agent import protocol as p
 from srtr.net import certs, listen_gate
+from tests.support.e2e_util import wait_for_async
 from tests.support.security_util import Attacker, attacker  # noqa: F401 - the fixture
 
 MARKER = "EVIL\x1b]0;pwned\x07\nFORGED srtr: everything is fine"
@@ -264,7 +264,7 @@ def test_unproved_connections_are_capped_per_address_and_the_rest_wait() -> None
         for _ in range(5):
             _, writer = await asyncio.open_connection("127.0.0.1", gate.port)
             clients.append(writer)
-        await _until(lambda: gate.summary.total.total() >= 2)
+        await wait_for_async(lambda: gate.summary.total.total() >= 2, what="two drops")
         dropped = gate.summary.total.total()
         held = len(served)
         served[0].proved()  # a slot frees: nothing more from loopback while 2 more wait
@@ -288,7 +288,7 @@ def test_admitted_connections_send_without_waiting_for_an_ack() -> None:
         limits = listen_gate.Limits(max_pending=4, per_source=4, deadline=30.0)
         gate = listen_gate.Gate("test", sock, lambda conn, t: served.append(conn), limits)
         _, writer = await asyncio.open_connection("127.0.0.1", gate.port)
-        await _until(lambda: served)
+        await wait_for_async(lambda: served, what="a connection admitted")
         nodelay = int(served[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
         gate.close()
         writer.close()
@@ -296,13 +296,6 @@ def test_admitted_connections_send_without_waiting_for_an_ack() -> None:
         return nodelay
 
     assert _run(body()) == 1
-
-
-async def _until(predicate: Any, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def test_loopback_addresses_count_as_one_source() -> None:
