@@ -17,7 +17,10 @@ writes the key to that loop's report socket, which the loop reads (`add_reader`)
 
 The thread may touch no fd of the process's table but its own: an fd number means another
 file there (so `call_soon_threadsafe`, which writes the loop's self-pipe, is out). Each
-loop's report socket is handed to it like a pidfd, once per loop.
+loop's report socket is handed to it like a pidfd, once per loop. For the same reason it
+blocks every signal: the kernel may hand a process-directed signal (Ctrl+C, SIGTERM) to any
+thread that does not block it, and Python's handler would then write the signal's wakeup
+byte to an fd number this table does not hold, so the loop would never learn of it.
 
 Where unshare is refused (a seccomp filter), the thread works the same in the shared
 table: slower launches, same behaviour.
@@ -33,6 +36,7 @@ import itertools
 import logging
 import os
 import select
+import signal
 import socket
 import struct
 import threading
@@ -146,6 +150,7 @@ class ExitWatcher:
     # -- the thread -------------------------------------------------------------------------
 
     def _run(self, rx: int) -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             self._serve(rx)
         except Exception:  # a bug here would silently stop every exit report: say so

@@ -6,8 +6,11 @@ import asyncio
 import contextlib
 import gc
 import os
+import re
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from srtr.backends.exit_watch import ExitWatcher, exit_watcher
 from tests.support.e2e_util import wait_for
@@ -130,3 +133,16 @@ def test_a_closed_loops_report_socket_leaves_the_watchers_table() -> None:
         asyncio.run(one_exit())
     gc.collect()
     wait_for(lambda: sockets() == 1, 10, "the closed loops' report sockets let go")
+
+
+def test_the_watcher_thread_takes_no_signal() -> None:
+    """The kernel hands a process-directed signal (Ctrl+C, SIGTERM) to any thread that does
+    not block it. Were that the watcher, whose fd table lacks the loop's wakeup socket,
+    Python's handler would write the byte that tells the loop nowhere: the signal lost."""
+    watcher = exit_watcher()
+    assert watcher.private
+    native_id = watcher._thread.native_id
+    status = Path(f"/proc/self/task/{native_id}/status").read_text()
+    blocked = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", status, re.M)[1], 16)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        assert blocked & (1 << (signum - 1)), signum.name
