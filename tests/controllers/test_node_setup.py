@@ -162,3 +162,39 @@ def test_restarting_the_service_does_not_run_its_setup_again(tmp_path: Path) -> 
             assert h.backend.launched(name) == 1
 
     run(body())
+
+
+REPLACE = """
+name: t
+services:
+  - name: train
+    command: [sleep, inf]
+    nodes: 2
+    critical: true
+    replace_lost: true
+    setup: "stage-shard {node}"
+"""
+
+
+def test_a_spare_that_replaces_a_lost_node_runs_its_setup_first(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(REPLACE, tmp_path, nodes=3)
+        h.store.recipe_text = textwrap.dedent(REPLACE)
+        await h.settle()
+        for name in ("setup_train_node1", "setup_train_node2"):
+            h.exit(name, 0)
+        await h.settle()
+        h.backend.lose("service_train_node1")
+        await h.settle()
+        assert h.store.desired.nodes.pools["train"] == ("node3", "node2")
+        assert h.backend.launched("setup_train_node3") == 1
+        assert h.backend.launched("service_train_node3") == 0  # waits for the spare's setup
+        spec = next(s for s in h.backend.launches if s.name == "setup_train_node3")
+        assert spec.argv == ("stage-shard node3",)
+        h.exit("setup_train_node3", 0)
+        await h.settle()
+        assert h.backend.launched("service_train_node3") == 1
+        assert h.backend.launched("setup_train_node2") == 1  # never again on a kept node
+        assert not h.store.job.teardown_requested
+
+    run(body())
