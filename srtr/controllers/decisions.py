@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from srtr.resources.node_setup import step_text
 from srtr.resources.objects import InstanceKind, InstanceSpec, Stage
-from srtr.resources.setup_steps import STEP_TEXT
 from srtr.store.status import FINISHED, InstanceStatus, Phase, UserAction
 
 # --- after an instance's attempt ended ---------------------------------------------------------
@@ -379,22 +379,22 @@ def stage_gate(
 
 
 def setup_step_failed(spec: InstanceSpec, status: InstanceStatus) -> str:
-    """srtctl's message for a clone or build step that ended badly."""
+    """srtctl's message for a clone, build or setup step that ended badly."""
     code = "unknown" if status.exit_code is None else status.exit_code
     how = f"signal {status.exit_signal}" if status.exit_signal else f"exit {code}"
-    return f"{owner_text(spec)} {STEP_TEXT[spec.type]} failed ({how}); see {spec.log}"
+    return f"{owner_text(spec)} {step_text(spec)} failed ({how}); see {spec.log}"
 
 
 def setup_step_timed_out(spec: InstanceSpec) -> str:
     assert spec.run_timeout_seconds is not None
     return (
-        f"{owner_text(spec)} {STEP_TEXT[spec.type]} timed out after "
+        f"{owner_text(spec)} {step_text(spec)} timed out after "
         f"{spec.run_timeout_seconds:g}s and was killed; see {spec.log}"
     )
 
 
 def setup_gate(members: Sequence[tuple[InstanceSpec, InstanceStatus]], *, now: float) -> Gate:
-    """The setup steps (clone, build) among `members`: one that ended other than with exit
+    """The setup steps (clone, build, setup) among `members`: one that ended other than with exit
     0 fails the gate; one still running `run_timeout_seconds` after its launch fails it and
     is killed. Otherwise `wake_in` is the time to the nearest step deadline."""
     wake: float | None = None

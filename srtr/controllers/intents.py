@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 from srtr.controllers import edits, job
 from srtr.controllers.context import TEARDOWN, Ctx, instance_key
+from srtr.resources.objects import InstanceKind
 from srtr.store.status import FINISHED
 from srtr.store.store import JobPhase, Phase, UserAction
 
@@ -48,9 +49,14 @@ def resolve(name: str | None, services: Mapping[str, str]) -> list[str]:
 def _targets(ctx: Ctx, name: str | None) -> list[str]:
     services = {n: s.service for n, s in ctx.store.specs.items() if n not in ctx.store.removing}
     try:
-        return resolve(name, services)
+        targets = resolve(name, services)
     except LookupError as exc:
         raise IntentError(str(exc)) from None
+    if targets == [name]:
+        return targets
+    # A service stands for its instances, not for the steps that ran once before them (a
+    # clone, a build, a node's setup): restarting it does not run them again.
+    return [t for t in targets if ctx.store.specs[t].kind is not InstanceKind.SETUP]
 
 
 def _for_each(name: str | None, targets: list[str], act: Callable[[str], str]) -> str:

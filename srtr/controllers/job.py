@@ -114,6 +114,20 @@ def _failure(ctx: Ctx, alone: set[str]) -> decisions.EndJob | None:
 
 
 def _gate(ctx: Ctx) -> decisions.Gate:
+    """The verdict on the open stage gate, if a stage is waited for, and on the per-node
+    setups of nodes a service gained after its stage passed."""
+    store = ctx.store
+    late = edit_decisions.late_setup_gate(
+        store.desired.stages, store.specs, store.status, now=ctx.clock.now()
+    )
+    gate = _open_gate(ctx)
+    if late.failed is not None or gate.failed is not None:
+        return late if late.failed is not None else gate
+    waits = [w for w in (gate.wake_in, late.wake_in) if w is not None]
+    return decisions.Gate(wake_in=min(waits) if waits else None)
+
+
+def _open_gate(ctx: Ctx) -> decisions.Gate:
     """The verdict on the open stage gate, if a stage is waited for."""
     store = ctx.store
     stage = decisions.open_stage(store.desired.stages, store.status, store.job.passed_stages)

@@ -3,7 +3,8 @@
 Pure. The recipe watcher and `srtr plan --against` print the plan; applying it is the
 controllers' business. An instance is restarted only when its config hash (rendered argv,
 env, preamble, container, node, probe target) changed; other differences are "hot" and
-apply without touching the process.
+apply without touching the process. A per-node `setup` that changed is never run again
+on a node where it ran: the new text is for nodes the service gains later.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from srtr.resources.node_setup import per_node, setup_refusals
 from srtr.resources.objects import DesiredState, InstanceSpec
 from srtr.resources.setup_steps import live_edit_refusals
 
@@ -114,7 +116,7 @@ def diff(old: DesiredState, new: DesiredState, *, launched: frozenset[str] = fro
         bench_old is None or bench_new is None or bench_old.config_hash() != bench_new.config_hash()
     ):
         refused.append("the benchmark step already started; change it in a new run")
-    refused += live_edit_refusals(old, new)
+    refused += live_edit_refusals(old, new) + setup_refusals(old, new)
     add, remove, restart, hot = [], [], [], []
     for name, spec in after.items():
         if name not in before:
@@ -124,7 +126,8 @@ def diff(old: DesiredState, new: DesiredState, *, launched: frozenset[str] = fro
             remove.append(Change(name, spec.service, spec.node))
     for name in before.keys() & after.keys():
         a, b = before[name], after[name]
-        if a.config_hash() != b.config_hash():
+        # A per-node setup ran on its node already: a new text is for the nodes to come.
+        if a.config_hash() != b.config_hash() and not per_node(b):
             restart.append(Change(name, b.service, b.node, _what_changed(a, b, _RESTART_FIELDS)))
         elif a != b:
             hot.append(Change(name, b.service, b.node, _what_changed(a, b, _ALL_FIELDS)))

@@ -6,6 +6,7 @@ controllers, so the dry run is the real code path.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 from srtr.resources import placeholders, pool_refs
@@ -25,6 +26,7 @@ from srtr.resources.instances import probe_spec as _probe
 from srtr.resources.instances import restart_spec as _restart
 from srtr.resources.instances import service_common as _service_common
 from srtr.resources.kinds.cache import MOONCAKE_MASTER_PORT, MOONCAKE_METADATA_PORT
+from srtr.resources.node_setup import before_launch
 from srtr.resources.objects import (
     DesiredState,
     ExporterSpec,
@@ -38,7 +40,6 @@ from srtr.resources.objects import (
 )
 from srtr.resources.placeholder_lint import rendered
 from srtr.resources.recipe import Recipe, Service
-from srtr.resources.setup_steps import setup_steps
 from srtr.resources.workers import WORKER_KEYS, WorkerSlot, slots_for, worker_slots
 
 # `with_workers` holds only the setup steps (clone, build) of with_workers services: their
@@ -518,14 +519,11 @@ def _instances_by_phase(
         if not made:
             continue
         phase = resolved.start
-        for step in setup_steps(service, made[0], phase):
-            instances.append(step)
-            per_phase[phase].append(Stage(step.stage, phase, (step.name,)))
-        if service.source is not None and service.build_command is None:
-            ex.warnings.append(
-                f"services[{service.name}]: source is cloned but no build_command builds it"
-            )
-        instances += made
+        members, role = ex.service_nodes[service.name], resolved.placement
+        values = functools.partial(ex.values, members=members, role=role)
+        steps, stages = before_launch(service, made, phase, values, ex.warnings)
+        instances += [*steps, *made]
+        per_phase[phase] += stages
         # A leader that starts first has a stage of its own, in its phase, before the rest.
         first = made[0].stage.endswith(".leader")  # a service name holds no dot
         if first:

@@ -5,7 +5,7 @@ JSON in an argument and Python format strings, and silent for a typo: `{pool_ipp
 the program as is and rendezvous fails much later. So srtr warns, and never fails, when a
 token is very likely a typo. The rule (docs/recipe.md, "Placeholders"):
 
-- only in fields that are rendered (service `command`, `args`, `env`, `preamble`,
+- only in fields that are rendered (service `command`, `args`, `env`, `preamble`, `setup`,
   `readiness.file.path`, `srun_export_env`, and the same of its `leader`; `environment`;
   a role's `command` and `env`;
   the frontend's `command`);
@@ -82,6 +82,8 @@ def rendered(recipe: Recipe) -> Iterator[tuple[Path, str]]:
         yield from _values((*base, "srun_export_env"), service.srun_export_env)
         if service.preamble:
             yield (*base, "preamble"), service.preamble
+        if service.setup:
+            yield (*base, "setup"), service.setup
         file_probe = service.readiness.file if service.readiness else None
         if file_probe is not None:
             yield (*base, "readiness", "file", "path"), file_probe.path

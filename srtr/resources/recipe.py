@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from srtr.resources.limits import Limits
 from srtr.resources.liveness import Liveness
@@ -284,6 +284,9 @@ class Service(Spec):
     source: Source | None = None
     build_command: list[Text] | None = None
     build_timeout_seconds: float = 1800.0
+    # Shell text run once on every node of the service before its first instance there.
+    setup: str | None = None
+    setup_timeout_seconds: float = 1800.0
     # Env that must reach the instance through srun's --export.
     srun_export_env: dict[str, Text] = {}
     # `nodes: {min, max, from}` as written; `nodes` is then the pool's size now (`min`
@@ -328,11 +331,18 @@ class Service(Spec):
             raise ValueError("build_command must not contain empty arguments")
         return v
 
-    @field_validator("build_timeout_seconds")
+    @field_validator("build_timeout_seconds", "setup_timeout_seconds")
     @classmethod
-    def _build_timeout(cls, v: float) -> float:
+    def _step_timeout(cls, v: float, info: ValidationInfo) -> float:
         if v <= 0:
-            raise ValueError("build_timeout_seconds must be positive")
+            raise ValueError(f"{info.field_name} must be positive")
+        return v
+
+    @field_validator("setup")
+    @classmethod
+    def _setup(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("if set, must be non-empty shell text (omit it entirely instead)")
         return v
 
     @field_validator("srun_export_env")

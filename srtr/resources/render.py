@@ -90,7 +90,7 @@ def service_lines(recipe: Recipe) -> list[str]:
 
 
 def _key_lines(service: Service) -> list[str]:
-    """srtctl's dry-run lines for source/build_command, and srun_export_env."""
+    """srtctl's dry-run lines for source/build_command, setup, and srun_export_env."""
     lines = []
     if service.source is not None:
         path = f" / source.path: {service.source.path}" if service.source.path else ""
@@ -99,6 +99,11 @@ def _key_lines(service: Service) -> list[str]:
         lines.append(
             f"    build_command: {shlex.join(service.build_command)} "
             f"(timeout {service.build_timeout_seconds:g}s)"
+        )
+    if service.setup is not None:
+        lines.append(
+            f"    setup: on each node before its first instance there "
+            f"(timeout {service.setup_timeout_seconds:g}s; logs/setup_{service.name}_<node>.out)"
         )
     lines += [f"    srun_export_env.{k}: {mask(k, v)}" for k, v in service.srun_export_env.items()]
     if service.leader is not None:
@@ -131,6 +136,8 @@ def _table_command(spec: InstanceSpec, recipe: Recipe, quote: dict[str, str]) ->
         source = next(s.source for s in recipe.services if s.name == spec.service)
         if source is not None:
             return f"git clone {source.git} @ {_at(source)} -> services/{spec.service}/src"
+    if spec.kind is InstanceKind.SETUP and spec.type == "setup":  # its lines on one line
+        return "; ".join(line.strip() for line in spec.argv[0].splitlines() if line.strip())
     if spec.shell:
         return spec.argv[0]
     parts = []

@@ -25,7 +25,7 @@ _GIT = f"timeout {GIT_TIMEOUT_SECONDS}s git -c http.version=HTTP/1.1"
 # What a failed or timed-out step is called in the job's reason.
 STEP_TEXT = {"clone": "source clone", "build": "build_command"}
 
-_ONCE = RestartSpec(
+ONCE = RestartSpec(
     policy="never",
     backoff_seconds=1.0,
     max_backoff_seconds=60.0,
@@ -104,7 +104,7 @@ def setup_steps(service: Service, first: InstanceSpec, phase: str) -> list[Insta
         index=0,
         critical=False,
         terminal=False,
-        restart=_ONCE,
+        restart=ONCE,
         probe=None,
         pool=None,
         replace_lost=False,
@@ -154,12 +154,13 @@ def live_edit_refusals(old: DesiredState, new: DesiredState) -> list[str]:
 
     Its steps would run again as new stages while the service, whose preamble changed, is
     restarted at once: it could start before its build finished. A new service brings its
-    steps along (their stages gate it); a removed one takes them away.
+    steps along (their stages gate it); a removed one takes them away. A per-node `setup`
+    is not one of them: it runs on each node the service gains (node_setup.py).
     """
     services_before = {s.service for s in old.instances if s.kind is not InstanceKind.SETUP}
     services_after = {s.service for s in new.instances if s.kind is not InstanceKind.SETUP}
-    steps_before = {s.name: s.config_hash() for s in old.instances if s.kind is InstanceKind.SETUP}
-    steps_after = {s.name: s.config_hash() for s in new.instances if s.kind is InstanceKind.SETUP}
+    steps_before = {s.name: s.config_hash() for s in old.instances if _once(s)}
+    steps_after = {s.name: s.config_hash() for s in new.instances if _once(s)}
     changed = sorted(
         {
             name.removeprefix("service_").rsplit(".", 1)[0]
@@ -173,3 +174,8 @@ def live_edit_refusals(old: DesiredState, new: DesiredState) -> list[str]:
         for service in changed
         if service in services_before and service in services_after
     ]
+
+
+def _once(spec: InstanceSpec) -> bool:
+    """A clone or a build: a step that runs once for the whole service."""
+    return spec.kind is InstanceKind.SETUP and spec.type in STEP_TEXT
