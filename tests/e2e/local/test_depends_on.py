@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,27 @@ def test_killing_the_scheduler_restarts_it_and_then_its_workers(tmp_path: Path) 
         assert log.count("scheduler at tcp://") == 2
         # the workers registered again with the new scheduler
         assert "registered; 2 in all" in log.rsplit("scheduler at tcp://", 1)[1]
+
+        # A user's restart of the scheduler restarts the workers too.
+        done = subprocess.run(
+            [sys.executable, "-m", "srtr", "restart", str(run.run_dir), "scheduler"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done
+        state = run.wait_state(
+            lambda s: (
+                instance(s, "service_scheduler")["attempt"] == 2
+                and all(
+                    instance(s, w)["attempt"] == 2 and instance(s, w)["phase"] == "Ready"
+                    for w in WORKERS
+                )
+            ),
+            timeout=60,
+            what="the workers to restart with the scheduler's user restart",
+        )
+        assert all(instance(state, w)["restarts"] == 0 for w in WORKERS)
     finally:
         run.signal(signal.SIGINT)
         run.finish(gone_within=10)
