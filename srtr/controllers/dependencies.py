@@ -64,13 +64,18 @@ def restarts(ctx: Ctx) -> None:
     for name, on in deps.to_restart(edges, store.status):
         store.dependency_restart(name, on)
         ctx.queue.add(instance_key(name))
+    ready = {e.service for e in edges} - {e.service for e in deps.unmet_all(edges, store.status)}
     for edge in edges:
+        if edge.service not in ready:
+            continue
         for name in edge.dependents:
             status = store.status.get(name)
-            waiting = status is not None and status.activated and not status.alive
-            if waiting and status is not None and status.phase in (Phase.PENDING, Phase.BACKOFF):
-                if not deps.unmet(edge.service, edges, store.status):
-                    ctx.queue.add(instance_key(name))
+            if status is not None and status.activated and _waits_for_launch(status.phase):
+                ctx.queue.add(instance_key(name))
+
+
+def _waits_for_launch(phase: Phase) -> bool:
+    return phase in (Phase.PENDING, Phase.BACKOFF)
 
 
 def launch_waits(ctx: Ctx, spec: InstanceSpec) -> bool:

@@ -51,6 +51,11 @@ def unmet(service: str, edges: Edges, statuses: Statuses) -> list[DependencySpec
     return [e for e in edges if e.service == service and not holds(e, statuses)]
 
 
+def unmet_all(edges: Edges, statuses: Statuses) -> list[DependencySpec]:
+    """Every edge whose condition does not hold now."""
+    return [e for e in edges if not holds(e, statuses)]
+
+
 def waits_text(waiting: Sequence[DependencySpec]) -> str:
     """`scheduler ready, prepare completed`: what a service waits for, as the TUI shows it."""
     return ", ".join(f"{e.on} {e.condition}" for e in waiting)
