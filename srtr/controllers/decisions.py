@@ -275,6 +275,7 @@ def exited_unready(spec: InstanceSpec, status: InstanceStatus) -> bool:
         and status.attempt >= 0
         and status.phase in (Phase.SUCCEEDED, Phase.FAILED)
         and not status.passed_readiness
+        and not (spec.run_to_completion and status.phase is Phase.SUCCEEDED)  # an init's end
     )
 
 

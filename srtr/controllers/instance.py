@@ -12,7 +12,14 @@ import itertools
 import logging
 
 from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
-from srtr.controllers import decisions, gang, health_decisions, replacement, teardown
+from srtr.controllers import (
+    decisions,
+    dependencies,
+    gang,
+    health_decisions,
+    replacement,
+    teardown,
+)
 from srtr.controllers.context import (
     JOB,
     TEARDOWN,
@@ -101,8 +108,8 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         store.restart_now(name)
     elif status.user_action is UserAction.RESTART and status.phase in RESTARTABLE:
         store.relaunch(name)  # ended for good: nothing would ever read the request otherwise
-    if not status.activated:
-        return None
+    if not status.activated or dependencies.launch_waits(ctx, spec):
+        return None  # the job controller queues it when its stage or its conditions come
     now = ctx.clock.now()
     if status.phase is Phase.PENDING:
         return await _launch(ctx, spec)
@@ -124,6 +131,7 @@ def _after_exit(ctx: Ctx, spec: InstanceSpec) -> Result | None:
     """The instance's process is gone: finished, stopped, or due for a restart (its own,
     or its pool's: `gang.on_exit`)."""
     store = ctx.store
+    dependencies.on_exit(ctx, spec)  # its dependency restarted: it restarts with it
     if gang.on_exit(ctx, spec):
         return None
     decision = decisions.after_exit(

@@ -17,7 +17,14 @@ from __future__ import annotations
 
 import signal
 
-from srtr.controllers import decisions, edit_decisions, fleet_decisions, health_decisions
+from srtr.controllers import (
+    decisions,
+    dependencies,
+    dependency_decisions,
+    edit_decisions,
+    fleet_decisions,
+    health_decisions,
+)
 from srtr.controllers.context import TEARDOWN, Ctx, fleet_key, gang_key, instance_key
 from srtr.reconciler.workqueue import Result
 from srtr.store import causes
@@ -63,9 +70,42 @@ async def reconcile(ctx: Ctx) -> Result | None:
     if failure is not None:
         begin_teardown(ctx, exit_code=failure.exit_code, reason=failure.reason, failed=True)
         return None
-    step = decisions.next_stage(
-        store.desired.stages, store.specs, store.status, job.passed_stages, store.fleets_passed()
+    if not _launch_stages(ctx):
+        # Look again at the next readiness deadline of the open gate (a stage that began
+        # just now is looked at again once its members launched).
+        return Result(requeue_after=gate.wake_in) if gate.wake_in is not None else None
+    if job.phase is JobPhase.LAUNCHING:
+        store.job_running(_ending(ctx))
+    if job.observed_generation != job.generation and not store.removing:
+        if decisions.rolled_out(store.status, store.desired_names):
+            store.converged()
+    end = decisions.job_end(store.specs, store.status)
+    if end is not None:
+        begin_teardown(ctx, exit_code=end.exit_code, reason=end.reason, failed=True)
+    return None
+
+
+def _launch_stages(ctx: Ctx) -> bool:
+    """Take the launch stages' next step (the chain's and, with depends_on, the
+    dependents'); whether every stage is up."""
+    store = ctx.store
+    stages, passed, fleets = store.desired.stages, store.job.passed_stages, store.fleets_passed()
+    edges = store.desired.dependencies
+    if not edges:
+        step = decisions.next_stage(stages, store.specs, store.status, passed, fleets)
+        _apply_chain(ctx, step)
+        return step.all_up
+    graph = dependency_decisions.start_step(
+        stages, edges, store.specs, store.status, passed, fleets
     )
+    _apply_chain(ctx, graph.chain)
+    dependencies.apply(ctx, graph)
+    dependencies.restarts(ctx)
+    return graph.all_up
+
+
+def _apply_chain(ctx: Ctx, step: decisions.StageStep) -> None:
+    store = ctx.store
     for number, name in step.passed:
         store.stage_passed(number, name)
     for name in step.settled:
@@ -84,19 +124,6 @@ async def reconcile(ctx: Ctx) -> Result | None:
         ctx.queue.add(instance_key(name))
     if step.fleet is not None:
         ctx.queue.add(fleet_key(step.fleet.name))
-    if not step.all_up:
-        # Look again at the next readiness deadline of the open gate (a stage that began
-        # just now is looked at again once its members launched).
-        return Result(requeue_after=gate.wake_in) if gate.wake_in is not None else None
-    if job.phase is JobPhase.LAUNCHING:
-        store.job_running(_ending(ctx))
-    if job.observed_generation != job.generation and not store.removing:
-        if decisions.rolled_out(store.status, store.desired_names):
-            store.converged()
-    end = decisions.job_end(store.specs, store.status)
-    if end is not None:
-        begin_teardown(ctx, exit_code=end.exit_code, reason=end.reason, failed=True)
-    return None
 
 
 def _failure(ctx: Ctx, alone: set[str]) -> decisions.EndJob | None:
@@ -108,27 +135,35 @@ def _failure(ctx: Ctx, alone: set[str]) -> decisions.EndJob | None:
     failure = decisions.critical_failure(
         store.specs, store.status, counted, spares=bool(store.desired.nodes.spares)
     ) or decisions.unstartable(store.specs, store.status, counted)
+    failure = failure or dependency_decisions.init_failure(
+        store.desired.dependencies, store.specs, store.status
+    )
     if failure:
         return decisions.EndJob(1, failure)
     return health_decisions.pool_failure(store.gangs, store.specs)
 
 
 def _gate(ctx: Ctx) -> decisions.Gate:
-    """The verdict on the open stage gate, if a stage is waited for, and on the per-node
-    setups of nodes a service gained after its stage passed."""
+    """The verdict on the open stage gates: the chain's, the dependents' stages', and the
+    per-node setups of nodes a service gained after its stage passed."""
     store = ctx.store
     late = edit_decisions.late_setup_gate(
         store.desired.stages, store.specs, store.status, now=ctx.clock.now()
     )
-    gate = _open_gate(ctx)
-    if late.failed is not None or gate.failed is not None:
-        return late if late.failed is not None else gate
-    waits = [w for w in (gate.wake_in, late.wake_in) if w is not None]
+    gates = [late, _chain_gate(ctx)]
+    if store.desired.dependencies:
+        gates.extend(dependencies.gates(ctx))
+    waits = []
+    for gate in gates:
+        if gate.failed is not None:
+            return gate
+        if gate.wake_in is not None:
+            waits.append(gate.wake_in)
     return decisions.Gate(wake_in=min(waits) if waits else None)
 
 
-def _open_gate(ctx: Ctx) -> decisions.Gate:
-    """The verdict on the open stage gate, if a stage is waited for."""
+def _chain_gate(ctx: Ctx) -> decisions.Gate:
+    """The verdict on the chain's open stage gate, if a stage is waited for."""
     store = ctx.store
     stage = decisions.open_stage(store.desired.stages, store.status, store.job.passed_stages)
     started = store.gate_opened_at(stage.name) if stage is not None else None

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from srtr.resources import placeholders, pool_refs
 from srtr.resources.carving import CarveError, GrowNeeded, carve
+from srtr.resources.dependencies import start_graph
 from srtr.resources.discovery import discovery_env, layered, receives_discovery_env
 from srtr.resources.effective import (
     Resolved,
@@ -485,6 +486,7 @@ def expand(
         raise ExpandError([Problem(exc.path, str(exc))]) from None
     ex = _Expander(recipe, nodes)
     instances, per_phase = _instances_by_phase(recipe, ex)
+    instances, graph = start_graph(recipe, instances)
     ex.check_ports(instances)
     ex.check_names(instances)
     if ex.problems:
@@ -503,6 +505,7 @@ def expand(
         warnings=tuple(ex.warnings),
         node_summary=_node_summary(recipe, owners) if owners else (),
         discovery_env=tuple(ex.discovery),
+        dependencies=graph,
     )
 
 
@@ -560,23 +563,19 @@ def _fleet(resolved: Resolved, made: list[InstanceSpec]) -> FleetSpec | None:
         return None
     port, path = fleet(service.options)
     readiness = service.readiness
-    probe = made[0].probe
+    timeout, interval = _timing(made[0].probe)
     return FleetSpec(
         service=service.name,
         url=f"http://{made[0].node_ip}:{port}{path}",
         count=len(made),
-        timeout_seconds=readiness.timeout_seconds if readiness else _timeout(probe),
-        interval_seconds=readiness.interval_seconds if readiness else _interval(probe),
+        timeout_seconds=readiness.timeout_seconds if readiness else timeout,
+        interval_seconds=readiness.interval_seconds if readiness else interval,
         label=f"{service.type.capitalize()} nodes",
     )
 
 
-def _timeout(probe: ProbeSpec | None) -> float:
-    return probe.timeout_seconds if probe else 600.0
-
-
-def _interval(probe: ProbeSpec | None) -> float:
-    return probe.interval_seconds if probe else 5.0
+def _timing(probe: ProbeSpec | None) -> tuple[float, float]:
+    return (probe.timeout_seconds, probe.interval_seconds) if probe else (600.0, 5.0)
 
 
 def _pools(ex: _Expander, owners: list[Service]) -> tuple[PoolSpec, ...]:

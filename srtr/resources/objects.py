@@ -168,6 +168,9 @@ class InstanceSpec:
     # Restarted when it fails `failure_threshold` times in a row; not in the config hash
     # (its timing and target change live).
     liveness: ProbeSpec | None = None
+    # An init service's (one depended on with `depends_on: {condition: completed}`): its
+    # exit 0 is its success, not an exit before its readiness probe passed.
+    run_to_completion: bool = False
 
     def config_hash(self) -> str:
         """What decides a restart on a live edit: rendered argv, env, preamble and probe target.
@@ -254,6 +257,22 @@ class Stage:
     fleet: FleetSpec | None = None  # a whole-service gate after every member is ready
 
 
+@dataclass(frozen=True, slots=True)
+class DependencySpec:
+    """One `depends_on` edge: `service` starts once `condition` holds on `on`.
+
+    `instances` are the dependency's (its setup steps excluded), `dependents` the
+    dependent's: what the condition is judged on, and what a `restart` restarts.
+    """
+
+    service: str
+    on: str
+    condition: str  # ready | started | completed
+    restart: bool
+    instances: tuple[str, ...]
+    dependents: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class NodeMap:
     """How the allocation was carved (`carving.carve`)."""
@@ -329,6 +348,8 @@ class DesiredState:
     node_summary: tuple[tuple[str, int], ...] = ()  # the `Nodes:` map lines, in order
     # ETCD_ENDPOINTS / NATS_SERVER as the job's services, workers and benchmark get them.
     discovery_env: tuple[tuple[str, str], ...] = ()
+    # `depends_on` edges (`dependencies.start_graph`); their dependents' stages leave the chain.
+    dependencies: tuple[DependencySpec, ...] = ()
 
     def instance(self, name: str) -> InstanceSpec:
         for spec in self.instances:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from srtr.resources.depends_on import Dependency, depends_on_form
 from srtr.resources.limits import Limits
 from srtr.resources.liveness import Liveness
 from srtr.resources.readiness import FileProbe, HttpProbe, LogProbe, Readiness, TcpProbe
@@ -294,6 +295,13 @@ class Service(Spec):
     autoscale: Autoscale | None = None
     # What the pool's instance 0 runs instead (owners only; rules.py says so).
     leader: Leader | None = None
+    # What it waits for before it starts (`depends_on.py`); empty: the phases' order.
+    depends_on: dict[str, Dependency] = {}
+
+    @field_validator("depends_on", mode="before")
+    @classmethod
+    def _depends_on(cls, v: Any) -> Any:
+        return depends_on_form(v)
 
     @model_validator(mode="before")
     @classmethod
@@ -509,10 +517,17 @@ def json_schema() -> dict[str, Any]:
     def patch(node: Any) -> None:
         if isinstance(node, dict):
             for key, value in list(node.items()):
-                if key == "restart" and isinstance(value, dict):
+                if key == "restart" and isinstance(value, dict) and value.get("type") != "boolean":
                     value.setdefault("anyOf", []).append({"enum": list(RESTART_POLICIES)})
                 elif key == "metrics" and isinstance(value, dict) and value.get("type") == "array":
                     node[key] = {"anyOf": [value, value["items"]], "default": []}
+                elif key == "depends_on" and isinstance(value, dict) and "type" in value:
+                    # the list form, and a name with no settings (`scheduler:`)
+                    value["additionalProperties"] = {
+                        "anyOf": [value["additionalProperties"], {"type": "null"}]
+                    }
+                    names = {"type": "array", "items": {"type": "string"}}
+                    node[key] = {"anyOf": [value, names], "default": {}}
                 else:
                     patch(value)
         elif isinstance(node, list):

@@ -251,6 +251,7 @@ def plan_text(recipe: Recipe, state: DesiredState, launcher: Launcher | None = N
                 fleet = stage.fleet
                 line += f", then fleet gate: {fleet.count} live nodes at {fleet.url}"
             lines.append(line)
+        lines += start_graph_lines(state)
     else:
         lines.append("Instances: none")
     if recipe.benchmark.type == "custom":
@@ -279,7 +280,33 @@ def plan_json(
     if launcher is not None:
         for spec, record in zip(state.instances, doc["instances"], strict=True):
             record["launcher"] = str(launcher_of(spec, launcher))
+    if state.dependencies:  # only then: plans without depends_on read as before
+        doc["start_graph"] = start_graph_json(state)
     return doc
+
+
+def start_graph_json(state: DesiredState) -> list[dict[str, Any]]:
+    """What waits for what: one entry per service with depends_on, in recipe order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for edge in state.dependencies:
+        out.setdefault(edge.service, []).append(
+            {"service": edge.on, "condition": edge.condition, "restart": edge.restart}
+        )
+    return [{"service": name, "waits_for": waits} for name, waits in out.items()]
+
+
+def start_graph_lines(state: DesiredState) -> list[str]:
+    """`Start graph:` lines: each service with depends_on and what it waits for."""
+    if not state.dependencies:
+        return []
+    lines = ["Start graph (depends_on; the other stages start in launch order):"]
+    for entry in start_graph_json(state):
+        waits = ", ".join(
+            f"{w['service']} {w['condition']}" + (" (restarts with it)" if w["restart"] else "")
+            for w in entry["waits_for"]
+        )
+        lines.append(f"  {entry['service']} waits for {waits}")
+    return lines
 
 
 def _plan_doc(recipe: Recipe, state: DesiredState) -> dict[str, Any]:

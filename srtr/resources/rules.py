@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from srtr.resources import health_rules, pool_refs
+from srtr.resources import dependencies, health_rules, pool_refs
 from srtr.resources.effective import (
     allocation_size,
     effective_per,
@@ -42,6 +42,7 @@ def check(recipe: Recipe) -> list[Problem]:
     problems += _check_growth(recipe)
     owners = [s.name for s, _ in effective_services(recipe) if s.nodes is not None]
     problems += pool_refs.check(rendered(recipe), owners)
+    problems += dependencies.check(recipe)
     problems += _check_nul(recipe)
     return problems
 

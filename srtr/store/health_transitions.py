@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from srtr.reconciler.clock import Clock
 from srtr.resources.objects import DesiredState
-from srtr.store.status import GangStatus, InstanceStatus, Phase
+from srtr.store.status import GangStatus, InstanceStatus, Phase, UserAction
 from srtr.store.store_base import StoreBase
 
 
@@ -123,6 +123,21 @@ class HealthTransitions(StoreBase):
             f"liveness probe failed {status.liveness_failures} time(s) in a row "
             f"({spec.liveness.describe(spec.node_ip)}): {message}; stopping it",
             warning=True,
+        )
+
+    # -- dependents that restart with their dependency ------------------------------------
+    def dependency_restart(self, name: str, on: str) -> None:
+        """The dependency `on` of the instance restarted (`depends_on` with `restart: true`):
+        a planned restart, at no cost to its budget, whose launch waits until the dependency's
+        condition holds again."""
+        status = self.status[name]
+        status.user_action = UserAction.RESTART
+        status.restart_reason = f"its dependency services[{on}] restarted"
+        self.record(
+            f"instance/{name}",
+            "DependencyRestarted",
+            f"services[{on}] restarted (depends_on restart: true): restarting it once its "
+            "condition holds again; no restart budget spent",
         )
 
     # -- gang restarts of a pool -----------------------------------------------------------

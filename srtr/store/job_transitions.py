@@ -68,6 +68,12 @@ class JobTransitions(StoreBase):
             return None
         return self.job.stage_started_at.get(stage)
 
+    def dependents_waiting(self, waiting: dict[str, str]) -> None:
+        """The services with depends_on that wait for their conditions, and for what."""
+        if waiting != self.job.waiting:
+            self.job.waiting = dict(waiting)
+            self.changed()
+
     def stage_passed(self, number: int, name: str) -> None:
         """Every member of stage `number` is up: the next stage may begin."""
         self.job.passed_stages.add(name)

@@ -159,7 +159,7 @@ def job_doc(
 ) -> JobDoc:
     """state.json's `job`: the job's status and where its controller runs."""
     job = store.job
-    return {
+    doc: JobDoc = {
         "name": store.desired.job_name,
         "backend": backend,
         "phase": str(job.phase),
@@ -179,6 +179,9 @@ def job_doc(
         "write_faults": store.write_faults.to_json(),
         "cause": causes.cause_doc(job.cause),
     }
+    if store.desired.dependencies:  # only then: the others' state.json reads as before
+        doc["waiting"] = dict(job.waiting)
+    return doc
 
 
 def instance_doc(

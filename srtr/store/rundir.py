@@ -94,6 +94,8 @@ class JobDoc(TypedDict):
     launcher: NotRequired[str]  # process | step | agent: how instances are started
     # A local job's loopback block, 127.B.0.0/16 (backends/local/loopback.py).
     network: NotRequired[str]
+    # Services with depends_on not started yet: what each waits for ("scheduler ready").
+    waiting: NotRequired[dict[str, str]]
 
 
 class CauseDoc(TypedDict):

@@ -235,6 +235,8 @@ class JobStatus:
     walltime_budget: float | None = None
     conditions: dict[str, Condition] = field(default_factory=dict)
     cause: Cause | None = None  # the first failure (set once, never by a teardown's exits)
+    # Services with depends_on not started yet, and what each waits for ("scheduler ready").
+    waiting: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

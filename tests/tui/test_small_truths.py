@@ -72,6 +72,12 @@ def test_the_stage_line_says_when_every_stage_is_up() -> None:
     assert header(one, NOW).stage == "the stage is up"
 
 
+def test_the_stage_line_says_what_a_dependent_waits_for() -> None:
+    waiting = job(passed_stages=["infra"], stage=1, waiting={"workers": "scheduler ready"})
+    assert header(waiting, NOW).stage == "stage 2/3 workers · waiting: workers for scheduler ready"
+    assert header(job(waiting={}), NOW).stage == "stage 3/3 benchmark"
+
+
 def test_the_header_names_the_instance_of_the_first_failure() -> None:
     cause = {"instance": "service_train_node3", "summary": "x"}
     assert header(job(phase="Failed", cause=cause), NOW).cause_instance == "service_train_node3"

@@ -61,7 +61,8 @@ def header(state: Doc, now: float, *, controller_alive: bool = True) -> HeaderVi
 
 
 def stage_line(job: Doc) -> str:
-    """`stage 2/3 workers` while stages launch; `all 3 stages up` once every one passed."""
+    """`stage 2/3 workers` while stages launch, with what services with depends_on wait
+    for (`· waiting: workers for scheduler ready`); `all 3 stages up` once every one passed."""
     stages = job.get("stages") or []
     stage_index = job.get("stage")
     if not stages or not isinstance(stage_index, int):
@@ -70,7 +71,11 @@ def stage_line(job: Doc) -> str:
         return f"all {len(stages)} stages up" if len(stages) > 1 else "the stage is up"
     shown = min(stage_index + 1, len(stages))
     current = stages[min(stage_index, len(stages) - 1)]
-    return f"stage {shown}/{len(stages)} {current}"
+    line = f"stage {shown}/{len(stages)} {current}"
+    waiting = job.get("waiting")
+    if isinstance(waiting, dict) and waiting:
+        line += " · waiting: " + "; ".join(f"{k} for {v}" for k, v in waiting.items())
+    return line
 
 
 def gate_countdown(instances: Iterable[Doc], now: float) -> str:
