@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from srtr.resources.effective import effective_critical, effective_per, effective_restart
 from srtr.resources.errors import Path, Problem
+from srtr.resources.liveness import Liveness
 from srtr.resources.recipe import Recipe, Service
 
 HANGS = (
@@ -39,10 +40,15 @@ def _check_scope(at: Path, service: Service) -> list[Problem]:
 
 
 def _check_liveness(at: Path, service: Service) -> list[Problem]:
-    liveness = service.liveness
+    out = _check_probe((*at, "liveness"), service, service.liveness)
+    if service.leader is not None:
+        out += _check_probe((*at, "leader", "liveness"), service, service.leader.liveness)
+    return out
+
+
+def _check_probe(where: Path, service: Service, liveness: Liveness | None) -> list[Problem]:
     if liveness is None:
         return []
-    where: Path = (*at, "liveness")
     if service.external is not None:
         return [Problem(where, "needs a process to watch; an external service launches nothing")]
     ports = liveness.port is not None or liveness.tcp is not None or liveness.http is not None

@@ -168,12 +168,16 @@ def service_env(
     return env
 
 
-def leader_fields(leader: Leader | None, resolved: Resolved) -> Readiness | None:
-    """Instance 0's probe: the leader's when it gives one, else the service's. (A liveness
-    probe of a service would be picked here the same way.)"""
-    if leader is not None and leader.readiness is not None:
-        return leader.readiness
-    return resolved.readiness
+def leader_fields(
+    leader: Leader | None, resolved: Resolved
+) -> tuple[Readiness | None, Liveness | None]:
+    """Instance 0's readiness and liveness probes: each the leader's when it gives one, else
+    the service's."""
+    readiness, liveness = resolved.readiness, resolved.service.liveness
+    if leader is not None:
+        readiness = leader.readiness if leader.readiness is not None else readiness
+        liveness = leader.liveness if leader.liveness is not None else liveness
+    return readiness, liveness
 
 
 def _preamble(resolved: Resolved) -> list[str]:
@@ -198,7 +202,7 @@ def service_common(
     head differs (ray)."""
     service, kind = resolved.service, resolved.kind
     leader = service.leader if index == 0 else None
-    readiness = leader_fields(leader, resolved)
+    readiness, liveness = leader_fields(leader, resolved)
     node_probe = readiness is not None and readiness.file is not None
     probe = None if node_probe else probe_spec(readiness, {})
     if readiness is None and kind.instance_probe is not None:
@@ -211,7 +215,7 @@ def service_common(
         stage, with_workers = f"{resolved.start}/{service.name}.leader", False
     return ServiceCommon(
         readiness=readiness,
-        liveness=service.liveness,
+        liveness=liveness,
         probe=probe,
         argv=[(a, placeholders.template(a, keys)) for a in resolved.command(index)],
         env=[

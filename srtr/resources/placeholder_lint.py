@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from srtr.resources.errors import Path, Problem
+from srtr.resources.liveness import Liveness
 from srtr.resources.placeholders import KEYS
 from srtr.resources.pool_refs import POOL_KEYS
 from srtr.resources.recipe import Leader, Recipe
@@ -87,6 +88,7 @@ def rendered(recipe: Recipe) -> Iterator[tuple[Path, str]]:
         file_probe = service.readiness.file if service.readiness else None
         if file_probe is not None:
             yield (*base, "readiness", "file", "path"), file_probe.path
+        yield from _liveness((*base, "liveness"), service.liveness)
         if service.leader is not None:
             yield from _leader((*base, "leader"), service.leader)
     yield from _values(("environment",), recipe.environment)
@@ -105,6 +107,17 @@ def _leader(base: Path, leader: Leader) -> Iterator[tuple[Path, str]]:
     file_probe = leader.readiness.file if leader.readiness else None
     if file_probe is not None:
         yield (*base, "readiness", "file", "path"), file_probe.path
+    yield from _liveness((*base, "liveness"), leader.liveness)
+
+
+def _liveness(base: Path, liveness: Liveness | None) -> Iterator[tuple[Path, str]]:
+    """The rendered fields of a liveness probe: the exec command, the heartbeat file."""
+    if liveness is None:
+        return
+    if liveness.exec is not None:
+        yield from _items((*base, "exec", "command"), liveness.exec.command)
+    if liveness.file is not None:
+        yield (*base, "file", "path"), liveness.file.path
 
 
 def _items(path: Path, texts: Sequence[str]) -> Iterable[tuple[Path, str]]:

@@ -222,13 +222,13 @@ class Leader(Spec):
     coordinator), as LeaderWorkerSet's leader template. Each field given replaces the
     service's for instance 0 (`env` is merged over the service's); `start: first` launches
     the leader and waits for its readiness before the other instances, `together` launches
-    all at once. A probe field the service gains later (liveness) is overridden the same way:
-    one more field here and in `instances.leader_fields`."""
+    all at once."""
 
     command: list[Text] | None = None
     args: list[Text] | None = None
     env: dict[str, Text] = {}
     readiness: Readiness | None = None
+    liveness: Liveness | None = None
     start: Literal["first", "together"] = "first"
 
     @field_validator("command")

@@ -74,7 +74,7 @@ def service_lines(recipe: Recipe) -> list[str]:
             head += f" metrics={metrics}"
         scope = "/pool" if r.restart.scope == "pool" else ""
         head += f" restart={r.restart.policy}{scope} tier={r.tier}"
-        if service.liveness is not None:
+        if service.liveness is not None or (service.leader and service.leader.liveness):
             head += " liveness"
         lines.append(head)
         if r.reason:

@@ -129,3 +129,32 @@ def test_leader_start_is_first_or_together() -> None:
     )
     with pytest.raises(RecipeError, match=r"leader.start"):
         plan_text_source(text, "r.yaml")
+
+
+def test_the_leaders_liveness_replaces_the_services_on_instance_0_only() -> None:
+    recipe = RECIPE.replace(
+        "      readiness: {tcp: {port: 8786}}\n",
+        "      readiness: {tcp: {port: 8786}}\n"
+        '      liveness: {exec: {command: [dask-ping, "{node_ip}:8786"]}}\n',
+    ).replace(
+        '    readiness: {log: {pattern: "Starting Worker"}}\n',
+        '    readiness: {log: {pattern: "Starting Worker"}}\n'
+        "    liveness: {log: {silence_seconds: 60}}\n",
+    )
+    _, state = plan_text_source(recipe, "r.yaml")
+    leader, *others = by_name(state, "dask")
+    assert leader.index == 0 and leader.liveness is not None
+    assert leader.liveness.command == ("dask-ping", f"{leader.node_ip}:8786")
+    assert others and all(
+        o.liveness is not None and o.liveness.silence_seconds == 60 for o in others
+    )
+
+
+def test_a_leaders_port_liveness_is_refused_where_instances_share_a_node() -> None:
+    recipe = RECIPE.replace(
+        "      readiness: {tcp: {port: 8786}}\n",
+        "      readiness: {tcp: {port: 8786}}\n      liveness: {tcp: {port: 8786}}\n",
+    ).replace("    nodes: 3\n", "    nodes: 3\n    placement: {per: worker}\n")
+    with pytest.raises(RecipeError) as info:
+        plan_text_source(recipe, "r.yaml")
+    assert "services[0].leader.liveness" in str(info.value)

@@ -126,3 +126,24 @@ def test_srtr_up_and_a_live_edit_record_the_warnings_and_run_on(tmp_path: Path) 
     finally:
         run.signal(signal.SIGTERM)
         run.finish()
+
+
+def test_liveness_fields_are_linted_the_leaders_too() -> None:
+    recipe = textwrap.dedent(
+        """\
+        name: lint
+        resources: {gpus_per_node: 0}
+        services:
+          - name: pool
+            nodes: 2
+            command: [serve]
+            liveness: {file: {path: "/tmp/{nodee}.beat", max_age_seconds: 30}}
+            leader:
+              command: [lead]
+              liveness: {exec: {command: [ping, "{node_ipp}"]}}
+        """
+    )
+    _, state = plan_text_source(recipe, "r.yaml")
+    text = "\n".join(state.line_warnings)
+    assert "services[0].liveness.file.path: {nodee} is not a placeholder" in text
+    assert "services[0].leader.liveness.exec.command[1]: {node_ipp}" in text
