@@ -73,6 +73,12 @@ def instance(state: dict[str, Any], name: str) -> dict[str, Any]:
     return next(i for i in state["instances"] if i["name"] == name)
 
 
+def node_ips(state: dict[str, Any]) -> dict[str, str]:
+    """Each node's address in this job: a local job's loopback block is whichever was free
+    (127.0.0.x only when no other local job runs), so tests never assume one."""
+    return {i["node"]: i["node_ip"] for i in state["instances"] if i.get("node")}
+
+
 def processes_with(marker: str) -> list[int]:
     """Pids of live processes whose environment carries `marker` (the test's own tag)."""
     found = []

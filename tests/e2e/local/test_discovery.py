@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.local.test_exporters import free_port
-from tests.support.e2e_util import Run, events, instance, wait_for
+from tests.support.e2e_util import Run, events, instance, node_ips, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -149,8 +149,11 @@ def test_process_exporters_serve_metrics_and_are_listed_as_targets(tmp_path: Pat
         )
         assert endpoints == ["process_exporter_node1", "process_exporter_node2"]
         assert (run.run_dir / "process-exporter.yml").read_text().startswith("# Written by srtr")
+        state = run.state()
+        assert state is not None
+        node2 = node_ips(state)["node2"]
         text = wait_for(
-            lambda: get(f"http://127.0.0.3:{port}/metrics"), 30, "process exporter metrics"
+            lambda: get(f"http://{node2}:{port}/metrics"), 30, "process exporter metrics"
         )
         # The group file groups by command name: the pool's `sleep` is a group.
         assert 'namedprocess_namegroup_num_procs{groupname="sleep"}' in text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e_util import Run, events
+from tests.support.e2e_util import Run, events, node_ips
 
 pytestmark = pytest.mark.e2e
 
@@ -19,12 +19,15 @@ def test_the_leader_runs_first_and_another_pool_reaches_it(tmp_path: Path) -> No
     run = Run(tmp_path, (ROOT / "examples" / "scheduler-workers.yaml").read_text())
     assert run.finish(90) == 0, run.out + run.err
     logs = run.run_dir / "logs"
+    state = run.state()
+    assert state is not None
+    ip = node_ips(state)["node1"]
     leader = (logs / "service_cluster_node1.out").read_text()
-    assert "scheduler at tcp://127.0.0.2:8786" in leader
+    assert f"scheduler at tcp://{ip}:8786" in leader
     assert "worker node2 registered" in leader and "worker node3 registered" in leader
-    assert "registered with 127.0.0.2: ok" in (logs / "service_cluster_node2.out").read_text()
+    assert f"registered with {ip}: ok" in (logs / "service_cluster_node2.out").read_text()
     client = (logs / "service_client.out").read_text()
-    assert "scheduler at 127.0.0.2 has 2 workers" in client
+    assert f"scheduler at {ip} has 2 workers" in client
     seen = [(e["reason"], e["object"]) for e in events(run.run_dir)]
     ready = seen.index(("Ready", "instance/service_cluster_node1"))
     for worker in ("service_cluster_node2", "service_cluster_node3"):

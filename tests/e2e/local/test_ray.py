@@ -23,12 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.e2e_util import Run, events, instance, wait_for
+from tests.support.e2e_util import Run, events, instance, node_ips, wait_for
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[3]
-IPS = "127.0.0.2,127.0.0.3,127.0.0.4"
 
 
 @pytest.mark.timeout(600)
@@ -38,7 +37,10 @@ def test_a_ray_pool_of_3_forms_one_cluster_and_a_driver_uses_every_node(tmp_path
     # Ray on 2 shared cores takes tens of seconds to start three nodes.
     assert Run.finish(run, timeout=540, gone_within=60) == 0, run.out + run.err
     bench = (run.run_dir / "logs" / "benchmark.out").read_text()
-    assert f"ray task ips: {IPS}\n" in bench, bench
+    state = run.state()
+    assert state is not None
+    ips = ",".join(node_ips(state)[n] for n in ("node1", "node2", "node3"))
+    assert f"ray task ips: {ips}\n" in bench, bench
     reasons = [(e["object"], e["reason"]) for e in events(run.run_dir)]
     ready = reasons.index(("service/ray", "FleetReady"))
     started = [i for i, r in enumerate(reasons) if r == ("instance/benchmark", "Launched")]
@@ -52,7 +54,7 @@ def test_a_ray_pool_of_3_forms_one_cluster_and_a_driver_uses_every_node(tmp_path
 FAKE_RAY = """\
 #!{python}
 # A stand-in for `ray start`: the head serves /api/version and /nodes (1 ALIVE raylet, for
-# ever) and holds the GCS port; members print Ray's line; the one on 127.0.0.4 exits once
+# ever) and holds the GCS port; members print Ray's line; the one on node3 exits once
 # the fleet gate has polled the head ($FAKE_RAY_POLLED exists), i.e. after it was ready.
 import http.server, json, os, pathlib, socket, sys, time
 opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
@@ -76,7 +78,7 @@ if "--head" in sys.argv:
     print("Ray runtime started.", flush=True)
     dashboard.serve_forever()
 print("Ray runtime started.", flush=True)
-if opts["node-ip-address"] == "127.0.0.4":
+if os.environ["FAKE_RAY_NODE"] == "node3":
     while not polled.exists():
         time.sleep(0.05)
     sys.exit(3)
@@ -91,7 +93,7 @@ services:
     type: ray
     nodes: 3
     options: {port: 16379, dashboard_port: 18265}
-    env: {FAKE_RAY_POLLED: "%s"}
+    env: {FAKE_RAY_POLLED: "%s", FAKE_RAY_NODE: "{node}"}
   - name: after
     command: [sleep, "1000"]
 """
@@ -115,7 +117,8 @@ def test_a_member_that_exits_before_the_fleet_gate_passes_fails_the_job(tmp_path
         "services[ray] on node3 exited with code 3 while waiting for 3 Ray nodes to be alive ("
     ), reason
     assert reason.endswith(
-        "/3 at http://127.0.0.2:18265/nodes?view=summary); see logs/service_ray_node3.out"
+        f"/3 at http://{node_ips(state)['node1']}:18265/nodes?view=summary); "
+        "see logs/service_ray_node3.out"
     ), reason
     node3 = instance(state, "service_ray_node3")
     assert (node3["ready"], node3["exit_code"]) == (True, 3)  # ready first, then gone
