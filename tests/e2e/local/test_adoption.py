@@ -56,8 +56,13 @@ def test_adopt_takes_over_with_zero_restarts(tmp_path: Path) -> None:
         )
         assert pids(state) == before
         assert all(i["restarts"] == 0 for i in state["instances"])
-        adopted = [e for e in events(run.run_dir) if e["reason"] == "Adopted"]
-        assert adopted and "4 instance(s) adopted, 0 gone" in adopted[0]["message"]
+        # Restored statuses read Running at once; the adoption's verdict is its event.
+        adopted = wait_for(
+            lambda: [e for e in events(run.run_dir) if e["reason"] == "Adopted"],
+            30,
+            "the adoption's event",
+        )
+        assert "4 instance(s) adopted, 0 gone" in adopted[0]["message"]
         # The adopted rider still falls to its restart policy when it dies.
         os.kill(before["service_rider_node1"], signal.SIGKILL)
         run.wait_state(

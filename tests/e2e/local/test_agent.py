@@ -185,8 +185,14 @@ def test_adopt_after_a_controller_crash_keeps_every_instance_and_agent(tmp_path:
         assert {i["name"]: i["pid"] for i in state["instances"]} == pids
         assert all(i["restarts"] == 0 for i in state["instances"])
         assert agent_pids(run) == agents  # the same agents, rejoined
-        reasons = [e["reason"] for e in events(run.run_dir)]
-        assert "Adopted" in reasons
+        # The restored statuses read Running from the start; the adoption's verdict is its
+        # event, recorded once every agent answered.
+        adopted = wait_for(
+            lambda: [e for e in events(run.run_dir) if e["reason"] == "Adopted"],
+            30,
+            "the adoption's event",
+        )
+        assert adopted[0]["message"].endswith(f"{len(pids)} instance(s) adopted, 0 gone"), adopted
         # Adopted instances are still the agents' children: a real exit status, a restart.
         os.kill(pids["service_rider_node2"], signal.SIGKILL)
         run.wait_state(
