@@ -1,6 +1,12 @@
 """What the App's reading thread does: poll the run dir (`source.RunSource`) and build the
 frame to show (`viewmodel.frame`) when state.json changed, or when asked to anyway (ages
-tick). The App's event loop only applies the frames built here."""
+tick). The App's event loop only applies the frames built here.
+
+A large job's state.json takes long to parse (tens of MB for 80,000 instances), and under
+`srtr up` the controller shares this process: after a snapshot that took `cost` seconds to
+read and build, the next one is read no sooner than STATE_PAUSE × `cost` later, so the TUI
+never takes more than a fifth of the process's time for it, and a small job is read at
+every poll as before. Events and the followed log are read at every poll regardless."""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from pathlib import Path
 from srtr.store.rundir import RunState
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource, controller_beats
+
+STATE_PAUSE = 4.0  # × the cost of the last snapshot read and built: the pause before the next
 
 
 class FrameReader:
@@ -26,9 +34,12 @@ class FrameReader:
         self.probe_failures: dict[str, str] = {}  # each instance's last failed probe
         self._built: vm.Frame | None = None  # the last frame built
         self._retired: deque[vm.Frame] = deque(maxlen=3)
+        self._next_state_at = float("-inf")  # time.monotonic() from which to read state.json
 
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
+        started = time.monotonic()
+        self.source.state_due = started >= self._next_state_at
         poll = self.source.poll()
         state = poll.state or self.state
         if poll.state is not None:
@@ -43,4 +54,7 @@ class FrameReader:
         # Freeing a 4,096-row frame takes milliseconds: hold the last few here so that the
         # last reference to an old frame is dropped in this thread, not in the UI's.
         self._retired.append(self._built)
+        if poll.state is not None:
+            ended = time.monotonic()
+            self._next_state_at = ended + STATE_PAUSE * (ended - started)
         return poll, self._built

@@ -306,11 +306,14 @@ class RunSource:
         self._state_sig: tuple[int, int, int] | None = None
         self._events = LineTail(run_dir / EVENTS_FILE)
         self._log: LogFollower | None = None
+        # Cleared by a reader that wants state.json less often than every poll (its cost).
+        self.state_due = True
 
     def poll(self) -> Poll:
+        """What changed (state.json only if `state_due`; else it waits for a later poll)."""
         out = Poll()
         try:
-            out.state = self._read_state()
+            out.state = self._read_state() if self.state_due else None
         except StateFileError as exc:
             out.error = f"cannot read state.json: {exc}"
         for line in self._events.read():

@@ -11,7 +11,7 @@ from typing import Any
 
 from srtr.store.rundir import ready_now
 from srtr.tui.viewmodel.phases import SEVERITY, Doc
-from srtr.tui.viewmodel.text import instance_age, last_exit
+from srtr.tui.viewmodel.text import attempt_end, instance_age, last_exit
 
 # NAME, PHASE and READY first (as k9s does): on an 80-column terminal they stay on screen,
 # and the rest scrolls sideways.
@@ -38,6 +38,12 @@ class InstanceRow:
     name: str
     cells: tuple[str, ...]
     sort: tuple[Any, ...]
+    # When the AGE cell counts from and to (wall seconds): a table shows it live from these.
+    started: float | None = None
+    ended: float | None = None
+    # The cells in lower case, and all of them in one string, for the filter to match fast.
+    lower: tuple[str, ...] = ()
+    haystack: str = ""
 
     @property
     def phase(self) -> str:
@@ -75,7 +81,16 @@ def instance_row(inst: Doc, now: float) -> InstanceRow:
     }
     cells = tuple(by_key[key] for key in COLUMN_KEYS)
     sort = tuple(sort_by[key] for key in COLUMN_KEYS)
-    return InstanceRow(name=cells[0], cells=cells, sort=sort)
+    lower = tuple(cell.lower() for cell in cells)
+    return InstanceRow(
+        name=cells[0],
+        cells=cells,
+        sort=sort,
+        started=started,
+        ended=attempt_end(inst),
+        lower=lower,
+        haystack="\x00".join(lower),
+    )
 
 
 def instance_rows(instances: Iterable[Doc], now: float) -> dict[str, InstanceRow]:
@@ -127,10 +142,12 @@ def sort_changed(diff: RowDiff, column: int | None) -> bool:
 
 
 def ordered(rows: Mapping[str, InstanceRow], column: int | None, reverse: bool) -> list[str]:
-    if column is None:
-        keys = list(rows)
-        return keys[::-1] if reverse else keys
-    return sorted(rows, key=lambda k: rows[k].sort[column], reverse=reverse)
+    """The names of `rows` in table order: by `column` (equal values in state order), the
+    whole list backwards when `reverse`; state order without a column."""
+    keys = list(rows)
+    if column is not None:
+        keys.sort(key=lambda k: rows[k].sort[column])
+    return keys[::-1] if reverse else keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +179,13 @@ class Filter:
         return bool(self.terms)
 
     def matches(self, row: InstanceRow) -> bool:
+        lower = row.lower or tuple(cell.lower() for cell in row.cells)
         for negate, column, needle in self.terms:
             if column is None:
-                hit = any(needle in cell.lower() for cell in row.cells)
+                # Cells are joined by NUL, which no term holds: a hit lies within one cell.
+                hit = needle in (row.haystack or "\x00".join(lower))
             else:
-                hit = needle in row.cells[column].lower()
+                hit = needle in lower[column]
             if hit == negate:
                 return False
         return True
