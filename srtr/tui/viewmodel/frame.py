@@ -61,7 +61,7 @@ def frame(
     docs = state.get("instances", [])
     instances = {str(i["name"]): i for i in docs}
     rows, changed = _rows(instances, now, previous)
-    grid = node_grid(state)
+    grid = _grid(state, instances, changed, previous)
     grid_changes: list[tuple[str, int, GridCell]] | None = None
     if previous is not None:
         old = previous.grid
@@ -80,6 +80,24 @@ def frame(
         grid_changes=grid_changes,
         state=state,
     )
+
+
+def _grid(
+    state: Doc, instances: dict[str, Doc], changed: frozenset[str] | None, previous: Frame | None
+) -> NodeGrid:
+    """The node grid, built again only for the nodes of changed instances when the nodes
+    and where each instance runs are as in `previous`."""
+    if previous is None or changed is None:
+        return node_grid(state)
+    touched: set[str] = set()
+    for name in changed:
+        node = str(instances[name].get("node", ""))
+        if node != str(previous.instances[name].get("node", "")):
+            return node_grid(state)
+        touched.add(node)
+    if [str(n["name"]) for n in state.get("nodes", [])] != list(previous.grid.rows):
+        return node_grid(state)
+    return node_grid(state, previous.grid, touched)
 
 
 def _rows(

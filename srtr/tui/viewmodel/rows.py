@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 
 from srtr.store.rundir import ready_now
 from srtr.tui.viewmodel.phases import SEVERITY, Doc
-from srtr.tui.viewmodel.text import attempt_end, instance_age, last_exit
+from srtr.tui.viewmodel.text import age_since, attempt_end, last_exit
 
 # NAME, PHASE and READY first (as k9s does): on an 80-column terminal they stay on screen,
 # and the rest scrolls sideways.
@@ -28,6 +29,19 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("kind", "KIND"),
 )
 COLUMN_KEYS: tuple[str, ...] = tuple(key for key, _ in COLUMNS)
+# `instance_row` builds its tuples in this order.
+assert COLUMN_KEYS == (
+    "name",
+    "phase",
+    "ready",
+    "restarts",
+    "age",
+    "exit",
+    "node",
+    "ip",
+    "service",
+    "kind",
+)
 PHASE_COLUMN = COLUMN_KEYS.index("phase")
 
 
@@ -51,45 +65,51 @@ class InstanceRow:
 
 
 def instance_row(inst: Doc, now: float) -> InstanceRow:
+    # Built for every instance of a new snapshot (80,000 in a large job): tuples in
+    # COLUMNS order straight away, each value computed once.
+    name = str(inst["name"])
+    service, kind = str(inst.get("service", "")), str(inst.get("kind", ""))
+    node, ip = str(inst.get("node", "")), str(inst.get("node_ip", ""))
+    phase = str(inst.get("phase", ""))
+    ready = ready_now(inst)
+    restarts = inst.get("restarts", 0)
     started = inst.get("started_at")
-    exit_text = last_exit(inst, short=True)
+    ended = attempt_end(inst)
     code = inst.get("exit_code")
-    by_key: dict[str, str] = {
-        "name": str(inst["name"]),
-        "service": str(inst.get("service", "")),
-        "kind": str(inst.get("kind", "")),
-        "node": str(inst.get("node", "")),
-        "ip": str(inst.get("node_ip", "")),
-        "phase": str(inst.get("phase", "")),
-        "ready": "yes" if ready_now(inst) else "no",
-        "restarts": str(inst.get("restarts", 0)),
-        "age": instance_age(inst, now),
-        "exit": exit_text,
-    }
+    cells = (
+        name,
+        phase,
+        "yes" if ready else "no",
+        str(restarts),
+        age_since(started, ended or now),
+        last_exit(inst, short=True),
+        node,
+        ip,
+        service,
+        kind,
+    )
     # Unknown values sort last whatever the direction of the other values.
-    sort_by: dict[str, Any] = {
-        "name": by_key["name"],
-        "service": by_key["service"],
-        "kind": by_key["kind"],
-        "node": _natural(by_key["node"]),
-        "ip": _natural(by_key["ip"]),
-        "phase": (SEVERITY.get(by_key["phase"], 10), by_key["phase"]),
-        "ready": ready_now(inst),
-        "restarts": int(inst.get("restarts", 0) or 0),
-        "age": (started is None, -(started or 0.0)),  # youngest first, like k9s AGE ascending
-        "exit": (code is None, code or 0),
-    }
-    cells = tuple(by_key[key] for key in COLUMN_KEYS)
-    sort = tuple(sort_by[key] for key in COLUMN_KEYS)
-    lower = tuple(cell.lower() for cell in cells)
+    sort = (
+        name,
+        (SEVERITY.get(phase, 10), phase),
+        ready,
+        int(restarts or 0),
+        (started is None, -(started or 0.0)),  # youngest first, like k9s AGE ascending
+        (code is None, code or 0),
+        _natural(node),
+        _natural(ip),
+        service,
+        kind,
+    )
+    haystack = "\x00".join(cells).lower()
     return InstanceRow(
-        name=cells[0],
+        name=name,
         cells=cells,
         sort=sort,
         started=started,
-        ended=attempt_end(inst),
-        lower=lower,
-        haystack="\x00".join(lower),
+        ended=ended,
+        lower=tuple(haystack.split("\x00")),
+        haystack=haystack,
     )
 
 
@@ -101,6 +121,7 @@ def instance_rows(instances: Iterable[Doc], now: float) -> dict[str, InstanceRow
 _DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the instances of a node share its name and IP
 def _natural(text: str) -> tuple[Any, ...]:
     """node2 < node10: compare digit runs as numbers."""
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
