@@ -24,14 +24,23 @@ STATE_PAUSE = 4.0  # × the cost of the last snapshot read and built: the pause 
 class FrameReader:
     """The run dir's latest state and the frames built from it, in the reading thread."""
 
-    def __init__(self, source: RunSource, run_dir: Path, *, watch_controller: bool) -> None:
+    def __init__(
+        self,
+        source: RunSource,
+        run_dir: Path,
+        *,
+        watch_controller: bool,
+        state: RunState | None = None,
+    ) -> None:
         """`watch_controller`: read the controller's heartbeat to say whether it runs (not
-        under `srtr up`, where it is this very process, nor in tests that fake a run dir)."""
+        under `srtr up`, where it is this very process, nor in tests that fake a run dir).
+        `state`: the snapshot `source` read already (the first frame shows it)."""
         self.source = source
         self._run_dir = run_dir
         self._watch_controller = watch_controller
-        self.state: RunState | None = None
-        self.probe_failures: dict[str, str] = {}  # each instance's last failed probe
+        self.state: RunState | None = state
+        # Each instance's last failed probe (state.json clears it once the probe passes).
+        self.probe_failures = vm.remember_probe_failures({}, state.instances if state else [])
         self._built: vm.Frame | None = None  # the last frame built
         self._retired: deque[vm.Frame] = deque(maxlen=3)
         self._next_state_at = float("-inf")  # time.monotonic() from which to read state.json

@@ -338,6 +338,18 @@ class RunSource:
         """More appended bytes are waiting: poll again at once."""
         return self._events.behind or (self._log is not None and self._log.behind)
 
+    def first_state(self) -> RunState:
+        """Read state.json now (the App's first poll then reads it only if it changed since).
+        Raises StateFileError as `read_state` does."""
+        try:
+            st = os.stat(self.run_dir / STATE_FILE)
+        except FileNotFoundError:
+            st = None
+        state = read_state(self.run_dir)
+        if st is not None:
+            self._state_sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        return state
+
     def _read_state(self) -> RunState | None:
         """The snapshot if state.json changed since the last read (None: it did not, or
         there is none yet). Raises StateFileError for a file that cannot be read."""
