@@ -109,7 +109,9 @@ class VirtualTable(ScrollView, can_focus=True):
     def reshape(self) -> None:
         """The row count or the columns changed: fit the scroll area and the cursor."""
         width = sum(c.width + 2 * PAD for c in self.columns)
-        self.virtual_size = Size(width, self.row_count + 1)
+        size = Size(width, self.row_count + 1)
+        if size != self.virtual_size:  # a new size lays the screen out again: only if it is
+            self.virtual_size = size
         self.cursor_row = max(0, min(self.cursor_row, self.row_count - 1))
         self.cursor_column = max(0, min(self.cursor_column, len(self.columns) - 1))
         self.refresh()
