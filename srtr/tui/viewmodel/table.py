@@ -37,13 +37,13 @@ class RowIndex:
 
     def replace(self, rows: Mapping[str, InstanceRow]) -> None:
         """Start over with `rows` (in state order): a new instance set."""
-        self.rows = dict(rows)
+        self.rows = rows if isinstance(rows, dict) else dict(rows)  # never changed here
         self._seq = {name: i for i, name in enumerate(self.rows)}
         self._resort()
 
     def update(self, rows: Mapping[str, InstanceRow], changed: Iterable[str]) -> None:
         """`rows` differ from the current ones only in `changed` (same names, same order)."""
-        self.rows = dict(rows) if not isinstance(rows, dict) else rows
+        self.rows = rows if isinstance(rows, dict) else dict(rows)
         for name in changed:
             old = self._entry[name]
             new = self._make(name)

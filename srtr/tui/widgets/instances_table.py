@@ -129,7 +129,8 @@ class InstancesTable(VirtualTable):
         if now is not None:
             self.now = now
         selected = self.selected
-        if changed is None or rows.keys() != self._index.rows.keys():
+        same = rows is self._index.rows  # the same snapshot again (ages tick): nothing moved
+        if changed is None or (not same and rows.keys() != self._index.rows.keys()):
             self._index.replace(rows)
             self._fit_widths(rows.values())
         elif changed:
