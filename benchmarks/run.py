@@ -42,6 +42,7 @@ SCENARIOS = (
     "scale",
     "teardown",
     "hollow",
+    "tui_scale",
     "grow",
     "control",
     "handshakes",

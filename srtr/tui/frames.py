@@ -1,6 +1,12 @@
 """What the App's reading thread does: poll the run dir (`source.RunSource`) and build the
 frame to show (`viewmodel.frame`) when state.json changed, or when asked to anyway (ages
-tick). The App's event loop only applies the frames built here."""
+tick). The App's event loop only applies the frames built here.
+
+A large job's state.json takes long to parse (tens of MB for 80,000 instances), and under
+`srtr up` the controller shares this process: after a snapshot that took `cost` seconds to
+read and build, the next one is read no sooner than STATE_PAUSE × `cost` later, so the TUI
+never takes more than a fifth of the process's time for it, and a small job is read at
+every poll as before. Events and the followed log are read at every poll regardless."""
 
 from __future__ import annotations
 
@@ -12,23 +18,37 @@ from srtr.store.rundir import RunState
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource, controller_beats
 
+STATE_PAUSE = 4.0  # × the cost of the last snapshot read and built: the pause before the next
+
 
 class FrameReader:
     """The run dir's latest state and the frames built from it, in the reading thread."""
 
-    def __init__(self, source: RunSource, run_dir: Path, *, watch_controller: bool) -> None:
+    def __init__(
+        self,
+        source: RunSource,
+        run_dir: Path,
+        *,
+        watch_controller: bool,
+        state: RunState | None = None,
+    ) -> None:
         """`watch_controller`: read the controller's heartbeat to say whether it runs (not
-        under `srtr up`, where it is this very process, nor in tests that fake a run dir)."""
+        under `srtr up`, where it is this very process, nor in tests that fake a run dir).
+        `state`: the snapshot `source` read already (the first frame shows it)."""
         self.source = source
         self._run_dir = run_dir
         self._watch_controller = watch_controller
-        self.state: RunState | None = None
-        self.probe_failures: dict[str, str] = {}  # each instance's last failed probe
+        self.state: RunState | None = state
+        # Each instance's last failed probe (state.json clears it once the probe passes).
+        self.probe_failures = vm.remember_probe_failures({}, state.instances if state else [])
         self._built: vm.Frame | None = None  # the last frame built
         self._retired: deque[vm.Frame] = deque(maxlen=3)
+        self._next_state_at = float("-inf")  # time.monotonic() from which to read state.json
 
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
+        started = time.monotonic()
+        self.source.state_due = started >= self._next_state_at
         poll = self.source.poll()
         state = poll.state or self.state
         if poll.state is not None:
@@ -43,4 +63,7 @@ class FrameReader:
         # Freeing a 4,096-row frame takes milliseconds: hold the last few here so that the
         # last reference to an old frame is dropped in this thread, not in the UI's.
         self._retired.append(self._built)
+        if poll.state is not None:
+            ended = time.monotonic()
+            self._next_state_at = ended + STATE_PAUSE * (ended - started)
         return poll, self._built

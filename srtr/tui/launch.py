@@ -22,9 +22,10 @@ from typing import Any
 
 from srtr.runtime import detach
 from srtr.runtime.control import ControlError, send
-from srtr.store.rundir import StateFileError, read_state
+from srtr.store.rundir import StateFileError
 from srtr.tui import job_end
 from srtr.tui.app import SrtrApp
+from srtr.tui.source import RunSource
 
 EXIT_GONE = 2
 
@@ -79,12 +80,14 @@ def detach_lines(run_dir: Path, pid: int) -> list[str]:
 def attach(run_dir: Path, *, theme: str | None = None) -> int:
     """`srtr tui RUN_DIR`: watch and drive a running job, or read a finished one (read-only:
     the post-mortem). 2 when the run dir has no readable state.json."""
+    source = RunSource(run_dir)
     try:
-        read_state(run_dir)  # a clear error for a run dir with no readable state
+        state = source.first_state()  # a clear error for a run dir with no readable state
     except StateFileError as exc:
         print(f"srtr tui: cannot read {exc.path}: {exc}", file=sys.stderr)
         return EXIT_GONE
     # A finished job, or one whose controller is gone, opens read-only: the App sees the
-    # same in state.json and offers no intents (its header says why).
-    result = SrtrApp(run_dir, theme_name=theme).run()
+    # same in state.json and offers no intents (its header says why). The snapshot just
+    # read is its first frame: a large one is not parsed twice.
+    result = SrtrApp(run_dir, theme_name=theme, source=source, state=state).run()
     return 0 if result is None else result

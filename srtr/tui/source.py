@@ -306,11 +306,14 @@ class RunSource:
         self._state_sig: tuple[int, int, int] | None = None
         self._events = LineTail(run_dir / EVENTS_FILE)
         self._log: LogFollower | None = None
+        # Cleared by a reader that wants state.json less often than every poll (its cost).
+        self.state_due = True
 
     def poll(self) -> Poll:
+        """What changed (state.json only if `state_due`; else it waits for a later poll)."""
         out = Poll()
         try:
-            out.state = self._read_state()
+            out.state = self._read_state() if self.state_due else None
         except StateFileError as exc:
             out.error = f"cannot read state.json: {exc}"
         for line in self._events.read():
@@ -334,6 +337,18 @@ class RunSource:
     def behind(self) -> bool:
         """More appended bytes are waiting: poll again at once."""
         return self._events.behind or (self._log is not None and self._log.behind)
+
+    def first_state(self) -> RunState:
+        """Read state.json now (the App's first poll then reads it only if it changed since).
+        Raises StateFileError as `read_state` does."""
+        try:
+            st = os.stat(self.run_dir / STATE_FILE)
+        except FileNotFoundError:
+            st = None
+        state = read_state(self.run_dir)
+        if st is not None:
+            self._state_sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        return state
 
     def _read_state(self) -> RunState | None:
         """The snapshot if state.json changed since the last read (None: it did not, or

@@ -638,7 +638,7 @@ async def live_scenario(run: Run) -> None:
         await until(pilot, lambda: table.row_count == 4, "four instances in the table")
         await until(pilot, lambda: "train 2/2 ready" in str(pools.content), "pool summary")
         assert "watcher 2/2 ready" in str(pools.content)
-        assert "Started" in str(app.query_one(EventsPane)._body.content)
+        assert "Started" in app.query_one(EventsPane).text
 
         # `/` narrows the table; Escape in the filter clears it.
         await pilot.press("slash", *"watcher")

@@ -600,7 +600,7 @@ def test_the_node_grid_scrolls_sideways_to_riders_that_do_not_fit(tmp_path: Path
         async with app.run_test(size=(140, 45)) as pilot:
             await until(pilot, lambda: app.frames > 0, "the first frame")
             grid = app.query_one(NodeGridTable)
-            assert [str(c.label) for c in grid.columns.values()][-3:] == [
+            assert [str(c.label) for c in grid.columns][-3:] == [
                 "METRICS…",
                 "LOG_SHI…",
                 "FLAKY",

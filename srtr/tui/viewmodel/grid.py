@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from srtr.tui.viewmodel.phases import PHASE_GLYPH, PHASE_SHORT, PHASE_STYLE, SEVERITY, Doc
@@ -37,6 +37,8 @@ class NodeGrid:
 
     columns: tuple[str, ...]  # after NODE and ROLE: "owner", then rider service names
     rows: dict[str, tuple[GridCell, ...]] = field(default_factory=dict)
+    # The instances on each node (names), so that a change redraws only its node's row.
+    members: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _cell(members: Sequence[Doc]) -> GridCell:
@@ -50,28 +52,51 @@ def _cell(members: Sequence[Doc]) -> GridCell:
     return GridCell(text, phase, str(worst["name"]))
 
 
-def node_grid(state: Doc) -> NodeGrid:
+def _riders(state: Doc) -> tuple[str, ...]:
     riders: list[str] = []
     for pool in state.get("pools", []):
         for rider in pool.get("riders", []):
             if rider not in riders:
                 riders.append(rider)
-    owner_of: dict[str, list[Doc]] = {}
-    rider_of: dict[tuple[str, str], list[Doc]] = {}
-    for inst in state.get("instances", []):
-        node = str(inst.get("node", ""))
+    return tuple(riders)
+
+
+def _row(node: Doc, riders: Sequence[str], members: Iterable[Doc]) -> tuple[GridCell, ...]:
+    owners: list[Doc] = []
+    by_rider: dict[str, list[Doc]] = {}
+    for inst in members:
         if inst.get("kind") == "rider":
-            rider_of.setdefault((node, str(inst.get("service"))), []).append(inst)
+            by_rider.setdefault(str(inst.get("service")), []).append(inst)
         else:
-            owner_of.setdefault(node, []).append(inst)
-    rows: dict[str, tuple[GridCell, ...]] = {}
-    for node in state.get("nodes", []):
-        name = str(node["name"])
-        role_name = str(node.get("state", "")).removeprefix("pool:")
-        role = GridCell(end_cut(role_name, ROLE_WIDTH), "", None)
-        riders_cells = (_cell(rider_of.get((name, r), [])) for r in riders)
-        rows[name] = (role, _cell(owner_of.get(name, [])), *riders_cells)
-    return NodeGrid(("owner", *riders), rows)
+            owners.append(inst)
+    role_name = str(node.get("state", "")).removeprefix("pool:")
+    role = GridCell(end_cut(role_name, ROLE_WIDTH), "", None)
+    return (role, _cell(owners), *(_cell(by_rider.get(r, [])) for r in riders))
+
+
+def node_grid(
+    state: Doc, previous: NodeGrid | None = None, touched: Iterable[str] | None = None
+) -> NodeGrid:
+    """The grid of `state`; with `previous` (of the same nodes, riders and instance
+    placement) only the rows of the `touched` nodes are built again."""
+    riders = _riders(state)
+    instances = {str(i["name"]): i for i in state.get("instances", [])}
+    nodes = {str(n["name"]): n for n in state.get("nodes", [])}
+    if previous is not None and touched is not None and previous.columns == ("owner", *riders):
+        rows = dict(previous.rows)
+        for name in touched:
+            if name in rows:
+                docs = (instances[m] for m in previous.members.get(name, []))
+                rows[name] = _row(nodes[name], riders, docs)
+        return NodeGrid(previous.columns, rows, previous.members)
+    members: dict[str, list[str]] = {}
+    for name, inst in instances.items():
+        members.setdefault(str(inst.get("node", "")), []).append(name)
+    rows = {
+        name: _row(node, riders, (instances[m] for m in members.get(name, [])))
+        for name, node in nodes.items()
+    }
+    return NodeGrid(("owner", *riders), rows, members)
 
 
 def diff_grid(

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 
 from srtr.store.rundir import ready_now
 from srtr.tui.viewmodel.phases import SEVERITY, Doc
-from srtr.tui.viewmodel.text import instance_age, last_exit
+from srtr.tui.viewmodel.text import age_since, attempt_end, last_exit
 
 # NAME, PHASE and READY first (as k9s does): on an 80-column terminal they stay on screen,
 # and the rest scrolls sideways.
@@ -28,6 +29,19 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("kind", "KIND"),
 )
 COLUMN_KEYS: tuple[str, ...] = tuple(key for key, _ in COLUMNS)
+# `instance_row` builds its tuples in this order.
+assert COLUMN_KEYS == (
+    "name",
+    "phase",
+    "ready",
+    "restarts",
+    "age",
+    "exit",
+    "node",
+    "ip",
+    "service",
+    "kind",
+)
 PHASE_COLUMN = COLUMN_KEYS.index("phase")
 
 
@@ -38,6 +52,12 @@ class InstanceRow:
     name: str
     cells: tuple[str, ...]
     sort: tuple[Any, ...]
+    # When the AGE cell counts from and to (wall seconds): a table shows it live from these.
+    started: float | None = None
+    ended: float | None = None
+    # The cells in lower case, and all of them in one string, for the filter to match fast.
+    lower: tuple[str, ...] = ()
+    haystack: str = ""
 
     @property
     def phase(self) -> str:
@@ -45,37 +65,52 @@ class InstanceRow:
 
 
 def instance_row(inst: Doc, now: float) -> InstanceRow:
+    # Built for every instance of a new snapshot (80,000 in a large job): tuples in
+    # COLUMNS order straight away, each value computed once.
+    name = str(inst["name"])
+    service, kind = str(inst.get("service", "")), str(inst.get("kind", ""))
+    node, ip = str(inst.get("node", "")), str(inst.get("node_ip", ""))
+    phase = str(inst.get("phase", ""))
+    ready = ready_now(inst)
+    restarts = inst.get("restarts", 0)
     started = inst.get("started_at")
-    exit_text = last_exit(inst, short=True)
+    ended = attempt_end(inst)
     code = inst.get("exit_code")
-    by_key: dict[str, str] = {
-        "name": str(inst["name"]),
-        "service": str(inst.get("service", "")),
-        "kind": str(inst.get("kind", "")),
-        "node": str(inst.get("node", "")),
-        "ip": str(inst.get("node_ip", "")),
-        "phase": str(inst.get("phase", "")),
-        "ready": "yes" if ready_now(inst) else "no",
-        "restarts": str(inst.get("restarts", 0)),
-        "age": instance_age(inst, now),
-        "exit": exit_text,
-    }
+    cells = (
+        name,
+        phase,
+        "yes" if ready else "no",
+        str(restarts),
+        age_since(started, ended or now),
+        last_exit(inst, short=True),
+        node,
+        ip,
+        service,
+        kind,
+    )
     # Unknown values sort last whatever the direction of the other values.
-    sort_by: dict[str, Any] = {
-        "name": by_key["name"],
-        "service": by_key["service"],
-        "kind": by_key["kind"],
-        "node": _natural(by_key["node"]),
-        "ip": _natural(by_key["ip"]),
-        "phase": (SEVERITY.get(by_key["phase"], 10), by_key["phase"]),
-        "ready": ready_now(inst),
-        "restarts": int(inst.get("restarts", 0) or 0),
-        "age": (started is None, -(started or 0.0)),  # youngest first, like k9s AGE ascending
-        "exit": (code is None, code or 0),
-    }
-    cells = tuple(by_key[key] for key in COLUMN_KEYS)
-    sort = tuple(sort_by[key] for key in COLUMN_KEYS)
-    return InstanceRow(name=cells[0], cells=cells, sort=sort)
+    sort = (
+        name,
+        (SEVERITY.get(phase, 10), phase),
+        ready,
+        int(restarts or 0),
+        (started is None, -(started or 0.0)),  # youngest first, like k9s AGE ascending
+        (code is None, code or 0),
+        _natural(node),
+        _natural(ip),
+        service,
+        kind,
+    )
+    haystack = "\x00".join(cells).lower()
+    return InstanceRow(
+        name=name,
+        cells=cells,
+        sort=sort,
+        started=started,
+        ended=ended,
+        lower=tuple(haystack.split("\x00")),
+        haystack=haystack,
+    )
 
 
 def instance_rows(instances: Iterable[Doc], now: float) -> dict[str, InstanceRow]:
@@ -86,6 +121,7 @@ def instance_rows(instances: Iterable[Doc], now: float) -> dict[str, InstanceRow
 _DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # the instances of a node share its name and IP
 def _natural(text: str) -> tuple[Any, ...]:
     """node2 < node10: compare digit runs as numbers."""
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))
@@ -127,10 +163,12 @@ def sort_changed(diff: RowDiff, column: int | None) -> bool:
 
 
 def ordered(rows: Mapping[str, InstanceRow], column: int | None, reverse: bool) -> list[str]:
-    if column is None:
-        keys = list(rows)
-        return keys[::-1] if reverse else keys
-    return sorted(rows, key=lambda k: rows[k].sort[column], reverse=reverse)
+    """The names of `rows` in table order: by `column` (equal values in state order), the
+    whole list backwards when `reverse`; state order without a column."""
+    keys = list(rows)
+    if column is not None:
+        keys.sort(key=lambda k: rows[k].sort[column])
+    return keys[::-1] if reverse else keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +200,13 @@ class Filter:
         return bool(self.terms)
 
     def matches(self, row: InstanceRow) -> bool:
+        lower = row.lower or tuple(cell.lower() for cell in row.cells)
         for negate, column, needle in self.terms:
             if column is None:
-                hit = any(needle in cell.lower() for cell in row.cells)
+                # Cells are joined by NUL, which no term holds: a hit lies within one cell.
+                hit = needle in (row.haystack or "\x00".join(lower))
             else:
-                hit = needle in row.cells[column].lower()
+                hit = needle in lower[column]
             if hit == negate:
                 return False
         return True

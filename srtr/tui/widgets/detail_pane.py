@@ -26,9 +26,13 @@ class DetailPane(VerticalScroll):
     def show(self, view: DetailView | None) -> None:
         if view == self._shown and view is not None:
             return
+        # Ages tick every second; a view whose every text kept its length wraps the same, so
+        # the screen need not be laid out again (a layout of every pane, every second).
+        layout = _shape(view) != _shape(self._shown)
         self._shown = view
         self.border_title = view.title if view else "detail"
-        self._body.update(self._build(view) if view else Text("no instance selected", "dim"))
+        body = self._build(view) if view else Text("no instance selected", "dim")
+        self._body.update(body, layout=layout)
 
     @staticmethod
     def _build(view: DetailView) -> RenderableType:
@@ -67,3 +71,14 @@ class DetailPane(VerticalScroll):
             parts.append(Text("\nconditions", style="bold"))
             parts.extend(Text("  " + line, style="dim") for line in view.conditions)
         return Group(*parts)
+
+
+def _shape(value: object) -> object:
+    """`value` with every string replaced by its length (and None kept)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return [_shape(v) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return [_shape(getattr(value, name)) for name in value.__slots__]  # type: ignore[attr-defined]

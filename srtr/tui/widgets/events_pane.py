@@ -1,46 +1,83 @@
-"""The events pane: events.jsonl newest first, Warning events in yellow, JobFailed red."""
+"""The events pane: events.jsonl newest first, Warning events in yellow, JobFailed red.
+
+Its ages tick every second, so the pane changes every second: only the lines in view are
+drawn (a Line API widget), not the 200 it keeps to scroll back through.
+"""
 
 from __future__ import annotations
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from srtr.runtime.progress import REASON_WIDTH
 from srtr.tui.viewmodel import EventLine
 
+EMPTY = Text("no events yet", style="dim")
 
-class EventsPane(VerticalScroll):
-    """A scrollable list of recent events; re-rendered only when its lines change."""
+
+def line_text(line: EventLine) -> Text:
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(f"{line.age:>6} ", style="dim")
+    if line.alarm:
+        text.append(f"{line.reason:<{REASON_WIDTH}}", style="bold red")
+        text.append(f" {line.object}: ", style="bold")
+        text.append(line.message, style="red")
+    elif line.warning:
+        text.append(f"{line.reason:<{REASON_WIDTH}}", style="bold yellow")
+        text.append(f" {line.object}: ", style="bold")
+        text.append(line.message, style="yellow")
+    else:
+        text.append(f"{line.reason:<{REASON_WIDTH}}", style="cyan")
+        text.append(f" {line.object}: ", style="bold")
+        text.append(line.message)
+    return text
+
+
+class EventsPane(ScrollView, can_focus=True):
+    """A scrollable list of recent events; redrawn only when its lines change."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._body = Static("", id="events-body")
-        self._shown: list[EventLine] | None = None
+        self._shown: list[EventLine] = []
+        self._texts: dict[int, Text] = {}
 
-    def compose(self) -> ComposeResult:
-        yield self._body
+    @property
+    def text(self) -> str:
+        """Every line, as plain text."""
+        if not self._shown:
+            return EMPTY.plain
+        return "\n".join(line_text(line).plain for line in self._shown)
 
     def show(self, lines: list[EventLine]) -> None:
         if lines == self._shown:
             return
         self._shown = lines
-        text = Text(no_wrap=True, overflow="ellipsis")
-        for line in lines:
-            text.append(f"{line.age:>6} ", style="dim")
-            if line.alarm:
-                text.append(f"{line.reason:<{REASON_WIDTH}}", style="bold red")
-                text.append(f" {line.object}: ", style="bold")
-                text.append(line.message, style="red")
-            elif line.warning:
-                text.append(f"{line.reason:<{REASON_WIDTH}}", style="bold yellow")
-                text.append(f" {line.object}: ", style="bold")
-                text.append(line.message, style="yellow")
-            else:
-                text.append(f"{line.reason:<{REASON_WIDTH}}", style="cyan")
-                text.append(f" {line.object}: ", style="bold")
-                text.append(line.message)
-            text.append("\n")
-        text.rstrip()
-        self._body.update(text if lines else Text("no events yet", style="dim"))
+        self._texts = {}
+        size = Size(0, max(1, len(lines)))  # lines are cut to the width: no sideways scroll
+        if size != self.virtual_size:
+            self.virtual_size = size
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = round(self.scroll_y) + y
+        if not self._shown:
+            text = EMPTY if index == 0 else Text()
+        elif index < len(self._shown):
+            text = self._texts.get(index) or self._texts.setdefault(
+                index, line_text(self._shown[index])
+            )
+        else:
+            return Strip.blank(width, self.rich_style)
+        line = text.copy()
+        line.truncate(width, overflow="ellipsis", pad=True)
+        own = self.app.console.get_style(line.style) if isinstance(line.style, str) else line.style
+        segments = [
+            Segment(s.text, self.rich_style + own + (s.style or Style()))
+            for s in line.render(self.app.console)
+        ]
+        return Strip(segments, width)

@@ -1,23 +1,22 @@
-"""The instances table: live, sortable, filterable, and updated cell by cell.
+"""The instances table: live, sortable, filterable, and drawn only where it is on screen.
 
-A refresh never clears the table: rows are diffed by instance name (`viewmodel.diff_rows`)
-and only changed cells are written, so the selection and the scroll position survive and
-a 4,096-row table costs what changed, not what exists. Only a new filter, or a diff that
-touches many rows at once, rebuilds the table (DataTable's `remove_row` is linear, so
-removing thousands of rows one by one would be slower than starting over).
+Rows live in a `viewmodel.RowIndex`, keyed by instance name: a refresh hands over the rows
+that changed, each moves to its place in the sort order and the filtered list by bisection,
+and the table redraws the 40-odd lines in view. Its cost follows what changed and what is
+on screen, not the 80,000 rows of a large job. AGE is drawn from each row's start (and end)
+at draw time, so time passing changes no row. The cursor follows its instance wherever a
+re-sort or a filter moves it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Iterable, Iterator, Mapping
+from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import BindingType
 from textual.coordinate import Coordinate
 from textual.message import Message
-from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
 
 from srtr.tui import keys
 from srtr.tui.viewmodel import (
@@ -26,26 +25,45 @@ from srtr.tui.viewmodel import (
     PHASE_COLUMN,
     Filter,
     InstanceRow,
-    diff_rows,
+    age_since,
     end_cut,
-    filtered,
     middle_cut,
     phase_style,
-    sort_changed,
 )
+from srtr.tui.viewmodel.table import RowIndex
+from srtr.tui.widgets.virtual_table import Column, VirtualTable
 
 # Columns whose text changes while a row lives get a fixed width, so an update never needs
 # the whole column re-measured (and never gets cropped).
 FIXED_WIDTH = {"phase": 11, "ready": 5, "restarts": 8, "age": 6, "exit": 11}
-REBUILD_AT = 64  # rows added or removed in one diff beyond which a rebuild is cheaper
+AGE_COLUMN = COLUMN_KEYS.index("age")
 EXIT_COLUMN = COLUMN_KEYS.index("exit")
 NAME_COLUMN = COLUMN_KEYS.index("name")
 NAME_WIDTH = 28  # longer names are cut in the middle (the detail pane has them whole)
 SERVICE_COLUMN = COLUMN_KEYS.index("service")
 SERVICE_WIDTH = 20
+MAX_WIDTH = {NAME_COLUMN: NAME_WIDTH, SERVICE_COLUMN: SERVICE_WIDTH}
 
 
-class InstancesTable(DataTable[Any]):
+class _Shown(Mapping[str, InstanceRow]):
+    """The rows the filter shows, in table order (a view: nothing is copied)."""
+
+    def __init__(self, index: RowIndex) -> None:
+        self._index = index
+
+    def __getitem__(self, name: str) -> InstanceRow:
+        if name not in self._index:
+            raise KeyError(name)
+        return self._index.rows[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index.names())
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
+class InstancesTable(VirtualTable):
     """Rows keyed by instance name; the App hands it rows, it posts what is selected."""
 
     class SelectionChanged(Message):
@@ -63,101 +81,88 @@ class InstancesTable(DataTable[Any]):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self._all: dict[str, InstanceRow] = {}
-        self._shown: dict[str, InstanceRow] = {}
-        self._index: dict[str, int] = {}
-        self._filter = Filter()
-        self.sort_column: int | None = None
-        self.sort_reverse = False
+        self._index = RowIndex()
+        self._widths = [len(label) for _, label in COLUMNS]
         self._last_selected: str | None = None
+        self.now = 0.0  # the clock of the last frame: AGE is drawn from it
 
     def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            self.add_column(label, key=key, width=FIXED_WIDTH.get(key))
+        self._set_columns()
 
     # -- what the App calls -------------------------------------------------------------
+
+    @property
+    def row_count(self) -> int:
+        return len(self._index)
 
     @property
     def selected(self) -> str | None:
         if not self.row_count:
             return None
-        row_key = self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0)).row_key
-        return row_key.value
+        return self._index.name_at(min(self.cursor_row, self.row_count - 1))
 
     @property
     def shown(self) -> Mapping[str, InstanceRow]:
-        return self._shown
+        return _Shown(self._index)
 
-    def apply(self, rows: dict[str, InstanceRow], changed: frozenset[str] | None = None) -> None:
-        """Show `rows` (all instances, in state order), changing only what differs.
+    @property
+    def sort_column(self) -> int | None:
+        return self._index.column
 
-        `changed` names the rows that differ from the previous call (None: unknown, so
-        every row is compared). A frame's `changed` is relative to the previous frame, which
-        is what this table shows, since the App applies every frame in order.
+    @property
+    def sort_reverse(self) -> bool:
+        return self._index.reverse
+
+    def apply(
+        self,
+        rows: dict[str, InstanceRow],
+        changed: frozenset[str] | None = None,
+        now: float | None = None,
+    ) -> None:
+        """Show `rows` (all instances, in state order).
+
+        `changed` names the rows that differ from the previous call (None: unknown, or
+        another set of instances: start over). A frame's `changed` is relative to the
+        previous frame, which is what this table shows, since the App applies every frame
+        in order.
         """
-        if changed is None or len(rows) != len(self._all) or not self._shown:
-            self._apply_all(rows)
-            return
-        self._all = rows
+        if now is not None:
+            self.now = now
         selected = self.selected
-        resort = False
-        for key in changed:
-            row = rows[key]
-            shown = self._shown.get(key)
-            match = self._filter.matches(row)
-            if shown is not None and match:
-                for column, (old, new) in enumerate(zip(shown.cells, row.cells, strict=True)):
-                    if old != new:
-                        self.update_cell(key, COLUMN_KEYS[column], self._build(column, new))
-                        resort = resort or column == self.sort_column
-                self._shown[key] = row
-            elif shown is not None:
-                self.remove_row(key)
-                del self._shown[key]
-            elif match:
-                self.add_row(*self._cells(row), key=key)
-                self._shown[key] = row
-                resort = True
-        if resort:
-            self._sort()
-        self._keep(selected)
-
-    def _apply_all(self, rows: dict[str, InstanceRow]) -> None:
-        if rows.keys() != self._all.keys():
-            self._index = {name: i for i, name in enumerate(rows)}
-        self._all = rows
-        visible = filtered(rows, self._filter)
-        diff = diff_rows(self._shown, visible)
-        if diff.empty:
-            return
-        if not self._shown or len(diff.added) > REBUILD_AT or len(diff.removed) > REBUILD_AT:
-            self._rebuild(visible)
-            return
-        selected = self.selected
-        for key in diff.removed:
-            self.remove_row(key)
-        for key in diff.added:
-            self.add_row(*self._cells(visible[key]), key=key)
-        for key, column, text in diff.changed:
-            self.update_cell(key, COLUMN_KEYS[column], self._build(column, text))
-        self._shown = visible
-        if diff.added or sort_changed(diff, self.sort_column):
-            self._sort()
-        self._keep(selected)
+        same = rows is self._index.rows  # the same snapshot again (ages tick): nothing moved
+        if changed is None or (not same and rows.keys() != self._index.rows.keys()):
+            self._index.replace(rows)
+            self._fit_widths(rows.values())
+        elif changed:
+            self._index.update(rows, changed)
+            self._fit_widths(rows[name] for name in changed)
+        self._settle(selected)
 
     def set_filter(self, text: str) -> None:
         flt = Filter.parse(text)
-        if flt == self._filter:
+        if flt == self._index.filter:
             return
-        self._filter = flt
-        self._rebuild(filtered(self._all, flt))
+        selected = self.selected or self._last_selected
+        self._index.set_filter(flt)
+        self._settle(selected)
 
     def select(self, name: str) -> bool:
         """Move the cursor to `name`; False when the filter hides it."""
-        if name not in self._shown:
+        position = self._index.position(name)
+        if position is None:
             return False
-        self.move_cursor(row=self.get_row_index(name))
+        self.move_cursor(row=position)
         return True
+
+    def get_column_index(self, key: str) -> int:
+        return COLUMN_KEYS.index(key)
+
+    @property
+    def cursor_coordinate(self) -> Coordinate:
+        return Coordinate(self.cursor_row, self.cursor_column)
+
+    def get_cell_at(self, coordinate: Coordinate) -> Text:
+        return self.row_cells(coordinate.row)[coordinate.column]
 
     # -- sorting ------------------------------------------------------------------------
 
@@ -169,57 +174,27 @@ class InstancesTable(DataTable[Any]):
     def action_sort_reverse(self) -> None:
         self.sort_by(self.sort_column, not self.sort_reverse)
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        event.stop()
-        index = event.column_index
-        reverse = not self.sort_reverse if index == self.sort_column else False
-        self.sort_by(index, reverse)
+    def header_clicked(self, column: int) -> None:
+        reverse = not self.sort_reverse if column == self.sort_column else False
+        self.sort_by(column, reverse)
 
     def sort_by(self, column: int | None, reverse: bool) -> None:
         selected = self.selected
-        self.sort_column, self.sort_reverse = column, reverse
-        for index, (key, label) in enumerate(COLUMNS):
-            arrow = (" ▼" if reverse else " ▲") if index == column else ""
-            self.columns[ColumnKey(key)].label = Text(label + arrow)
-        self._sort()
-        self._keep(selected)
-        self.refresh()
+        self._index.sort(column, reverse)
+        self._set_columns()
+        self._settle(selected)
 
-    def _sort(self) -> None:
-        column, rows, index = self.sort_column, self._shown, self._index
-        if column is None:
-            self.sort("name", key=lambda cell: index.get(str(cell), 0), reverse=self.sort_reverse)
-        else:
-            self.sort(
-                "name", key=lambda cell: rows[str(cell)].sort[column], reverse=self.sort_reverse
-            )
+    # -- drawing ------------------------------------------------------------------------
 
-    # -- internals ----------------------------------------------------------------------
-
-    def _rebuild(self, visible: dict[str, InstanceRow]) -> None:
-        selected = self.selected or self._last_selected
-        self.clear()
-        for key, row in visible.items():
-            self.add_row(*self._cells(row), key=key)
-        self._shown = visible
-        if self.sort_column is not None or self.sort_reverse:
-            self._sort()
-        self._keep(selected)
-
-    def _keep(self, selected: str | None) -> None:
-        """Put the cursor back on the instance that was selected, wherever it moved."""
-        if selected is None or selected not in self._shown:
-            return
-        index = self.get_row_index(selected)
-        if index != self.cursor_row:
-            self.move_cursor(row=index)
-
-    def _cells(self, row: InstanceRow) -> list[Text]:
-        return [self._build(i, text) for i, text in enumerate(row.cells)]
+    def row_cells(self, position: int) -> list[Text]:
+        row = self._index.rows[self._index.name_at(position)]
+        cells = [self._build(i, text) for i, text in enumerate(row.cells)]
+        if row.started is not None:
+            cells[AGE_COLUMN] = Text(age_since(row.started, row.ended or self.now))
+        return cells
 
     @staticmethod
     def _build(column: int, text: str) -> Text:
-        # Text, not str: DataTable would parse a str as markup, 4,096 x 10 times.
         if column == NAME_COLUMN:
             # A long name must not push PHASE and READY off an 80-column screen.
             return Text(middle_cut(text, NAME_WIDTH))
@@ -231,9 +206,41 @@ class InstancesTable(DataTable[Any]):
             return Text(text, style="red")
         return Text(text)
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        event.stop()
-        name = event.row_key.value
-        if name != self._last_selected:
+    # -- internals ----------------------------------------------------------------------
+
+    def _set_columns(self) -> None:
+        columns = []
+        for index, (key, label) in enumerate(COLUMNS):
+            arrow = ""
+            if index == self.sort_column:
+                arrow = " ▼" if self.sort_reverse else " ▲"
+            width = FIXED_WIDTH.get(key) or self._widths[index]
+            columns.append(Column(key, Text(label + arrow), max(width, len(label + arrow))))
+        self.set_columns(columns)
+
+    def _fit_widths(self, rows: Iterable[InstanceRow]) -> None:
+        """Widen the columns whose new cells are wider (they never shrink while a job runs)."""
+        widths = list(self._widths)
+        for row in rows:
+            for index, cell in enumerate(row.cells):
+                if len(cell) > widths[index]:
+                    widths[index] = min(len(cell), MAX_WIDTH.get(index, len(cell)))
+        if widths != self._widths:
+            self._widths = widths
+            self._set_columns()
+
+    def _settle(self, selected: str | None) -> None:
+        """After a change: the cursor back on `selected` wherever it moved, and the App
+        told when what is under the cursor is another instance."""
+        position = None if selected is None else self._index.position(selected)
+        if position is not None:
+            self.cursor_row = position
+        self.reshape()
+        self._scroll_to_cursor()
+        self.cursor_moved()
+
+    def cursor_moved(self) -> None:
+        name = self.selected
+        if name is not None and name != self._last_selected:
             self._last_selected = name
             self.post_message(self.SelectionChanged(name))

@@ -41,4 +41,5 @@ class JobHeader(Static):
         second = Text("  ", no_wrap=True, overflow="ellipsis").join(
             Text(part, style=style) for part, style in parts if part
         )
-        self.update(Text("\n").join([text, second]))
+        # Two lines, always (app.tcss): the elapsed time ticking needs no new layout.
+        self.update(Text("\n").join([text, second]), layout=False)

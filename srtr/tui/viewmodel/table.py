@@ -1,0 +1,123 @@
+"""The instances table's order and filter, kept up to date one changed row at a time.
+
+With 80,000 instances a refresh cannot sort, filter or even walk every row: `RowIndex` keeps
+the rows in sort order (a sorted list of `(sort value, state index, name)` entries) and the
+rows the filter lets through in the same order, and a changed row moves by two bisections.
+Only a new sort column or a new filter walks them all, once, on that keystroke.
+
+Order: ascending by the sort column's value, equal values in state order; reversed, the
+whole of that list backwards. Without a sort column: state order (or its reverse).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from srtr.tui.viewmodel.rows import Filter, InstanceRow
+
+Entry = tuple[Any, int, str]  # (sort value, state index, name)
+
+
+class RowIndex:
+    """Rows by instance name, their order under a sort column and the subset a filter shows."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, InstanceRow] = {}
+        self.column: int | None = None
+        self.reverse = False
+        self.filter = Filter()
+        self._seq: dict[str, int] = {}  # state index of each row
+        self._entry: dict[str, Entry] = {}
+        self._sorted: list[Entry] = []
+        self._visible: list[Entry] = []
+
+    # -- what changes it ------------------------------------------------------------------
+
+    def replace(self, rows: Mapping[str, InstanceRow]) -> None:
+        """Start over with `rows` (in state order): a new instance set."""
+        self.rows = rows if isinstance(rows, dict) else dict(rows)  # never changed here
+        self._seq = {name: i for i, name in enumerate(self.rows)}
+        self._resort()
+
+    def update(self, rows: Mapping[str, InstanceRow], changed: Iterable[str]) -> None:
+        """`rows` differ from the current ones only in `changed` (same names, same order)."""
+        self.rows = rows if isinstance(rows, dict) else dict(rows)
+        for name in changed:
+            old = self._entry[name]
+            new = self._make(name)
+            row = self.rows[name]
+            _remove(self._sorted, old)
+            insort(self._sorted, new)
+            self._entry[name] = new
+            _remove(self._visible, old)
+            if self.filter.matches(row):
+                insort(self._visible, new)
+
+    def sort(self, column: int | None, reverse: bool) -> None:
+        if column != self.column:
+            self.column = column
+            self._resort()
+        self.reverse = reverse
+
+    def set_filter(self, flt: Filter) -> None:
+        if flt != self.filter:
+            self.filter = flt
+            self._refilter()
+
+    # -- what it shows --------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """Rows the filter shows."""
+        return len(self._visible)
+
+    def name_at(self, position: int) -> str:
+        """The name shown at `position` (0: the top row)."""
+        if self.reverse:
+            position = len(self._visible) - 1 - position
+        return self._visible[position][2]
+
+    def names(self, start: int = 0, stop: int | None = None) -> list[str]:
+        """The names shown from `start` to `stop`, top to bottom."""
+        stop = len(self._visible) if stop is None else min(stop, len(self._visible))
+        return [self.name_at(i) for i in range(max(0, start), stop)]
+
+    def position(self, name: str) -> int | None:
+        """Where `name` is shown, or None when the filter hides it (or it does not exist)."""
+        entry = self._entry.get(name)
+        if entry is None:
+            return None
+        at = bisect_left(self._visible, entry)
+        if at >= len(self._visible) or self._visible[at] != entry:
+            return None
+        return len(self._visible) - 1 - at if self.reverse else at
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.position(name) is not None
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _make(self, name: str) -> Entry:
+        value = None if self.column is None else self.rows[name].sort[self.column]
+        return (value, self._seq[name], name)
+
+    def _resort(self) -> None:
+        self._entry = {name: self._make(name) for name in self.rows}
+        self._sorted = sorted(self._entry.values()) if self.column is not None else []
+        if self.column is None:
+            self._sorted = list(self._entry.values())  # already in state order
+        self._refilter()
+
+    def _refilter(self) -> None:
+        flt, rows = self.filter, self.rows
+        if not flt:
+            self._visible = list(self._sorted)
+        else:
+            self._visible = [e for e in self._sorted if flt.matches(rows[e[2]])]
+
+
+def _remove(entries: list[Entry], entry: Entry) -> None:
+    at = bisect_left(entries, entry)
+    if at < len(entries) and entries[at] == entry:
+        del entries[at]
