@@ -24,6 +24,7 @@ Adoption (`adopt=True`, `srtr up --adopt`: the agents of a crashed controller re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import socket
@@ -67,6 +68,8 @@ FENCE_MARGIN = 0.5
 # launches on 1,024 hollow agents paid a round trip each (~1.5 ms, both ends mostly idle);
 # together they share the loops' wake-ups, reads and writes.
 LAUNCHES_IN_FLIGHT = 64
+# The controller's connections per agent: its TLS channel and its beat connection.
+CONNECTIONS_PER_AGENT = 2
 # A node whose agent died this many times (each replaced through a one-node step) is lost:
 # something there kills agents, and a fourth one would die too.
 MAX_RESPAWNS = 3
@@ -539,6 +542,9 @@ def _capabilities(steps: Backend | None, starter: Starter) -> Capabilities:
         simulated_nodes=starter.simulated,
         walltime=base.walltime,
         launches_in_flight=LAUNCHES_IN_FLIGHT,
+        descriptors=dataclasses.replace(
+            starter.descriptors, per_node=starter.descriptors.per_node + CONNECTIONS_PER_AGENT
+        ),
     )
 
 
