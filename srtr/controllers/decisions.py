@@ -461,18 +461,26 @@ def critical_failure(
     can take its place (`replace_lost` with `spares` left); of several, the one that ended
     first. Instances an edit or a replacement dropped (not in `desired`) no longer count.
     """
-    for name, status in sorted(statuses.items(), key=lambda item: _ended_at(item[1])):
+    # The job's reconcile asks this on every change: one pass, no sort of every instance.
+    first: tuple[float, str] | None = None
+    for name, status in statuses.items():
+        if status.phase is not Phase.LOST and status.phase is not Phase.FAILED:
+            continue
         spec = specs[name]
         if name not in desired or not spec.critical:
             continue
-        if status.phase is Phase.LOST and not (spec.replace_lost and spares):
-            return f"critical instance {name} was lost with its node {spec.node}"
-        if status.phase is Phase.FAILED:
-            how = (
-                f"signal {status.exit_signal}" if status.exit_signal else f"code {status.exit_code}"
-            )
-            return f"critical instance {name} on {spec.node} failed (exit {how}); see {spec.log}"
-    return None
+        if status.phase is Phase.LOST and spec.replace_lost and spares:
+            continue
+        if first is None or _ended_at(status) < first[0]:
+            first = (_ended_at(status), name)
+    if first is None:
+        return None
+    name = first[1]
+    status, spec = statuses[name], specs[name]
+    if status.phase is Phase.LOST:
+        return f"critical instance {name} was lost with its node {spec.node}"
+    how = f"signal {status.exit_signal}" if status.exit_signal else f"code {status.exit_code}"
+    return f"critical instance {name} on {spec.node} failed (exit {how}); see {spec.log}"
 
 
 @dataclass(frozen=True)
