@@ -40,7 +40,7 @@ from srtr.backends.agent.channel import LEASE, AgentServer, Connection
 from srtr.backends.agent.growth import Growth
 from srtr.backends.agent.probe_requests import ProbesOnAgents
 from srtr.backends.agent.probing import AgentProber as AgentProber
-from srtr.backends.agent.roster import Answers, Live, NodeState, wait_connected
+from srtr.backends.agent.roster import Answers, Live, LiveAttempts, NodeState, wait_connected
 from srtr.backends.agent.starter_base import EXIT_WAIT, EXIT_WAIT_AFTER_GOODBYES, Starter
 from srtr.backends.agent.watched import Watched
 from srtr.backends.base import (
@@ -132,7 +132,7 @@ class AgentBackend(ProbesOnAgents):
         self._server: AgentServer | None = None
         self._started = asyncio.Lock()
         self._answers = Answers()
-        self._live: dict[str, Live] = {}
+        self._live = LiveAttempts()
         self._watched = Watched()  # probes the agents run in a loop (`watch`)
         self._on_step: set[str] = set()  # names whose current attempt is an srun step
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
@@ -242,7 +242,7 @@ class AgentBackend(ProbesOnAgents):
             raise ValueError(f"the {self.name} backend has no simulated nodes to lose")
         if node not in self._nodes:
             raise ValueError(f"no node named {node!r}")
-        taken = sorted(n for n, live in self._live.items() if live.node == node)
+        taken = self._live.on(node)
         self._starter.kill(node, self.agent_pid(node))
         self._lose(node, f"node {node} was lost (simulated: its agent was killed)")
         return taken
@@ -480,7 +480,7 @@ class AgentBackend(ProbesOnAgents):
         if heard is None or lease <= 0:
             self._end_live(node, ObservationKind.LOST, why)
             return
-        names = [n for n, live in self._live.items() if live.node == node]
+        names = self._live.on(node)
         grace = max((self._graces.get(n, p.DEFAULT_GRACE) for n in names), default=0.0)
         fenced_in = max(0.0, heard + lease + grace + FENCE_MARGIN - time.monotonic())
         log.warning(
@@ -508,21 +508,23 @@ class AgentBackend(ProbesOnAgents):
         extra: dict[str, str] | None = None,
     ) -> None:
         """Every instance known to run on `node` is over: forget it and report it so."""
-        for name, live in sorted(self._live.items()):
-            if live.node == node:
-                del self._live[name]
-                self._deliver(
-                    Observation(
-                        kind=kind,
-                        name=name,
-                        attempt=live.attempt,
-                        pid=live.pid,
-                        message=why,
-                        exit_code=exit_code,
-                        signal=signal,
-                        extra=extra or {},
-                    )
+        for name in self._live.on(node):
+            live = self._live.get(name)
+            if live is None:  # a report of an earlier one ended it meanwhile
+                continue
+            del self._live[name]
+            self._deliver(
+                Observation(
+                    kind=kind,
+                    name=name,
+                    attempt=live.attempt,
+                    pid=live.pid,
+                    message=why,
+                    exit_code=exit_code,
+                    signal=signal,
+                    extra=extra or {},
                 )
+            )
 
     def _note_connections(self) -> None:
         if all(s.conn is None for s in self._nodes.values()):
