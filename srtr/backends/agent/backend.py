@@ -138,6 +138,7 @@ class AgentBackend(ProbesOnAgents):
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
         self._closing = False
         self._no_agents = asyncio.Event()  # set while no agent is connected
+        self._connected_hint = ""  # a node found connected (`_note_connections`)
         self._adoption = Adoption(self._nodes, self._start_agents, self._lose)
         self._growth = Growth(
             self._nodes, starter, self._start_agents, self._note_connections, grown
@@ -527,8 +528,18 @@ class AgentBackend(ProbesOnAgents):
             )
 
     def _note_connections(self) -> None:
-        if all(s.conn is None for s in self._nodes.values()):
-            self._no_agents.set()
+        """Set `_no_agents` once no agent is connected. Asked at every agent's end: a
+        teardown's 10,000 ends would each scan the nodes, so the last connected node found
+        is looked at first, and a scan starts from the end (agents end in about the order
+        they began, so the last one found stays connected the longest)."""
+        hint = self._nodes.get(self._connected_hint)
+        if hint is not None and hint.conn is not None:
+            return
+        for name, state in reversed(self._nodes.items()):
+            if state.conn is not None:
+                self._connected_hint = name
+                return
+        self._no_agents.set()
 
     def _deliver(self, observation: Observation) -> None:
         # Later, not now: a launch whose answer just arrived resumes first (its task was
