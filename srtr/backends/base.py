@@ -99,6 +99,24 @@ Identity = dict[str, int]
 
 
 @dataclass(frozen=True)
+class Descriptors:
+    """The controller's open files a backend holds per node and per live instance.
+
+    Counted on running jobs (`/proc/PID/task/*/fd`). The controller has two descriptor
+    tables, each bounded by RLIMIT_NOFILE on its own: its main one (agent connections, node
+    views, a probe's socket or a log being opened), and the exit watcher's
+    (`exit_watch.py`: a pidfd per process the controller itself started and waits for).
+    The defaults are a process per instance started by the controller (the local and step
+    launchers).
+    """
+
+    per_node: int = 1
+    per_instance: int = 1
+    watched_per_node: int = 0
+    watched_per_instance: int = 1
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend can do beyond launching and signalling; callers check these flags.
 
@@ -113,6 +131,8 @@ class Capabilities:
             is awaited in its reconcile, one at a time (a backend whose launch never waits).
         max_instances: the most instances the backend can hold at once (None: no cap of
             its own); a live edit beyond it is refused.
+        descriptors: the controller's open files per node and per instance; a job that
+            cannot fit the host's limit is refused at start (`runtime/descriptors.py`).
     """
 
     containers: bool = False
@@ -120,6 +140,7 @@ class Capabilities:
     walltime: bool = False
     launches_in_flight: int = 0
     max_instances: int | None = None
+    descriptors: Descriptors = field(default_factory=Descriptors)
 
 
 class LaunchError(Exception):

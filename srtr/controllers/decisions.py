@@ -284,16 +284,19 @@ def exited_unready(spec: InstanceSpec, status: InstanceStatus) -> bool:
 NOT_FOUND, NOT_EXECUTABLE = 127, 126
 
 
+_NEVER_RAN = frozenset((NOT_FOUND, NOT_EXECUTABLE))
+
+
 def could_not_start(spec: InstanceSpec, status: InstanceStatus) -> bool:
     """The instance ended for good and its program never ran: its launch failed (no such
     program, a dead agent: LaunchFailed, code 127) or it exited with 127 or 126, as a shell
     does for a missing or non-executable program. Setup steps and the benchmark are judged
     by their own rules."""
     return (
-        spec.kind not in (InstanceKind.BENCHMARK, InstanceKind.SETUP)
-        and status.attempt >= 0
+        status.exit_code in _NEVER_RAN  # first: what is rarest
         and status.phase in (Phase.SUCCEEDED, Phase.FAILED)
-        and status.exit_code in (NOT_FOUND, NOT_EXECUTABLE)
+        and status.attempt >= 0
+        and spec.kind not in (InstanceKind.BENCHMARK, InstanceKind.SETUP)
     )
 
 
@@ -315,12 +318,24 @@ def unstartable(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> 
     instance of one service never ran (`could_not_start`), critical or not. srtctl lets a
     non-critical service without a probe die silently; a service none of
     whose instances could start is a broken recipe or install, not a running job."""
-    by_service: dict[str, list[str]] = {}
+    # The job's reconcile asks this on every change: one pass that keeps only the few
+    # instances that could not start; their services' other instances are looked at then.
+    failing: dict[str, list[str]] = {}
     for name in desired:
-        if specs[name].kind not in (InstanceKind.BENCHMARK, InstanceKind.SETUP):
-            by_service.setdefault(specs[name].service, []).append(name)
-    for _, names in sorted(by_service.items()):
-        if all(could_not_start(specs[n], statuses[n]) for n in names):
+        status = statuses[name]
+        if status.exit_code in _NEVER_RAN and could_not_start(specs[name], status):
+            failing.setdefault(specs[name].service, []).append(name)
+    if not failing:
+        return None
+    started = {
+        specs[n].service
+        for n in desired
+        if specs[n].service in failing
+        and specs[n].kind not in (InstanceKind.BENCHMARK, InstanceKind.SETUP)
+        and not could_not_start(specs[n], statuses[n])
+    }
+    for service, names in sorted(failing.items()):
+        if service not in started:
             first = sorted(names)[0]
             return could_not_start_text(specs[first], statuses[first])
     return None
@@ -461,18 +476,26 @@ def critical_failure(
     can take its place (`replace_lost` with `spares` left); of several, the one that ended
     first. Instances an edit or a replacement dropped (not in `desired`) no longer count.
     """
-    for name, status in sorted(statuses.items(), key=lambda item: _ended_at(item[1])):
+    # The job's reconcile asks this on every change: one pass, no sort of every instance.
+    first: tuple[float, str] | None = None
+    for name, status in statuses.items():
+        if status.phase is not Phase.LOST and status.phase is not Phase.FAILED:
+            continue
         spec = specs[name]
         if name not in desired or not spec.critical:
             continue
-        if status.phase is Phase.LOST and not (spec.replace_lost and spares):
-            return f"critical instance {name} was lost with its node {spec.node}"
-        if status.phase is Phase.FAILED:
-            how = (
-                f"signal {status.exit_signal}" if status.exit_signal else f"code {status.exit_code}"
-            )
-            return f"critical instance {name} on {spec.node} failed (exit {how}); see {spec.log}"
-    return None
+        if status.phase is Phase.LOST and spec.replace_lost and spares:
+            continue
+        if first is None or _ended_at(status) < first[0]:
+            first = (_ended_at(status), name)
+    if first is None:
+        return None
+    name = first[1]
+    status, spec = statuses[name], specs[name]
+    if status.phase is Phase.LOST:
+        return f"critical instance {name} was lost with its node {spec.node}"
+    how = f"signal {status.exit_signal}" if status.exit_signal else f"code {status.exit_code}"
+    return f"critical instance {name} on {spec.node} failed (exit {how}); see {spec.log}"
 
 
 @dataclass(frozen=True)

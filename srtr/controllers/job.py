@@ -53,7 +53,12 @@ async def reconcile(ctx: Ctx) -> Result | None:
         return None
     if job.phase is JobPhase.PENDING:
         store.job_launching()
-    alone = edit_decisions.failed_alone(store.specs, store.status, store.desired_names)
+    # Only a live edit adds instances (each edit a generation): none to look at before one.
+    alone = (
+        edit_decisions.failed_alone(store.specs, store.status, store.desired_names)
+        if job.generation > 1
+        else set()
+    )
     if alone:
         store.edit_failed(alone)
     gate = _gate(ctx)

@@ -4,29 +4,31 @@ A process inherits a soft RLIMIT_NOFILE of 1,024 on most hosts while its hard li
 higher; Go servers and systemd units raise the soft one to the hard one at start, and so does
 the controller (`raise_soft_limit`). Then `check` refuses, with one line before anything
 starts, a job whose instances and nodes need more than the hard limit allows: such a job
-would fail later, on a relaunch (`cannot open log: Too many open files`), with its restart
-budget spent in a second.
+would fail later, on a relaunch (`cannot open log: Too many open files`), or at its agents'
+connections, with its restart budget spent in a second.
 
-The estimate: per instance its pidfd and its log or probe socket while one is open; per node
-an agent's two connections; and a base for the run files, the event loop and the control
-and metrics listeners' unauthenticated connections at their caps (`listen_gate`), so that a
-flood of idle connections cannot take what relaunches need.
+The estimate is the backend's (`Capabilities.descriptors`: per node and per instance, in
+each of the controller's two descriptor tables, which the limit bounds one by one), plus a
+base for the run files, the event loop and the control and metrics listeners' unauthenticated
+connections at their caps (`listen_gate`), so that a flood of idle connections cannot take
+what relaunches need.
 """
 
 from __future__ import annotations
 
 import resource
 
+from srtr.backends.base import Descriptors
 from srtr.resources.errors import Problem, RecipeError
 from srtr.resources.objects import DesiredState
 
-PER_INSTANCE = 2
-PER_NODE = 2
 # Run files, the loop, stdio, and the control and metrics listeners' caps on unproved
 # connections (64 and 16). The agent channel's (1,024 each on its two ports) are not counted:
 # a job on a host whose hard limit is that low still runs, and a flood there waits in the
 # backlog once the cap or the limit is reached.
 BASE = 256 + 64 + 16
+# The exit watcher's table: its sockets to the event loops, and a margin.
+WATCHER_BASE = 32
 
 
 def raise_soft_limit() -> int:
@@ -41,22 +43,25 @@ def raise_soft_limit() -> int:
     return hard
 
 
-def needed(instances: int, nodes: int) -> int:
-    return BASE + PER_INSTANCE * instances + PER_NODE * nodes
+def needed(instances: int, nodes: int, per: Descriptors) -> int:
+    """The descriptors the fuller of the controller's two tables needs."""
+    main = BASE + per.per_node * nodes + per.per_instance * instances
+    watched = WATCHER_BASE + per.watched_per_node * nodes + per.watched_per_instance * instances
+    return max(main, watched)
 
 
-def check(instances: int, nodes: int, where: str = "srtr up") -> None:
+def check(instances: int, nodes: int, per: Descriptors, where: str = "srtr up") -> None:
     """Raise the soft limit; refuse (RecipeError, one line) a job that needs more."""
     limit = raise_soft_limit()
-    need = needed(instances, nodes)
+    need = needed(instances, nodes, per)
     if limit != resource.RLIM_INFINITY and need > limit:
         message = (
             f"{instances} instance(s) on {nodes} node(s) need about {need} open files, more "
             f"than this host allows (RLIMIT_NOFILE {limit}); raise `ulimit -Hn` or run "
-            "fewer instances"
+            "fewer nodes or instances"
         )
         raise RecipeError(where, [Problem((), message)])
 
 
-def check_desired(desired: DesiredState) -> None:
-    check(len(desired.instances), len(desired.nodes.allocation))
+def check_desired(desired: DesiredState, per: Descriptors) -> None:
+    check(len(desired.instances), len(desired.nodes.allocation), per)

@@ -144,7 +144,8 @@ async def run_job(
     socket, and turns SIGINT/SIGTERM/SIGHUP into a graceful teardown (a second SIGINT or
     SIGTERM kills).
     """
-    descriptors.check_desired(desired)  # the soft limit raised; a job that cannot fit refused
+    # The soft limit raised; a job that cannot fit refused.
+    descriptors.check_desired(desired, backend.capabilities.descriptors)
     run_lock.hold(run_dir)  # never two controllers of one run dir: refused here, at once
     ctx = new_ctx(desired, run_dir, backend, options.recipe_text, prober)
     ctx.source_pins = options.source_pins

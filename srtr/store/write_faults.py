@@ -149,9 +149,13 @@ def log_or_null(faults: WriteFaults, path: Path) -> Path:
     """
 
     def touch() -> None:
-        path.parent.mkdir(exist_ok=True)  # logs/; a vanished run dir is `restore_run_dir`'s
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW  # no link
-        os.close(os.open(path, flags, 0o644))
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:  # logs/ vanished; a vanished run dir is `restore_run_dir`'s
+            path.parent.mkdir(exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        os.close(fd)
 
     consequence = (
         f"this attempt of {path.stem}, as any other whose log cannot be opened, runs with "

@@ -24,6 +24,7 @@ Adoption (`adopt=True`, `srtr up --adopt`: the agents of a crashed controller re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import socket
@@ -39,7 +40,7 @@ from srtr.backends.agent.channel import LEASE, AgentServer, Connection
 from srtr.backends.agent.growth import Growth
 from srtr.backends.agent.probe_requests import ProbesOnAgents
 from srtr.backends.agent.probing import AgentProber as AgentProber
-from srtr.backends.agent.roster import Answers, Live, NodeState, wait_connected
+from srtr.backends.agent.roster import Answers, Live, LiveAttempts, NodeState, wait_connected
 from srtr.backends.agent.starter_base import EXIT_WAIT, EXIT_WAIT_AFTER_GOODBYES, Starter
 from srtr.backends.agent.watched import Watched
 from srtr.backends.base import (
@@ -67,6 +68,8 @@ FENCE_MARGIN = 0.5
 # launches on 1,024 hollow agents paid a round trip each (~1.5 ms, both ends mostly idle);
 # together they share the loops' wake-ups, reads and writes.
 LAUNCHES_IN_FLIGHT = 64
+# The controller's connections per agent: its TLS channel and its beat connection.
+CONNECTIONS_PER_AGENT = 2
 # A node whose agent died this many times (each replaced through a one-node step) is lost:
 # something there kills agents, and a fourth one would die too.
 MAX_RESPAWNS = 3
@@ -129,12 +132,13 @@ class AgentBackend(ProbesOnAgents):
         self._server: AgentServer | None = None
         self._started = asyncio.Lock()
         self._answers = Answers()
-        self._live: dict[str, Live] = {}
+        self._live = LiveAttempts()
         self._watched = Watched()  # probes the agents run in a loop (`watch`)
         self._on_step: set[str] = set()  # names whose current attempt is an srun step
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
         self._closing = False
         self._no_agents = asyncio.Event()  # set while no agent is connected
+        self._connected_hint = ""  # a node found connected (`_note_connections`)
         self._adoption = Adoption(self._nodes, self._start_agents, self._lose)
         self._growth = Growth(
             self._nodes, starter, self._start_agents, self._note_connections, grown
@@ -239,7 +243,7 @@ class AgentBackend(ProbesOnAgents):
             raise ValueError(f"the {self.name} backend has no simulated nodes to lose")
         if node not in self._nodes:
             raise ValueError(f"no node named {node!r}")
-        taken = sorted(n for n, live in self._live.items() if live.node == node)
+        taken = self._live.on(node)
         self._starter.kill(node, self.agent_pid(node))
         self._lose(node, f"node {node} was lost (simulated: its agent was killed)")
         return taken
@@ -477,7 +481,7 @@ class AgentBackend(ProbesOnAgents):
         if heard is None or lease <= 0:
             self._end_live(node, ObservationKind.LOST, why)
             return
-        names = [n for n, live in self._live.items() if live.node == node]
+        names = self._live.on(node)
         grace = max((self._graces.get(n, p.DEFAULT_GRACE) for n in names), default=0.0)
         fenced_in = max(0.0, heard + lease + grace + FENCE_MARGIN - time.monotonic())
         log.warning(
@@ -505,25 +509,37 @@ class AgentBackend(ProbesOnAgents):
         extra: dict[str, str] | None = None,
     ) -> None:
         """Every instance known to run on `node` is over: forget it and report it so."""
-        for name, live in sorted(self._live.items()):
-            if live.node == node:
-                del self._live[name]
-                self._deliver(
-                    Observation(
-                        kind=kind,
-                        name=name,
-                        attempt=live.attempt,
-                        pid=live.pid,
-                        message=why,
-                        exit_code=exit_code,
-                        signal=signal,
-                        extra=extra or {},
-                    )
+        for name in self._live.on(node):
+            live = self._live.get(name)
+            if live is None:  # a report of an earlier one ended it meanwhile
+                continue
+            del self._live[name]
+            self._deliver(
+                Observation(
+                    kind=kind,
+                    name=name,
+                    attempt=live.attempt,
+                    pid=live.pid,
+                    message=why,
+                    exit_code=exit_code,
+                    signal=signal,
+                    extra=extra or {},
                 )
+            )
 
     def _note_connections(self) -> None:
-        if all(s.conn is None for s in self._nodes.values()):
-            self._no_agents.set()
+        """Set `_no_agents` once no agent is connected. Asked at every agent's end: a
+        teardown's 10,000 ends would each scan the nodes, so the last connected node found
+        is looked at first, and a scan starts from the end (agents end in about the order
+        they began, so the last one found stays connected the longest)."""
+        hint = self._nodes.get(self._connected_hint)
+        if hint is not None and hint.conn is not None:
+            return
+        for name, state in reversed(self._nodes.items()):
+            if state.conn is not None:
+                self._connected_hint = name
+                return
+        self._no_agents.set()
 
     def _deliver(self, observation: Observation) -> None:
         # Later, not now: a launch whose answer just arrived resumes first (its task was
@@ -539,6 +555,9 @@ def _capabilities(steps: Backend | None, starter: Starter) -> Capabilities:
         simulated_nodes=starter.simulated,
         walltime=base.walltime,
         launches_in_flight=LAUNCHES_IN_FLIGHT,
+        descriptors=dataclasses.replace(
+            starter.descriptors, per_node=starter.descriptors.per_node + CONNECTIONS_PER_AGENT
+        ),
     )
 
 

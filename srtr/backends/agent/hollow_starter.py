@@ -23,7 +23,7 @@ from srtr.backends.agent.starter_base import (
     local_environment,
     verbatim,
 )
-from srtr.backends.base import LaunchSpec, NodeInfo
+from srtr.backends.base import Descriptors, LaunchSpec, NodeInfo
 from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups
 
 log = logging.getLogger("srtr")
@@ -121,6 +121,10 @@ class HollowAgents:
 
     simulated = True
     respawns = False  # a hollow node's agent is the node, as a local one's is
+    # One process for every node.
+    descriptors = Descriptors(
+        per_node=0, per_instance=0, watched_per_node=0, watched_per_instance=0
+    )
     NAME = "hollow-agents"
     fingerprint = ""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.probing import Status
-from srtr.backends.agent.roster import Answers, Live, NodeState
+from srtr.backends.agent.roster import Answers, LiveAttempts, NodeState
 from srtr.backends.agent.watched import Report, Watched
 from srtr.backends.base import LaunchError
 from srtr.backends.prober import probe_env
@@ -19,7 +19,7 @@ class ProbesOnAgents:
     """Mixed into `AgentBackend`: its nodes, live instances, waiting requests and watches."""
 
     _nodes: dict[str, NodeState]
-    _live: dict[str, Live]
+    _live: LiveAttempts
     _answers: Answers
     _watched: Watched
 

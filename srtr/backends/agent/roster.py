@@ -35,6 +35,32 @@ class Live:
     start: int | None = None  # the pid's kernel start time, as the agent read it
 
 
+class LiveAttempts(dict[str, Live]):
+    """The live attempts by instance name, indexed by node: a lost node's instances are
+    found without a pass over the whole job's (a teardown loses every node in turn).
+    Changed only through `[name] = live` and `del [name]`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_node: dict[str, set[str]] = {}
+
+    def __setitem__(self, name: str, live: Live) -> None:
+        old = self.get(name)
+        if old is not None:
+            self._by_node[old.node].discard(name)
+        super().__setitem__(name, live)
+        self._by_node.setdefault(live.node, set()).add(name)
+
+    def __delitem__(self, name: str) -> None:
+        live = self[name]
+        super().__delitem__(name)
+        self._by_node[live.node].discard(name)
+
+    def on(self, node: str) -> list[str]:
+        """The names of `node`'s live attempts, in name order."""
+        return sorted(self._by_node.get(node, ()))
+
+
 async def wait_connected(states: Sequence[NodeState]) -> None:
     """Wait until each of `states` is connected, lost or failed; one whose agent did not
     connect within `CONNECT_TIMEOUT` has failed."""

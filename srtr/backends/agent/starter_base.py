@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from srtr.backends.agent.protocol import TOKEN_ENV
-from srtr.backends.base import LaunchSpec, NodeInfo
+from srtr.backends.base import Descriptors, LaunchSpec, NodeInfo
 from srtr.backends.procgroup import inherited_environment
 from srtr.net.tls import FINGERPRINT_ENV
 
@@ -50,6 +50,9 @@ class Starter(Protocol):
     # A node whose agent died can get a new one (`respawn`). Not a simulated node: its agent
     # is the node, and its death is the node's loss.
     respawns: bool
+    # The controller's descriptors per node this starter holds, besides the agent's own
+    # connections (`backend.CONNECTIONS_PER_AGENT`, counted by the backend).
+    descriptors: Descriptors
 
     async def start(
         self, address: tuple[str, int], token: str, events: Events, *, spawn: bool = True

@@ -35,7 +35,7 @@ from srtr.backends.agent.starter_base import (
     local_environment,
     verbatim,
 )
-from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo
+from srtr.backends.base import Descriptors, LaunchError, LaunchSpec, NodeInfo
 from srtr.backends.local.node_tmp import NodeTmp
 from srtr.backends.procgroup import Attempt, ExitStatus, ProcessGroups, kill_group
 from srtr.backends.slurm import cmd as slurm_cmd
@@ -49,6 +49,10 @@ class LocalAgents:
 
     simulated = True
     fingerprint = ""
+    # Each agent in its node's view (a mount namespace's descriptor), and its pidfd.
+    descriptors = Descriptors(
+        per_node=1, per_instance=0, watched_per_node=1, watched_per_instance=0
+    )
 
     def __init__(
         self,
@@ -174,6 +178,10 @@ class SlurmAgents:
 
     simulated = False
     respawns = True
+    # One srun client for every agent (and one for each respawned agent's step).
+    descriptors = Descriptors(
+        per_node=0, per_instance=0, watched_per_node=0, watched_per_instance=0
+    )
     STEP_NAME = "srtr-agents"
     fingerprint = ""
 
