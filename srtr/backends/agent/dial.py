@@ -1,5 +1,5 @@
 """How the node agent reaches its controller: the TLS connection (retried while the
-controller starts), the plain beat connection of a session, and the run dir's rendezvous
+controller starts; heartbeats and messages both travel on it), and the run dir's rendezvous
 file, where a controller that adopts the job says where it listens.
 
 Standard library and `srtr.net.tls` (stdlib `ssl` and `hashlib`) only, as the node agent it is
@@ -18,13 +18,6 @@ from srtr.backends.agent import protocol as p
 from srtr.net import tls
 
 HANDSHAKE_TIMEOUT = 30.0
-
-
-async def open_beats(host: str, port: int, token: str) -> asyncio.StreamWriter:
-    """The beat connection of a session: plain TCP to the controller, named by `token`."""
-    _, writer = await asyncio.open_connection(host, port)
-    writer.write(token.encode() + b"\n")
-    return writer
 
 
 def read_rendezvous(path: Path) -> tuple[str, int] | None:

@@ -11,8 +11,8 @@ readiness probes here on the node (`prober.ProbeRunner`), and reports every exit
 heartbeat every period the controller chose, so the controller sees a silent node within
 seconds.
 
-The heartbeats go on a plain TCP connection of their own (the `Welcome` says where; one
-byte each, `protocol`), which the controller only sees arrive (`channel`, "Heartbeats").
+The heartbeats are empty lines on the same connection (`protocol.BEAT`): the controller
+holds one descriptor per agent (`channel`, "Heartbeats").
 
 The lease: the agent fences itself when cut off from its controller, so that no instance
 runs twice (`lease.py`; docs/agents.md, "The lease").
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Protocol
 
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, connect, open_beats, read_rendezvous
+from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, connect, read_rendezvous
 from srtr.backends.agent.lease import Lease
 from srtr.backends.agent.node_env import inherited_env
 from srtr.backends.agent.node_watch import Probes, Watches
@@ -76,8 +76,8 @@ EXIT_AUTH = 3
 EXIT_CONNECT = 4
 
 
-# The TLS connection (reader, writer), the beat connection's writer, the heartbeat period.
-Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamWriter, float]
+# The TLS connection (reader, writer), the heartbeat period.
+Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, float]
 
 
 class Started(Protocol):
@@ -210,21 +210,17 @@ class Agent:
                 except tls.PinError as exc:
                     raise HandshakeError(f"not our controller: {exc}") from None
             welcome = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
-            beats = await asyncio.wait_for(
-                open_beats(host, welcome.beat_port, welcome.beat_token), HANDSHAKE_TIMEOUT
-            )
         except BaseException:
             writer.close()
             raise
-        self._lease.beats = beats
+        self._lease.beats = writer
         log.info("agent %s: serving the controller at %s:%d", self.node, host, port)
-        return reader, writer, beats, welcome.heartbeat
+        return reader, writer, welcome.heartbeat
 
     async def _session(
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        beats: asyncio.StreamWriter,
         heartbeat: float,
     ) -> tuple[str, bool]:
         """Serve one controller; (why it ended, whether it told us to stop)."""
@@ -239,7 +235,6 @@ class Agent:
             beating.cancel()
             serving.cancel()
             writer.close()
-            beats.close()
 
     async def _rejoin(self, deadline: float) -> Session | None:
         """Join whichever controller the rendezvous file names, until `deadline`."""

@@ -15,19 +15,17 @@ agent's environment, never in argv):
 So the token itself never crosses the wire, a process that does not hold it cannot pose as
 an agent (and learn instance specs) nor as the controller (and start processes), and a proof
 cannot be replayed on another connection (fresh nonces). `srtr up` runs all of it inside
-TLS with a pinned job certificate (`channel`); only the heartbeats below go in the clear,
-and they carry nothing.
+TLS with a pinned job certificate (`channel`), heartbeats included.
 
 Controller → agent: `Launch`, `Signal`, `Probe`, `Watch`, `Shutdown`. Agent → controller:
 `Launched` / `LaunchFailed` (the answer to a `Launch`, same `seq`), `Exited`, `ProbeResult`
 (same `seq` as its `Probe`), `Health` (a `Watch`'s transitions), `Bye` (after a `Shutdown`,
 when every instance of the node has been reaped and reported).
 
-Heartbeats are not messages. They go on a second, plain TCP connection of their own, to the
-`Welcome`'s `beat_port`: the agent sends the `Welcome`'s `beat_token` and a newline, then
-one byte (`BEAT`) every heartbeat period. The controller never reads them one by one: a
-byte's arrival is all it needs (`channel`, "Heartbeats"), and TCP's acknowledgement of it
-is the agent's lease (`node`, "The lease").
+Heartbeats are not messages: an empty line (`BEAT`) every heartbeat period, on the same
+connection (the controller holds one descriptor per agent: `channel`, "Heartbeats"). Its
+arrival is all it says, and TCP's acknowledgement of it is the agent's lease (`node`, "The
+lease").
 """
 
 from __future__ import annotations
@@ -43,11 +41,11 @@ from typing import Any, ClassVar
 from srtr.backends.base import LaunchSpec
 from srtr.resources.objects import ProbeKind, ProbeSpec
 
-VERSION = 2  # 2: heartbeats on a connection of their own, no Renew
+VERSION = 3  # 3: heartbeats on the one connection, as empty lines
 # The longest line either side reads: a launch with a large environment fits.
 MAX_LINE = 16 * 1024 * 1024
 TOKEN_ENV = "SRTR_AGENT_TOKEN"
-BEAT = b"."  # one heartbeat, on the beat connection
+BEAT = b"\n"  # one heartbeat: an empty line
 DEFAULT_GRACE = 30.0  # a Launch without a grace (an older controller): the recipe's default
 
 
@@ -79,15 +77,11 @@ class Hello:
 @dataclass(frozen=True)
 class Welcome:
     """`lease`: seconds the agent may go with no heartbeat acknowledged before it fences
-    itself (stops its instances); 0: no lease. `beat_port`, `beat_token`: where the agent
-    sends its heartbeats (the controller's host, that port) and how that connection says
-    whose it is (a secret of this session; it crossed the wire only inside this one)."""
+    itself (stops its instances); 0: no lease. `heartbeat`: how often it sends `BEAT`."""
 
     TYPE: ClassVar[str] = "welcome"
     proof: str
     heartbeat: float
-    beat_port: int
-    beat_token: str
     lease: float = 0.0
 
 
