@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import select
 import socket
 import ssl
 import struct
@@ -54,7 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent.beats import HANGUP, BeatSockets
 from srtr.backends.agent.coalesced import CoalescedReader
+from srtr.backends.agent.frames import KEY, ForgedBeat, Splitter
 from srtr.backends.agent.tls_bytes import TlsBytes
 from srtr.net.listen_gate import Gate, Limits, Ticket, listen, shown
 
@@ -79,6 +82,12 @@ MAX_PENDING = 1024
 PER_SOURCE = 1024
 MAX_HELLO = 32 * 1024
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
+# An agent's socket is read (its heartbeats' tags checked, its receive buffer emptied, a
+# message whose doorbell was lost found) once the watcher saw this many arrivals on it.
+READ_EVERY = 4
+# What wakes the loop for an agent's socket (`coalesced`): a message's doorbell (urgent
+# data), or its end. Not plain bytes: a heartbeat must not wake it.
+_DOORBELL = select.EPOLLPRI | select.EPOLLRDHUP
 
 
 class Transport(Protocol):
@@ -169,6 +178,7 @@ class AgentServer:
         self._conns: OrderedDict[Connection, None] = OrderedDict()
         self._watcher: asyncio.Task[None] | None = None
         self.reader = CoalescedReader(_RECEIVED, handler.awaiting)
+        self.beats: BeatSockets[_AgentProtocol] = BeatSockets()
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str) -> tuple[str, int]:
@@ -228,8 +238,9 @@ class AgentServer:
             task.cancel()
         await asyncio.sleep(0)  # the transports' closes run
         self.reader.close()
+        self.beats.close()
 
-    def _admit(self, hello: p.Message, transport: Transport, nonce: str) -> bool:
+    def _admit(self, hello: p.Message, transport: Transport, nonce: str, key: bytes) -> bool:
         """Answer an agent's first line: Welcome, or a refusal (False: close it)."""
         if not isinstance(hello, p.Hello):
             raise p.ProtocolError(f"expected hello, got {type(hello).__name__}")
@@ -250,7 +261,9 @@ class AgentServer:
             transport.write(p.encode(p.Shutdown(refusal)))
             return False
         proof = p.proof(self._token, "controller", hello.nonce, hello.node)
-        welcome = p.Welcome(proof=proof, heartbeat=self.heartbeat, lease=self.lease)
+        welcome = p.Welcome(
+            proof=proof, heartbeat=self.heartbeat, lease=self.lease, beat_key=key.hex()
+        )
         transport.write(p.encode(welcome))
         return True
 
@@ -277,6 +290,7 @@ class AgentServer:
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
+            self._heard_beats(now)
             if now - last > 2 * period + 0.1:
                 # We were not running: the agents' lines may be waiting unread. (The order
                 # by last_seen holds: the oldest all become the same.)
@@ -296,6 +310,21 @@ class AgentServer:
                 break
             found.append(conn)
         return found
+
+    def _heard_beats(self, now: float) -> None:
+        """Count every agent whose socket had bytes arrive since the last look as heard
+        `now`; read those seen often enough since their last read, or that hung up."""
+        conns = self._conns
+        for agent, events in self.beats.arrived():
+            conn = agent.conn
+            if conn is None or conn.gone:
+                continue
+            conn.last_seen = now
+            conns.move_to_end(conn)
+            agent.notices += 1
+            if agent.notices >= READ_EVERY or events & HANGUP:
+                agent.notices = 0
+                self.reader.drain(agent.fd)
 
     def heard(self, conn: Connection) -> None:
         """`conn` sent something just now."""
@@ -326,7 +355,14 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._nonce = secrets.token_hex(16)
         self._fd = -1  # while the server's CoalescedReader reads it
         self._read_error: OSError | None = None
+        self._frames = Splitter(secrets.token_bytes(KEY), tls=server.tls is not None)
+        self.notices = 0  # arrivals the watcher saw since the last read
         self.conn: Connection | None = None
+
+    @property
+    def fd(self) -> int:
+        """Its socket's descriptor while the server reads it; -1 before and after."""
+        return self._fd
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -341,18 +377,33 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         return _RECEIVED_VIEW
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._tls is not None:
-            self._decrypted(nbytes)
+        conn = self.conn
+        before = self._frames.beats
+        try:
+            stream = self._frames.feed(_RECEIVED_VIEW[:nbytes])
+        except ForgedBeat as exc:
+            if conn is None:
+                self._refuse("a forged heartbeat")
+            else:  # not our agent's bytes: its node counts as silent since it was heard
+                self._server._end(
+                    conn, f"its connection carried a forged heartbeat: {exc}", silent=True
+                )
             return
-        if self.conn is not None:
-            self._server.heard(self.conn)
-        self.data_received(bytes(_RECEIVED_VIEW[:nbytes]))
+        if conn is not None:
+            conn.beats += self._frames.beats - before
+        if self._tls is not None:
+            self._decrypted(stream)
+            return
+        if conn is not None:
+            self._server.heard(conn)
+        if stream:
+            self.data_received(stream)
 
-    def _decrypted(self, nbytes: int) -> None:
+    def _decrypted(self, stream: bytes) -> None:
         """`buffer_updated` over TLS: the same, on the plaintext of what arrived."""
         assert self._tls is not None
         try:
-            data = self._tls.feed(_RECEIVED_VIEW[:nbytes])
+            data = self._tls.feed(stream)
         except ssl.SSLError as exc:
             if self.conn is not None:
                 self._fail(f"TLS failed: {exc}")
@@ -380,6 +431,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
 
     def ended(self, exc: OSError | None) -> None:
         """The server's reader saw this connection end (or fail); asyncio reports it next."""
+        self._server.beats.remove(self._fd)
         self._fd = -1
         self._read_error = exc
         if self._transport is not None:
@@ -392,6 +444,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._ticket.closed()
         if self._fd >= 0:
             self._server.reader.remove(self._fd)
+            self._server.beats.remove(self._fd)
             self._fd = -1
         exc = exc or self._read_error
         if self.conn is not None:
@@ -418,7 +471,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         assert self._transport is not None and self._io is not None
         try:
             hello = p.decode(line)
-            admitted = self._server._admit(hello, self._io, self._nonce)
+            admitted = self._server._admit(hello, self._io, self._nonce, self._frames.key)
         except p.ProtocolError:
             self._refuse("not a hello")  # its text stays out of the log
             return
@@ -435,10 +488,12 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         )
         self._server._connected(self.conn)
         if not self._transport.is_closing():
-            # From now on its lines are read in batches (`coalesced`), not one wake-up each.
+            # From now on its messages are read in batches (`coalesced`) when their doorbell
+            # rings, and its heartbeats only seen arrive (`beats`): "Heartbeats" above.
             self._transport.pause_reading()
             self._fd = self._transport.get_extra_info("socket").fileno()
-            self._server.reader.add(self._fd, self)
+            self._server.reader.add(self._fd, self, _DOORBELL)
+            self._server.beats.add(self._fd, self)
 
     def _refuse(self, why: str) -> None:
         """Close a connection that has not proved itself: counted, not logged one by one."""

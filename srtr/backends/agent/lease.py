@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent.dial import Wire
 
 log = logging.getLogger("srtr.agent")
 
@@ -60,6 +61,7 @@ class Lease:
         self.length = 0.0
         self.since = 0.0
         self.beats: asyncio.StreamWriter | None = None  # this session's connection
+        self.wire: Wire | None = None  # and how its heartbeats go on it
         self.fenced: str | None = None  # why the agent fenced itself, while it is
         self._fenced_until = 0.0  # when its last instance's grace ends
         self.gave_up = False  # no word for the lease and the adopt window: stop for good
@@ -163,11 +165,11 @@ class Lease:
 
     def _write_beat(self) -> bool:
         """One heartbeat; whether it went."""
-        beats = self.beats
-        if self.muted or beats is None or beats.is_closing():
+        beats, wire = self.beats, self.wire
+        if self.muted or beats is None or wire is None or beats.is_closing():
             return False
         try:
-            beats.write(p.BEAT)
+            wire.beat()
         except OSError:
             return False
         return True

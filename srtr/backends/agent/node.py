@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Protocol
 
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, connect, read_rendezvous
+from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, Wire, connect, read_rendezvous
 from srtr.backends.agent.lease import Lease
 from srtr.backends.agent.node_env import inherited_env
 from srtr.backends.agent.node_watch import Probes, Watches
@@ -161,6 +161,7 @@ class Agent:
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._watches = Watches(node, self._probes, self._send)  # probe loops (`node_watch`)
         self._writer: asyncio.StreamWriter | None = None
+        self._wire: Wire | None = None  # rings the controller's doorbell after each message
         self._tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(node, self._groups, self._window)
 
@@ -203,6 +204,7 @@ class Agent:
         """Connect to host:port and prove who we are; the session to serve."""
         reader, writer = await connect(host, port, within, tls=self._fingerprint is not None)
         self._writer = writer
+        self._wire = None  # until the Welcome gives the session's key
         try:
             if self._fingerprint is not None:
                 try:
@@ -214,6 +216,7 @@ class Agent:
             writer.close()
             raise
         self._lease.beats = writer
+        self._wire = self._lease.wire = Wire(writer, welcome.beat_key)
         log.info("agent %s: serving the controller at %s:%d", self.node, host, port)
         return reader, writer, welcome.heartbeat
 
@@ -388,6 +391,8 @@ class Agent:
             return
         with contextlib.suppress(OSError):
             writer.write(line)
+            if self._wire is not None:
+                self._wire.ring()
 
 
 async def _main(args: argparse.Namespace, node: str, token: str, fingerprint: str) -> int:

@@ -22,10 +22,12 @@ Controller â†’ agent: `Launch`, `Signal`, `Probe`, `Watch`, `Shutdown`. Agent â†
 (same `seq` as its `Probe`), `Health` (a `Watch`'s transitions), `Bye` (after a `Shutdown`,
 when every instance of the node has been reaped and reported).
 
-Heartbeats are not messages: an empty line (`BEAT`) every heartbeat period, on the same
-connection (the controller holds one descriptor per agent: `channel`, "Heartbeats"). Its
-arrival is all it says, and TCP's acknowledgement of it is the agent's lease (`node`, "The
-lease").
+Heartbeats are not messages: a frame between the stream's records every heartbeat period,
+on the same connection, tagged with the `Welcome`'s `beat_key` (`frames`; the controller
+holds one descriptor per agent and never wakes for a heartbeat: `channel`, "Heartbeats").
+Its arrival is all it says, and TCP's acknowledgement of it is the agent's lease (`node`,
+"The lease"). `BEAT`, an empty line in the stream, is the same heartbeat where the agent
+cannot write frames.
 """
 
 from __future__ import annotations
@@ -41,11 +43,11 @@ from typing import Any, ClassVar
 from srtr.backends.base import LaunchSpec
 from srtr.resources.objects import ProbeKind, ProbeSpec
 
-VERSION = 3  # 3: heartbeats on the one connection, as empty lines
+VERSION = 3  # 3: heartbeats on the one connection, as tagged frames
 # The longest line either side reads: a launch with a large environment fits.
 MAX_LINE = 16 * 1024 * 1024
 TOKEN_ENV = "SRTR_AGENT_TOKEN"
-BEAT = b"\n"  # one heartbeat: an empty line
+BEAT = b"\n"  # one heartbeat as a line of the stream (`frames.beat` is the usual one)
 DEFAULT_GRACE = 30.0  # a Launch without a grace (an older controller): the recipe's default
 
 
@@ -77,12 +79,14 @@ class Hello:
 @dataclass(frozen=True)
 class Welcome:
     """`lease`: seconds the agent may go with no heartbeat acknowledged before it fences
-    itself (stops its instances); 0: no lease. `heartbeat`: how often it sends `BEAT`."""
+    itself (stops its instances); 0: no lease. `heartbeat`: how often it sends one;
+    `beat_key`: the session's key of their tags (hex; `frames.beat_tag`)."""
 
     TYPE: ClassVar[str] = "welcome"
     proof: str
     heartbeat: float
     lease: float = 0.0
+    beat_key: str = ""
 
 
 @dataclass(frozen=True)
