@@ -391,7 +391,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             return
         if conn is not None:
             conn.beats += self._frames.beats - before
-        if self._tls is not None:
+        if self._tls is not None and stream:
             self._decrypted(stream)
             return
         if conn is not None:
