@@ -73,13 +73,13 @@ class Wire:
         self._owed = not self._key or not self._clear() or self._raw.get_write_buffer_size() > 0
         if self._owed:
             return
-        fd = self._raw.get_extra_info("socket").fileno()
-        sock = socket.socket(fileno=fd)  # a view of the transport's socket, never closed here
-        try:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, AttributeError):  # a socket closing meanwhile
+            fd = self._raw.get_extra_info("socket").fileno()
+            sock = socket.socket(fileno=fd)  # a view of the transport's socket, never closed
+            try:
                 sock.send(bytes((frames.BELL,)), socket.MSG_OOB)
-        finally:
-            sock.detach()
+            finally:
+                sock.detach()
 
 
 def read_rendezvous(path: Path) -> tuple[str, int] | None:
