@@ -6,10 +6,14 @@ what happens over one TCP connection to the controller. The modules:
 
 - `protocol.py`: the messages, their encoding (newline-delimited JSON) and the token proofs;
   pure.
+- `frames.py`: what an agent sends on its connection besides TLS records, between them:
+  tagged heartbeat frames and the doorbell after a message; pure.
 - `node.py`: the agent process (`python -m srtr.backends.agent.node`), with its lease in
   `lease.py`, its dialling in `dial.py` and its instances' environment in `node_env.py`; none
   imports anything of the controller side.
-- `channel.py`: the controller's end of the connections (accept, authenticate, heartbeats).
+- `channel.py`: the controller's end of the connections (accept, authenticate, heartbeats),
+  one descriptor per agent (`FDS_PER_AGENT`); what wakes the loop for a socket in
+  `coalesced.py`, which sockets had heartbeats arrive in `beats.py`.
 - `starters.py`: how the agents are started: one process per simulated node (local) or one
   srun step for the whole allocation (SLURM); hollow mode's in `hollow_starter.py`, what
   every starter is in `starter_base.py`.

@@ -1,10 +1,11 @@
-"""The heartbeat sockets of every agent, looked at only when the silence watcher looks.
+"""The agents' sockets as the silence watcher sees them: which had bytes arrive since it looked.
 
-A heartbeat says only that it came (`protocol.BEAT`), so its socket is never read one byte at
-a time and never wakes the event loop: the sockets sit in an epoll of their own,
-edge-triggered, that only `arrived` polls, on the watcher's ticks (`channel`, "Heartbeats").
-Edge-triggered, the kernel reports each socket once per look however many bytes came, and
-whether or not the earlier ones were read; the bytes are drained now and then (`drain`).
+A heartbeat says only that it came (`frames`), so it is never read on its own and never
+wakes the event loop: every agent's socket sits, besides the batch reader's epoll (which
+wakes the loop for a message's doorbell only), in an epoll of its own, edge-triggered, that
+only `arrived` polls, on the watcher's ticks (`channel`, "Heartbeats"). Edge-triggered, the
+kernel reports each socket once per look however many bytes came, and whether or not the
+earlier ones were read; the channel reads them every few heartbeats.
 
 Why not the batch reader's epoll (`coalesced`), which the loop watches: that epoll leaves the
 loop's for each batch window and joins it again after, and joining one epoll to another
@@ -15,7 +16,6 @@ second spread over several windows, that walk was most of an idle controller's C
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 from typing import Generic, TypeVar
 
@@ -55,13 +55,6 @@ class BeatSockets(Generic[T]):
             if owner is not None:
                 found.append((owner, events))
         return found
-
-    @staticmethod
-    def drain(fd: int) -> None:
-        """Drop what waits in `fd` (heartbeats are one byte each: a read now and then keeps
-        the receive buffer, and so the agent's acknowledgements, from ever filling up)."""
-        with contextlib.suppress(OSError):
-            os.read(fd, 64 * 1024)
 
     def close(self) -> None:
         self._owners.clear()

@@ -16,32 +16,26 @@ certificate's fingerprint (`srtr.net.tls`); the token's proofs still authenticat
 A stalled event loop (a long state.json write under load) must not read as silent agents:
 the watcher only counts silence while it runs on time itself.
 
-Heartbeats: each agent opens a second connection, plain TCP, to the beat port (`beat_port`,
-same host), names itself with the `beat_token` its Welcome carried (a secret of this session,
-sent only inside the TLS channel), and then writes one byte a second (`protocol.BEAT`), on
-whole seconds of the wall clock (`lease.Lease.beat`). The controller never reads those bytes
-one by one, and they never wake its loop: the beat sockets sit in an epoll of their own
-(`beats`) that the watcher polls when it looks, every 0.25 s, so a heartbeat costs its share
-of one epoll_wait and a dictionary lookup, no read, no decrypt; the bytes are drained every
-`DRAIN_EVERY` heartbeats. At 1,024 hollow agents the idle controller went from 3.7 % of a
-core (TLS heartbeat records decrypted, and renewals encrypted to every agent every 2 s) to
-about the floor of an idle job (benchmarks/README). What a heartbeat carries is only that it
-came: no secret crosses in the clear.
+Heartbeats: one line a second on the agent's one connection (`protocol.BEAT`, an empty line,
+encrypted as every other), on whole seconds of the wall clock (`lease.Lease.beat`), read with
+the other lines in the batch reader's windows (`coalesced`): the controller holds ONE
+descriptor per agent, so 10,000 agents fit a host's 20,000 (`FDS_PER_AGENT`). Heartbeats on
+a plain connection of their own, seen arrive in an epoll the watcher alone polled, cost the
+idle controller less, but two descriptors per agent: docs/agents.md, "One connection per
+agent", has the figures of both.
 
 The connections are kept oldest-heard first, so the watcher reads only the silent ones and
-the first live one. A heartbeat counts as heard when the watcher sees it (at most 0.25 s
-after it came: never earlier than it was sent, which the lease below needs), so a silent
-agent is lost at most SILENCE + 0.5 s after its last heartbeat.
+the first live one. A line counts as heard when the batch reader reads it (never earlier
+than it was sent, which the lease below needs), so a silent agent is lost at most
+SILENCE + WATCH + the batch window after its last heartbeat.
 
 The lease, kept by TCP: an agent whose heartbeats the controller's kernel has stopped
 acknowledging for LEASE seconds fences itself (`node`, "The lease"), so the controller knows,
 by its own clock, that an agent it last heard at `last_seen` stopped its instances by
-`last_seen + LEASE + their grace`. That holds because a lost connection's beat socket is
-reset (SO_LINGER 0) the moment it is judged lost: no heartbeat is acknowledged after the
-controller stopped counting them. One timer and no write per agent: the renewals it replaced
-were 512 TLS writes a second at 1,024 agents. A controller that is only stalled still has its
-kernel acknowledging, so its agents keep their work, and its watcher does not count its own
-stall as their silence.
+`last_seen + LEASE + their grace`. That holds because a lost connection is reset (SO_LINGER 0)
+the moment it is judged lost: no heartbeat is acknowledged after the controller stopped
+counting them. A controller that is only stalled still has its kernel acknowledging, so its
+agents keep their work, and its watcher does not count its own stall as their silence.
 """
 
 from __future__ import annotations
@@ -50,6 +44,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import select
 import socket
 import ssl
 import struct
@@ -62,6 +57,7 @@ from typing import Any, Protocol
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.beats import HANGUP, BeatSockets
 from srtr.backends.agent.coalesced import CoalescedReader
+from srtr.backends.agent.frames import KEY, ForgedBeat, Splitter
 from srtr.backends.agent.tls_bytes import TlsBytes
 from srtr.net.listen_gate import Gate, Limits, Ticket, listen, shown
 
@@ -71,7 +67,8 @@ HEARTBEAT = 1.0  # how often agents send one
 SILENCE = 2.5  # an agent not heard from for this long is gone
 LEASE = 5.0  # an agent with no heartbeat acknowledged for this long fences itself
 WATCH = 0.25  # how often the watcher looks (at most)
-HANDSHAKE_TIMEOUT = 10.0  # for an admitted agent to open its beat connection
+# The controller's descriptors per agent: its one connection (the start-up refusal check).
+FDS_PER_AGENT = 1
 BACKLOG = 4096  # a thousand agents dial at once: no SYN may wait for TCP's 1 s retry
 # Before a connection proved itself (`listen_gate`): how long it may take, TLS handshake
 # included; how many may be unproved at once (the rest wait in the backlog: more agents than
@@ -84,10 +81,13 @@ PROOF_DEADLINE = 5.0
 MAX_PENDING = 1024
 PER_SOURCE = 1024
 MAX_HELLO = 32 * 1024
-# Heartbeat bytes are read (and dropped) once this many arrived: a byte a second, and the
-# socket's receive buffer holds ~100 KiB.
-DRAIN_EVERY = 4096
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
+# An agent's socket is read (its heartbeats' tags checked, its receive buffer emptied, a
+# message whose doorbell was lost found) once the watcher saw this many arrivals on it.
+READ_EVERY = 4
+# What wakes the loop for an agent's socket (`coalesced`): a message's doorbell (urgent
+# data), or its end. Not plain bytes: a heartbeat must not wake it.
+_DOORBELL = select.EPOLLPRI | select.EPOLLRDHUP
 
 
 class Transport(Protocol):
@@ -110,9 +110,7 @@ class Connection:
     gone: bool = False
     # [name, attempt, pid, start] of the attempts the agent kept through a controller crash.
     live: list[list[Any]] = field(default_factory=list)
-    beat_token: str = ""  # how its beat connection names it (`Welcome.beat_token`)
-    beat: _Beat | None = None  # its beat connection, once it opened it
-    beats: int = 0  # heartbeats seen so far
+    beats: int = 0  # heartbeats read so far
 
     def send(self, message: p.Message) -> None:
         """Queue `message`; a connection that is closing drops it (its end is reported)."""
@@ -124,8 +122,14 @@ class Connection:
     def close(self, *, reset: bool = False) -> None:
         """Close it; `reset`: no heartbeat in flight gets acknowledged after this (a lost
         node's lease must stop at our last look, "The lease" above)."""
-        if self.beat is not None:
-            self.beat.close(reset=reset)
+        if reset:
+            with contextlib.suppress(OSError, AttributeError):
+                sock = self.transport.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+            abort = getattr(self.transport, "abort", None)
+            if abort is not None:
+                abort()
+                return
         self.transport.close()
 
 
@@ -168,36 +172,25 @@ class AgentServer:
         self.silence = silence
         self.lease = lease
         self._server: Gate | None = None
-        self._beat_server: Gate | None = None
         self._opening: set[asyncio.Task[Any]] = set()
-        self.beat_port = 0
-        # Admitted, their beat connection not yet open: by beat token; each ends if it does
-        # not open one in time (`_unbeaten`).
-        self._unclaimed: dict[str, Connection] = {}
         # Oldest-heard first (`heard` moves a connection to the end), so the watcher finds
         # the silent ones without a loop in Python over a thousand connections.
         self._conns: OrderedDict[Connection, None] = OrderedDict()
         self._watcher: asyncio.Task[None] | None = None
         self.reader = CoalescedReader(_RECEIVED, handler.awaiting)
-        self.beats: BeatSockets[_Beat] = BeatSockets()
+        self.beats: BeatSockets[_AgentProtocol] = BeatSockets()
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str) -> tuple[str, int]:
         """Listen on an ephemeral port of `host`; return the (host, port) agents dial."""
         limits = Limits(MAX_PENDING, PER_SOURCE, PROOF_DEADLINE)
         self._server = Gate("agents", listen(host, backlog=BACKLOG), self._serve_agent, limits)
-        beats = listen(host, backlog=BACKLOG)
-        self._beat_server = Gate("agents' heartbeats", beats, self._serve_beat, limits)
         self.address = (host, self._server.port)
-        self.beat_port = self._beat_server.port
         self._watcher = asyncio.create_task(self._watch())
         return self.address
 
     def _serve_agent(self, sock: socket.socket, ticket: Ticket) -> None:
         self._open(sock, ticket, _AgentProtocol(self, ticket))
-
-    def _serve_beat(self, sock: socket.socket, ticket: Ticket) -> None:
-        self._open(sock, ticket, _Beat(self, ticket))
 
     def _open(self, sock: socket.socket, ticket: Ticket, protocol: asyncio.BaseProtocol) -> None:
         """A transport for an accepted socket, made at once as asyncio's own accept loop
@@ -224,23 +217,22 @@ class AgentServer:
     def refusals(self) -> dict[str, int]:
         """What the listeners refused so far, by what (tests, status)."""
         found: dict[str, int] = {}
-        for gate in (self._server, self._beat_server):
-            if gate is not None:
-                for what, n in gate.summary.total.items():
-                    found[f"{gate.name}: {what}"] = n
+        gate = self._server
+        if gate is not None:
+            for what, n in gate.summary.total.items():
+                found[f"{gate.name}: {what}"] = n
         return found
 
     def connections(self) -> Iterable[Connection]:
-        return [*self._unclaimed.values(), *self._conns]
+        return list(self._conns)
 
     async def close(self) -> None:
         """Stop listening and watching, and close every connection."""
         if self._watcher is not None:
             self._watcher.cancel()
-        for server in (self._server, self._beat_server):
-            if server is not None:
-                server.close()
-        for conn in [*self._unclaimed.values(), *self._conns]:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._conns):
             conn.close()
         for task in list(self._opening):
             task.cancel()
@@ -248,9 +240,8 @@ class AgentServer:
         self.reader.close()
         self.beats.close()
 
-    def _admit(self, hello: p.Message, transport: Transport, nonce: str) -> str | None:
-        """Answer an agent's first line: Welcome (its beat token), or a refusal (None:
-        close it)."""
+    def _admit(self, hello: p.Message, transport: Transport, nonce: str, key: bytes) -> bool:
+        """Answer an agent's first line: Welcome, or a refusal (False: close it)."""
         if not isinstance(hello, p.Hello):
             raise p.ProtocolError(f"expected hello, got {type(hello).__name__}")
         if not isinstance(hello.node, str) or not isinstance(hello.proof, str):
@@ -258,7 +249,7 @@ class AgentServer:
         if not p.verify(self._token, "agent", nonce, hello.node, hello.proof):
             # Nothing the peer wrote is logged: it has not proved it may write to our log.
             self._refused("wrong proof")
-            return None
+            return False
         refusal = self._handler.refuse(hello.node)
         if refusal is not None:
             log.warning(
@@ -268,51 +259,25 @@ class AgentServer:
                 refusal,
             )
             transport.write(p.encode(p.Shutdown(refusal)))
-            return None
+            return False
         proof = p.proof(self._token, "controller", hello.nonce, hello.node)
-        token = secrets.token_hex(16)
         welcome = p.Welcome(
-            proof=proof,
-            heartbeat=self.heartbeat,
-            beat_port=self.beat_port,
-            beat_token=token,
-            lease=self.lease,
+            proof=proof, heartbeat=self.heartbeat, lease=self.lease, beat_key=key.hex()
         )
         transport.write(p.encode(welcome))
-        return token
+        return True
 
     def _refused(self, why: str) -> None:
         if self._server is not None:
             self._server.summary.count(f"refused ({why})")
 
-    def _beat_refused(self, why: str) -> None:
-        if self._beat_server is not None:
-            self._beat_server.summary.count(f"refused ({why})")
-
     def _connected(self, conn: Connection) -> None:
-        self._unclaimed[conn.beat_token] = conn
-        asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self._unbeaten, conn)
-        self._handler.connected(conn)
-
-    def _unbeaten(self, conn: Connection) -> None:
-        if self._unclaimed.get(conn.beat_token) is conn:
-            why = f"its agent opened no heartbeat connection within {HANDSHAKE_TIMEOUT:g}s"
-            self._end(conn, why, silent=True)
-
-    def _claim(self, token: str, beat: _Beat) -> Connection | None:
-        """The admitted connection whose beat connection `beat` is (None: no such token)."""
-        conn = self._unclaimed.pop(token, None)
-        if conn is None or conn.gone:
-            return None
-        conn.beat = beat
         conn.last_seen = time.monotonic()
         self._conns[conn] = None  # from now on its silence counts
-        return conn
+        self._handler.connected(conn)
 
     def _end(self, conn: Connection, why: str, *, silent: bool = False) -> None:
         self._conns.pop(conn, None)
-        if self._unclaimed.get(conn.beat_token) is conn:
-            del self._unclaimed[conn.beat_token]
         if conn.gone:
             return
         conn.gone = True
@@ -347,23 +312,19 @@ class AgentServer:
         return found
 
     def _heard_beats(self, now: float) -> None:
-        """Count every heartbeat that arrived since the last look as heard `now`."""
+        """Count every agent whose socket had bytes arrive since the last look as heard
+        `now`; read those seen often enough since their last read, or that hung up."""
         conns = self._conns
-        for beat, events in self.beats.arrived():
-            conn = beat.conn
+        for agent, events in self.beats.arrived():
+            conn = agent.conn
             if conn is None or conn.gone:
-                continue
-            if events & HANGUP:
-                # Its agent went, or closes its session: the TLS connection reports that
-                # (after a Bye, if it said one); a beat connection alone that dies leaves
-                # its agent silent.
-                beat.close()
                 continue
             conn.last_seen = now
             conns.move_to_end(conn)
-            conn.beats += 1
-            if conn.beats % DRAIN_EVERY == 0:
-                self.beats.drain(beat.fd)
+            agent.notices += 1
+            if agent.notices >= READ_EVERY or events & HANGUP:
+                agent.notices = 0
+                self.reader.drain(agent.fd)
 
     def heard(self, conn: Connection) -> None:
         """`conn` sent something just now."""
@@ -394,7 +355,14 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._nonce = secrets.token_hex(16)
         self._fd = -1  # while the server's CoalescedReader reads it
         self._read_error: OSError | None = None
+        self._frames = Splitter(secrets.token_bytes(KEY), tls=server.tls is not None)
+        self.notices = 0  # arrivals the watcher saw since the last read
         self.conn: Connection | None = None
+
+    @property
+    def fd(self) -> int:
+        """Its socket's descriptor while the server reads it; -1 before and after."""
+        return self._fd
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -409,18 +377,33 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         return _RECEIVED_VIEW
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._tls is not None:
-            self._decrypted(nbytes)
+        conn = self.conn
+        before = self._frames.beats
+        try:
+            stream = self._frames.feed(_RECEIVED_VIEW[:nbytes])
+        except ForgedBeat as exc:
+            if conn is None:
+                self._refuse("a forged heartbeat")
+            else:  # not our agent's bytes: its node counts as silent since it was heard
+                self._server._end(
+                    conn, f"its connection carried a forged heartbeat: {exc}", silent=True
+                )
             return
-        if self.conn is not None:
-            self._server.heard(self.conn)
-        self.data_received(bytes(_RECEIVED_VIEW[:nbytes]))
+        if conn is not None:
+            conn.beats += self._frames.beats - before
+        if self._tls is not None and stream:
+            self._decrypted(stream)
+            return
+        if conn is not None:
+            self._server.heard(conn)
+        if stream:
+            self.data_received(stream)
 
-    def _decrypted(self, nbytes: int) -> None:
+    def _decrypted(self, stream: bytes) -> None:
         """`buffer_updated` over TLS: the same, on the plaintext of what arrived."""
         assert self._tls is not None
         try:
-            data = self._tls.feed(_RECEIVED_VIEW[:nbytes])
+            data = self._tls.feed(stream)
         except ssl.SSLError as exc:
             if self.conn is not None:
                 self._fail(f"TLS failed: {exc}")
@@ -448,6 +431,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
 
     def ended(self, exc: OSError | None) -> None:
         """The server's reader saw this connection end (or fail); asyncio reports it next."""
+        self._server.beats.remove(self._fd)
         self._fd = -1
         self._read_error = exc
         if self._transport is not None:
@@ -460,6 +444,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._ticket.closed()
         if self._fd >= 0:
             self._server.reader.remove(self._fd)
+            self._server.beats.remove(self._fd)
             self._fd = -1
         exc = exc or self._read_error
         if self.conn is not None:
@@ -472,6 +457,8 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         conn = self.conn
         if conn is None:
             self._hello(line)
+        elif line == p.BEAT:
+            conn.beats += 1  # heard already: `buffer_updated`
         else:
             try:
                 message = p.decode(line)
@@ -484,11 +471,11 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         assert self._transport is not None and self._io is not None
         try:
             hello = p.decode(line)
-            token = self._server._admit(hello, self._io, self._nonce)
+            admitted = self._server._admit(hello, self._io, self._nonce, self._frames.key)
         except p.ProtocolError:
             self._refuse("not a hello")  # its text stays out of the log
             return
-        if token is None:
+        if not admitted:
             self._transport.close()
             return
         assert isinstance(hello, p.Hello)
@@ -498,14 +485,15 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             pid=hello.pid,
             transport=self._io,
             live=list(hello.live),
-            beat_token=token,
         )
         self._server._connected(self.conn)
         if not self._transport.is_closing():
-            # From now on its lines are read in batches (`coalesced`), not one wake-up each.
+            # From now on its messages are read in batches (`coalesced`) when their doorbell
+            # rings, and its heartbeats only seen arrive (`beats`): "Heartbeats" above.
             self._transport.pause_reading()
             self._fd = self._transport.get_extra_info("socket").fileno()
-            self._server.reader.add(self._fd, self)
+            self._server.reader.add(self._fd, self, _DOORBELL)
+            self._server.beats.add(self._fd, self)
 
     def _refuse(self, why: str) -> None:
         """Close a connection that has not proved itself: counted, not logged one by one."""
@@ -518,59 +506,3 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._server._end(self.conn, why)
         elif self._transport is not None:
             self._transport.close()
-
-
-class _Beat(asyncio.Protocol):
-    """One agent's beat connection: its token line, then heartbeats the watcher only sees
-    arrive (`beats`)."""
-
-    def __init__(self, server: AgentServer, ticket: Ticket) -> None:
-        self._server = server
-        self._ticket = ticket
-        self._transport: asyncio.Transport | None = None
-        self._line = b""
-        self.fd = -1  # while the server's `beats` watch it
-        self.conn: Connection | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        self._ticket.expire = transport.abort  # not named within the gate's deadline
-
-    def data_received(self, data: bytes) -> None:
-        assert self._transport is not None
-        self._line += data
-        end = self._line.find(b"\n")
-        if end < 0:
-            if len(self._line) > 64:
-                self._server._beat_refused("a name over the limit")
-                self._transport.abort()
-            return
-        self.conn = self._server._claim(self._line[:end].decode(errors="replace"), self)
-        if self.conn is None:
-            self._server._beat_refused("no session")
-            self._transport.abort()
-            return
-        self._ticket.proved()
-        self._transport.pause_reading()  # from now on its bytes are only seen arriving
-        self.fd = self._transport.get_extra_info("socket").fileno()
-        self._server.beats.add(self.fd, self)
-
-    def close(self, *, reset: bool = False) -> None:
-        transport = self._transport
-        if transport is None or transport.is_closing():
-            return
-        if reset:
-            with contextlib.suppress(OSError):
-                transport.get_extra_info("socket").setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, _RESET
-                )
-            transport.abort()
-        else:
-            transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._ticket.closed()
-        if self.fd >= 0:
-            self._server.beats.remove(self.fd)
-            self.fd = -1

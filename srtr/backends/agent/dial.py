@@ -1,5 +1,5 @@
 """How the node agent reaches its controller: the TLS connection (retried while the
-controller starts), the plain beat connection of a session, and the run dir's rendezvous
+controller starts; heartbeats and messages both travel on it), and the run dir's rendezvous
 file, where a controller that adopts the job says where it listens.
 
 Standard library and `srtr.net.tls` (stdlib `ssl` and `hashlib`) only, as the node agent it is
@@ -9,22 +9,77 @@ part of.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import socket
 import ssl
 import time
 from pathlib import Path
+from typing import Any
 
+from srtr.backends.agent import frames
 from srtr.backends.agent import protocol as p
 from srtr.net import tls
 
 HANDSHAKE_TIMEOUT = 30.0
 
 
-async def open_beats(host: str, port: int, token: str) -> asyncio.StreamWriter:
-    """The beat connection of a session: plain TCP to the controller, named by `token`."""
-    _, writer = await asyncio.open_connection(host, port)
-    writer.write(token.encode() + b"\n")
-    return writer
+class Wire:
+    """What the agent writes besides its messages, on its one connection (`frames`): the
+    heartbeat frames, between the stream's records, and the doorbell after each message.
+
+    Both go to the socket's own transport, under TLS: asyncio encrypts what the agent writes
+    at once and hands the record to that transport, so a frame written there after it
+    follows the record whole. When TLS still holds bytes back (its transport paused), a
+    heartbeat goes as a line of the stream instead, and a doorbell waits for the next
+    message or heartbeat (the controller reads every connection every few heartbeats)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, key: str) -> None:
+        self._writer = writer
+        self._key = bytes.fromhex(key) if key else b""
+        self._sent = 0  # heartbeat frames so far
+        transport: Any = writer.transport
+        # The socket's transport under asyncio's TLS one (3.11+: no public accessor).
+        self._raw: Any = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
+        if self._raw is None and writer.get_extra_info("ssl_object") is None:
+            self._raw = transport  # in the clear, the stream's transport is the socket's
+        self._owed = False  # a doorbell that could not go yet
+
+    def _clear(self) -> bool:
+        """Whether a frame written now follows everything written before it whole."""
+        raw = self._raw
+        return (
+            raw is not None
+            and not raw.is_closing()
+            and not self._writer.is_closing()
+            and (
+                self._writer.transport is raw or not self._writer.transport.get_write_buffer_size()
+            )
+        )
+
+    def beat(self) -> None:
+        """One heartbeat."""
+        if not self._key or not self._clear():
+            self._writer.write(p.BEAT)
+        else:
+            self._raw.write(frames.beat(self._key, self._sent))
+            self._sent += 1
+        if self._owed:
+            self.ring()
+
+    def ring(self) -> None:
+        """The doorbell: one byte of TCP urgent data, once what was written reached the
+        kernel (an urgent byte jumps any bytes a transport still holds)."""
+        self._owed = not self._key or not self._clear() or self._raw.get_write_buffer_size() > 0
+        if self._owed:
+            return
+        with contextlib.suppress(OSError, AttributeError):  # a socket closing meanwhile
+            fd = self._raw.get_extra_info("socket").fileno()
+            sock = socket.socket(fileno=fd)  # a view of the transport's socket, never closed
+            try:
+                sock.send(bytes((frames.BELL,)), socket.MSG_OOB)
+            finally:
+                sock.detach()
 
 
 def read_rendezvous(path: Path) -> tuple[str, int] | None:

@@ -298,9 +298,8 @@ class HollowAgent(Agent):
     def sever(self) -> None:
         """Drop the connection at once, no goodbye (the caller cancels `run`)."""
         self.frozen = True
-        for writer in (self._writer, self._lease.beats):
-            if writer is not None:
-                writer.transport.abort()
+        if self._writer is not None:
+            self._writer.transport.abort()
         if self.processes is not None:
             self.processes.vanish()
 

@@ -1,6 +1,6 @@
 """The node agent's lease: the agent fences itself when cut off from its controller.
 
-Before each heartbeat the agent asks its kernel whether everything it sent on the beat
+Before each heartbeat the agent asks its kernel whether everything it sent on its
 connection was acknowledged (TIOCOUTQ is 0): then the controller's host received the
 previous heartbeat, and the lease runs from when that one was sent. With none acknowledged
 for the lease (`Welcome.lease`, 5 s), the agent SIGTERMs every instance, SIGKILLs each one
@@ -8,8 +8,8 @@ still there after its grace, and logs why: the controller, which saw the same si
 its side, may then start their replacements elsewhere, and no instance runs twice
 (docs/agents.md, "The lease"). The acknowledgement is the kernel's, not the controller's: a
 controller that is only stalled keeps its agents' leases (and does not count its own stall
-as their silence), and one that judged a node lost resets that node's beat connection at
-once, so nothing later is acknowledged. The agent keeps the connection, and the instances'
+as their silence), and one that judged a node lost resets that node's connection at once,
+so nothing later is acknowledged. The agent keeps the connection, and the instances'
 exits queued on it, for the adopt window: a link that comes back ends the dead connection,
 and the agent looks for a controller through the rendezvous file as after a crash.
 
@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent.dial import Wire
 
 log = logging.getLogger("srtr.agent")
 
@@ -59,7 +60,8 @@ class Lease:
         # This session's: its length (0: none), the monotonic time it runs from.
         self.length = 0.0
         self.since = 0.0
-        self.beats: asyncio.StreamWriter | None = None  # this session's beat connection
+        self.beats: asyncio.StreamWriter | None = None  # this session's connection
+        self.wire: Wire | None = None  # and how its heartbeats go on it
         self.fenced: str | None = None  # why the agent fenced itself, while it is
         self._fenced_until = 0.0  # when its last instance's grace ends
         self.gave_up = False  # no word for the lease and the adopt window: stop for good
@@ -110,6 +112,8 @@ class Lease:
     def _acknowledged(self) -> bool:
         """Whether the controller's host acknowledged every heartbeat sent so far."""
         beats = self.beats
+        # What TLS still holds; bytes the socket's own transport holds mean a full kernel
+        # queue, which TIOCOUTQ below sees.
         if beats is None or beats.is_closing() or beats.transport.get_write_buffer_size():
             return False
         sock = beats.get_extra_info("socket")
@@ -161,11 +165,11 @@ class Lease:
 
     def _write_beat(self) -> bool:
         """One heartbeat; whether it went."""
-        beats = self.beats
-        if self.muted or beats is None or beats.is_closing():
+        beats, wire = self.beats, self.wire
+        if self.muted or beats is None or wire is None or beats.is_closing():
             return False
         try:
-            beats.write(p.BEAT)
+            wire.beat()
         except OSError:
             return False
         return True

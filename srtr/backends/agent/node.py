@@ -11,8 +11,8 @@ readiness probes here on the node (`prober.ProbeRunner`), and reports every exit
 heartbeat every period the controller chose, so the controller sees a silent node within
 seconds.
 
-The heartbeats go on a plain TCP connection of their own (the `Welcome` says where; one
-byte each, `protocol`), which the controller only sees arrive (`channel`, "Heartbeats").
+The heartbeats are empty lines on the same connection (`protocol.BEAT`): the controller
+holds one descriptor per agent (`channel`, "Heartbeats").
 
 The lease: the agent fences itself when cut off from its controller, so that no instance
 runs twice (`lease.py`; docs/agents.md, "The lease").
@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Protocol
 
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, connect, open_beats, read_rendezvous
+from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, Wire, connect, read_rendezvous
 from srtr.backends.agent.lease import Lease
 from srtr.backends.agent.node_env import inherited_env
 from srtr.backends.agent.node_watch import Probes, Watches
@@ -76,8 +76,8 @@ EXIT_AUTH = 3
 EXIT_CONNECT = 4
 
 
-# The TLS connection (reader, writer), the beat connection's writer, the heartbeat period.
-Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.StreamWriter, float]
+# The TLS connection (reader, writer), the heartbeat period.
+Session = tuple[asyncio.StreamReader, asyncio.StreamWriter, float]
 
 
 class Started(Protocol):
@@ -161,6 +161,7 @@ class Agent:
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._watches = Watches(node, self._probes, self._send)  # probe loops (`node_watch`)
         self._writer: asyncio.StreamWriter | None = None
+        self._wire: Wire | None = None  # rings the controller's doorbell after each message
         self._tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(node, self._groups, self._window)
 
@@ -203,6 +204,7 @@ class Agent:
         """Connect to host:port and prove who we are; the session to serve."""
         reader, writer = await connect(host, port, within, tls=self._fingerprint is not None)
         self._writer = writer
+        self._wire = None  # until the Welcome gives the session's key
         try:
             if self._fingerprint is not None:
                 try:
@@ -210,21 +212,18 @@ class Agent:
                 except tls.PinError as exc:
                     raise HandshakeError(f"not our controller: {exc}") from None
             welcome = await asyncio.wait_for(self._handshake(reader), HANDSHAKE_TIMEOUT)
-            beats = await asyncio.wait_for(
-                open_beats(host, welcome.beat_port, welcome.beat_token), HANDSHAKE_TIMEOUT
-            )
         except BaseException:
             writer.close()
             raise
-        self._lease.beats = beats
+        self._lease.beats = writer
+        self._wire = self._lease.wire = Wire(writer, welcome.beat_key)
         log.info("agent %s: serving the controller at %s:%d", self.node, host, port)
-        return reader, writer, beats, welcome.heartbeat
+        return reader, writer, welcome.heartbeat
 
     async def _session(
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        beats: asyncio.StreamWriter,
         heartbeat: float,
     ) -> tuple[str, bool]:
         """Serve one controller; (why it ended, whether it told us to stop)."""
@@ -239,7 +238,6 @@ class Agent:
             beating.cancel()
             serving.cancel()
             writer.close()
-            beats.close()
 
     async def _rejoin(self, deadline: float) -> Session | None:
         """Join whichever controller the rendezvous file names, until `deadline`."""
@@ -393,6 +391,8 @@ class Agent:
             return
         with contextlib.suppress(OSError):
             writer.write(line)
+            if self._wire is not None:
+                self._wire.ring()
 
 
 async def _main(args: argparse.Namespace, node: str, token: str, fingerprint: str) -> int:

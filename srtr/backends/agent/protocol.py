@@ -15,19 +15,19 @@ agent's environment, never in argv):
 So the token itself never crosses the wire, a process that does not hold it cannot pose as
 an agent (and learn instance specs) nor as the controller (and start processes), and a proof
 cannot be replayed on another connection (fresh nonces). `srtr up` runs all of it inside
-TLS with a pinned job certificate (`channel`); only the heartbeats below go in the clear,
-and they carry nothing.
+TLS with a pinned job certificate (`channel`), heartbeats included.
 
 Controller → agent: `Launch`, `Signal`, `Probe`, `Watch`, `Shutdown`. Agent → controller:
 `Launched` / `LaunchFailed` (the answer to a `Launch`, same `seq`), `Exited`, `ProbeResult`
 (same `seq` as its `Probe`), `Health` (a `Watch`'s transitions), `Bye` (after a `Shutdown`,
 when every instance of the node has been reaped and reported).
 
-Heartbeats are not messages. They go on a second, plain TCP connection of their own, to the
-`Welcome`'s `beat_port`: the agent sends the `Welcome`'s `beat_token` and a newline, then
-one byte (`BEAT`) every heartbeat period. The controller never reads them one by one: a
-byte's arrival is all it needs (`channel`, "Heartbeats"), and TCP's acknowledgement of it
-is the agent's lease (`node`, "The lease").
+Heartbeats are not messages: a frame between the stream's records every heartbeat period,
+on the same connection, tagged with the `Welcome`'s `beat_key` (`frames`; the controller
+holds one descriptor per agent and never wakes for a heartbeat: `channel`, "Heartbeats").
+Its arrival is all it says, and TCP's acknowledgement of it is the agent's lease (`node`,
+"The lease"). `BEAT`, an empty line in the stream, is the same heartbeat where the agent
+cannot write frames.
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ from typing import Any, ClassVar
 from srtr.backends.base import LaunchSpec
 from srtr.resources.objects import ProbeKind, ProbeSpec
 
-VERSION = 2  # 2: heartbeats on a connection of their own, no Renew
+VERSION = 3  # 3: heartbeats on the one connection, as tagged frames
 # The longest line either side reads: a launch with a large environment fits.
 MAX_LINE = 16 * 1024 * 1024
 TOKEN_ENV = "SRTR_AGENT_TOKEN"
-BEAT = b"."  # one heartbeat, on the beat connection
+BEAT = b"\n"  # one heartbeat as a line of the stream (`frames.beat` is the usual one)
 DEFAULT_GRACE = 30.0  # a Launch without a grace (an older controller): the recipe's default
 
 
@@ -79,16 +79,14 @@ class Hello:
 @dataclass(frozen=True)
 class Welcome:
     """`lease`: seconds the agent may go with no heartbeat acknowledged before it fences
-    itself (stops its instances); 0: no lease. `beat_port`, `beat_token`: where the agent
-    sends its heartbeats (the controller's host, that port) and how that connection says
-    whose it is (a secret of this session; it crossed the wire only inside this one)."""
+    itself (stops its instances); 0: no lease. `heartbeat`: how often it sends one;
+    `beat_key`: the session's key of their tags (hex; `frames.beat_tag`)."""
 
     TYPE: ClassVar[str] = "welcome"
     proof: str
     heartbeat: float
-    beat_port: int
-    beat_token: str
     lease: float = 0.0
+    beat_key: str = ""
 
 
 @dataclass(frozen=True)

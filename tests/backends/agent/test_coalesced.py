@@ -142,14 +142,14 @@ def test_the_watcher_finds_every_silent_connection_and_no_live_one() -> None:
 async def _finds_every_silent_connection() -> None:
     server = AgentServer("token", _NoHandler(), silence=2.5)
     conns = [
-        Connection(node=f"node{k}", pid=k, transport=_Transport(), beat_token=f"t{k}")  # type: ignore[arg-type]
+        Connection(node=f"node{k}", pid=k, transport=_Transport())  # type: ignore[arg-type]
         for k in range(1, 6)
     ]
     for conn in conns:
         server._connected(conn)
-        # Its silence counts once its beat connection is open.
-        assert conn not in server.silent(time.monotonic() + 100)
-        assert server._claim(conn.beat_token, None) is conn  # type: ignore[arg-type]
+        # Its silence counts from its admission.
+        assert conn not in server.silent(time.monotonic())
+        assert conn in server.silent(time.monotonic() + 100)
         conn.last_seen = 0.0  # heard long ago
     # node2 and node4 are heard from again (now, by the monotonic clock); the others stay silent.
     server.heard(conns[1])

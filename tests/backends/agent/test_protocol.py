@@ -30,7 +30,7 @@ SPEC = LaunchSpec(
 MESSAGES: list[p.Message] = [
     p.Challenge("n1"),
     p.Hello(node="node2", pid=42, nonce="n2", proof="ab"),
-    p.Welcome(proof="cd", heartbeat=0.5, beat_port=4242, beat_token="ef", lease=5.0),
+    p.Welcome(proof="cd", heartbeat=0.5, lease=5.0),
     p.Launch(7, SPEC),
     p.Launch(7, replace(SPEC, memory_limit=512 * 1024 * 1024)),
     p.Launched(7, "x", 3, 1234, 99),

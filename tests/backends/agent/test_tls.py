@@ -156,8 +156,8 @@ def test_the_fingerprint_travels_in_the_environment_and_stops_at_the_agent(
 
 
 def test_over_tls_the_agent_keeps_its_lease_and_its_work(tmp_path: Path) -> None:
-    """With the channel in TLS, the heartbeats still go on their own plain connection and
-    their acknowledgement keeps the lease: an agent heard for longer than its lease never
+    """With the channel in TLS, the heartbeats go encrypted on the agent's one connection
+    and their acknowledgement keeps the lease: an agent heard for longer than its lease never
     fences. (A merge once dropped the heartbeat count on the TLS path: every agent on SLURM
     fenced 5 s after it joined.)"""
 
