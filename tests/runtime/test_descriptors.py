@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from srtr.backends.agent.backend import CONNECTIONS_PER_AGENT, _capabilities
+from srtr.backends.agent.backend import _capabilities
+from srtr.backends.agent.channel import FDS_PER_AGENT
 from srtr.backends.agent.hollow_starter import HollowAgents
 from srtr.backends.agent.starters import LocalAgents, SlurmAgents
 from srtr.backends.base import Capabilities, Descriptors
@@ -29,18 +30,18 @@ def limit(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 
 def test_agents_count_their_connections_and_nothing_per_instance() -> None:
-    assert HOLLOW.per_node == CONNECTIONS_PER_AGENT and HOLLOW.per_instance == 0
+    assert HOLLOW.per_node == FDS_PER_AGENT and HOLLOW.per_instance == 0
     assert HOLLOW.watched_per_node == HOLLOW.watched_per_instance == 0
     local = _capabilities(None, LocalAgents.__new__(LocalAgents)).descriptors
     # Each local agent also holds its node's view and a pidfd in the exit watcher's table.
-    assert (local.per_node, local.watched_per_node) == (CONNECTIONS_PER_AGENT + 1, 1)
+    assert (local.per_node, local.watched_per_node) == (FDS_PER_AGENT + 1, 1)
     slurm = _capabilities(None, SlurmAgents.__new__(SlurmAgents)).descriptors
-    assert slurm.per_node == CONNECTIONS_PER_AGENT and slurm.per_instance == 0
+    assert slurm.per_node == FDS_PER_AGENT and slurm.per_instance == 0
 
 
 def test_the_fuller_table_decides() -> None:
     # Hollow: the agents' connections in the main table, nothing per instance.
-    assert needed(80_000, 10_000, HOLLOW) == BASE + CONNECTIONS_PER_AGENT * 10_000
+    assert needed(80_000, 10_000, HOLLOW) == BASE + FDS_PER_AGENT * 10_000
     # Process per instance: its pidfd lives in the exit watcher's table, apart from the
     # main table's node views and probe sockets; the limit bounds each table alone.
     local = LocalBackend.capabilities.descriptors
@@ -52,7 +53,7 @@ def test_the_fuller_table_decides() -> None:
 def test_the_largest_hollow_job_that_fits_runs_and_one_more_node_is_refused(
     limit: list[int],
 ) -> None:
-    most = (limit[0] - BASE) // CONNECTIONS_PER_AGENT
+    most = (limit[0] - BASE) // FDS_PER_AGENT
     check(most * 8, most, HOLLOW)  # no raise: instances cost the controller nothing here
     with pytest.raises(RecipeError) as raised:
         check((most + 1) * 8, most + 1, HOLLOW)

@@ -36,7 +36,7 @@ from pathlib import Path
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.adoption import Adoption, publish
 from srtr.backends.agent.adoption import read_token as read_token
-from srtr.backends.agent.channel import LEASE, AgentServer, Connection
+from srtr.backends.agent.channel import FDS_PER_AGENT, LEASE, AgentServer, Connection
 from srtr.backends.agent.growth import Growth
 from srtr.backends.agent.probe_requests import ProbesOnAgents
 from srtr.backends.agent.probing import AgentProber as AgentProber
@@ -68,8 +68,6 @@ FENCE_MARGIN = 0.5
 # launches on 1,024 hollow agents paid a round trip each (~1.5 ms, both ends mostly idle);
 # together they share the loops' wake-ups, reads and writes.
 LAUNCHES_IN_FLIGHT = 64
-# The controller's connections per agent: its TLS channel and its beat connection.
-CONNECTIONS_PER_AGENT = 2
 # A node whose agent died this many times (each replaced through a one-node step) is lost:
 # something there kills agents, and a fourth one would die too.
 MAX_RESPAWNS = 3
@@ -556,7 +554,7 @@ def _capabilities(steps: Backend | None, starter: Starter) -> Capabilities:
         walltime=base.walltime,
         launches_in_flight=LAUNCHES_IN_FLIGHT,
         descriptors=dataclasses.replace(
-            starter.descriptors, per_node=starter.descriptors.per_node + CONNECTIONS_PER_AGENT
+            starter.descriptors, per_node=starter.descriptors.per_node + FDS_PER_AGENT
         ),
     )
 

@@ -51,7 +51,7 @@ class Starter(Protocol):
     # is the node, and its death is the node's loss.
     respawns: bool
     # The controller's descriptors per node this starter holds, besides the agent's own
-    # connections (`backend.CONNECTIONS_PER_AGENT`, counted by the backend).
+    # connection (`channel.FDS_PER_AGENT`, counted by the backend).
     descriptors: Descriptors
 
     async def start(
