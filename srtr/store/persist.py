@@ -63,9 +63,19 @@ def snapshot(
     store: Store, *, backend: str, controller_pid: int, slurm_job_id: str | None = None
 ) -> StateDoc:
     """The state.json document (docs/cli.md "The run dir"; the model is `rundir.StateDoc`)."""
+    doc = head(store, backend=backend, controller_pid=controller_pid, slurm_job_id=slurm_job_id)
+    wall = WallClock(store)
+    doc["instances"] = [instance_record(store, name, wall) for name in store.specs]
+    return doc
+
+
+def head(
+    store: Store, *, backend: str, controller_pid: int, slurm_job_id: str | None = None
+) -> StateDoc:
+    """state.json without its instances (`instances` is empty, in its place): the sections
+    that cost O(nodes), which the state writer compares with what it last wrote."""
     desired = store.desired
-    wall = _WallClock(store)
-    gate = store.gate_opened_at
+    wall = WallClock(store)
     doc: StateDoc = {
         "job": job_doc(
             store,
@@ -76,10 +86,7 @@ def snapshot(
         ),
         "nodes": [{"name": n.name, "ip": n.ip, "state": n.role} for n in desired.nodes.allocation],
         "pools": [pool_doc(store, p) for p in desired.pools],
-        "instances": [
-            instance_doc(spec, store.status[name], wall=wall, gate_started_at=gate(spec.stage))
-            for name, spec in store.specs.items()
-        ],
+        "instances": [],
         "recipe": store.recipe.to_json(),
         "carve": desired.nodes.to_json(),
         # Targets with their listing and scrape health, kept by the exporter controller.
@@ -93,6 +100,15 @@ def snapshot(
     if store.grow.enabled:  # a section of its own, beside the modelled ones
         cast(dict[str, Any], doc)["grow"] = store.grow.to_json()
     return doc
+
+
+def instance_record(store: Store, name: str, wall: Wall | None = None) -> InstanceDoc:
+    """Instance `name`'s record in state.json, as of now."""
+    spec = store.specs[name]
+    gate = store.gate_opened_at(spec.stage)
+    return instance_doc(
+        spec, store.status[name], wall=wall or WallClock(store), gate_started_at=gate
+    )
 
 
 def exporter_rows(store: Store) -> list[ExporterDoc]:
@@ -139,7 +155,7 @@ def pool_doc(store: Store, pool: PoolSpec) -> PoolDoc:
     return doc
 
 
-class _WallClock:
+class WallClock:
     """Monotonic store times as wall seconds (rounded to ms), which is what readers want."""
 
     def __init__(self, store: Store) -> None:

@@ -45,6 +45,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
+from srtr.store.state_delta import DELTA_FILE, SUMMARY_FILE, apply_deltas, snapshot_seq
 from srtr.store.status import JOB_ENDED, ExitRecord, Phase
 
 STATE_FILE = "state.json"
@@ -326,7 +327,7 @@ class RunState:
 
 
 def read_state(run_dir: Path) -> RunState:
-    """Read `run_dir`'s state.json.
+    """Read `run_dir`'s state.json, and for a big job the delta log after it.
 
     Args:
         run_dir: the run dir (its state.json is read).
@@ -345,7 +346,30 @@ def read_state(run_dir: Path) -> RunState:
         raise StateFileError(path, str(exc), missing=True) from None
     except (OSError, ValueError) as exc:
         raise StateFileError(path, str(exc)) from None
-    return RunState.from_doc(doc, path)
+    state = RunState.from_doc(doc, path)
+    seq = snapshot_seq(doc)
+    if seq is not None:  # a snapshot: the changes since are in the delta log
+        apply_deltas(doc, seq, read_lines(run_dir / DELTA_FILE))
+    return state
+
+
+def read_lines(path: Path) -> list[bytes]:
+    """The lines of `path` (none when it is missing or unreadable)."""
+    try:
+        return path.read_bytes().splitlines()
+    except OSError:
+        return []
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """A big job's summary.json (`state_summary`): the job, its pools and its counts, which
+    `srtr status` prints without reading every instance. None for a job small enough to
+    have none (state.json is whole then), or when it cannot be read."""
+    try:
+        doc = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("job"), dict) else None
 
 
 class HeartbeatDoc(TypedDict):
