@@ -358,22 +358,13 @@ def _watch(run_dir: Path, output: str, everything: bool = False) -> int:
     screen replaces the last on a terminal."""
     import watchfiles
 
-    from srtr.store.rundir import STATE_FILE, read_summary
-    from srtr.store.state_delta import DELTA_FILE, SUMMARY_FILE
+    from srtr.store.rundir import STATE_FILES, read_summary, state_version
 
-    names = (STATE_FILE, DELTA_FILE, SUMMARY_FILE)
     console = _console()
-    shown: list[tuple[tuple[int, int, int] | None, ...] | None] = [None]
+    shown: list[object] = [None]
 
-    def stamp(path: Path) -> tuple[int, int, int] | None:
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size  # replaced by rename: a new inode
-
-    def version() -> tuple[tuple[int, int, int] | None, ...]:
-        return tuple(stamp(run_dir / name) for name in names)
+    def version() -> object:
+        return state_version(run_dir)
 
     def show() -> None:
         shown[0] = version()
@@ -394,10 +385,10 @@ def _watch(run_dir: Path, output: str, everything: bool = False) -> int:
     try:
         # state.json is replaced by rename: watch the directory, filter on the names.
         # A write between the first screen and the watch's start raises no event: each
-        # second without one, the files are compared with what was shown (three stats).
+        # second without one, the files are compared with what was shown (two stats).
         for changes in watchfiles.watch(
             run_dir,
-            watch_filter=lambda _, path: Path(path).name in names,
+            watch_filter=lambda _, path: Path(path).name in STATE_FILES,
             recursive=False,
             debounce=100,
             rust_timeout=1000,

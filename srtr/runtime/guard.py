@@ -69,6 +69,7 @@ from srtr.store.rundir import (
     pid_alive,
     read_heartbeat,
     read_state,
+    state_version,
 )
 from srtr.store.state_delta import apply_deltas, snapshot_seq
 
@@ -134,7 +135,7 @@ class _LastState:
         self.run_dir = run_dir
         self.mirror_fd = mirror_fd
         self.state: RunState | None = None
-        self._stamp: int | None = None
+        self._stamp: object = None
 
     def refresh(self) -> RunState | None:
         if self.mirror_fd is not None:
@@ -142,9 +143,8 @@ class _LastState:
             if mirrored is not None:
                 self.state = mirrored
                 return mirrored
-        try:
-            stamp = (self.run_dir / "state.json").stat().st_mtime_ns
-        except OSError:
+        stamp = state_version(self.run_dir)  # state.json and a big job's delta log
+        if stamp[0] is None:
             return None  # gone: keep the last one
         if stamp != self._stamp:
             fresh = _state(self.run_dir)

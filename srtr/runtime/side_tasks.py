@@ -130,6 +130,7 @@ class StateFile:
         if self._pending is not None:
             self._pending.cancel()
         self._stopped = True
+        self.writer.finish()  # a big job's state.json: whole and current once it is over
         self.write()
         self.writer.close()
 

@@ -353,6 +353,25 @@ def read_state(run_dir: Path) -> RunState:
     return state
 
 
+# The files whose change is a change of the state (a big job's writes append to the log).
+STATE_FILES = (STATE_FILE, DELTA_FILE)
+Stamp = tuple[int, int, int] | None
+
+
+def state_version(run_dir: Path) -> tuple[Stamp, ...]:
+    """What differs whenever the state changed: inode, mtime and size of state.json (which
+    is replaced by rename: a new inode) and of a big job's delta log."""
+    stamps: list[Stamp] = []
+    for name in STATE_FILES:
+        try:
+            st = (run_dir / name).stat()
+        except OSError:
+            stamps.append(None)
+            continue
+        stamps.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(stamps)
+
+
 def read_lines(path: Path) -> list[bytes]:
     """The lines of `path` (none when it is missing or unreadable)."""
     try:

@@ -92,6 +92,7 @@ class StateWriter:
         self._log_bytes = 0
         self._compacted_at = 0.0
         self._first = True
+        self._final = False
         self.mirror: Mirror | None = None
         self.mirrored: list[str] = []  # the snapshot and the lines since: a new mirror's copy
         self.written = 0  # bytes written to the run dir by the last write
@@ -101,6 +102,11 @@ class StateWriter:
         self.mirror = mirror
         if self.mirrored:
             mirror.write("".join(self.mirrored))
+
+    def finish(self) -> None:
+        """The next write is the job's last: a big job's snapshot is rewritten (from the
+        kept records), so that state.json is whole and current once the job is over."""
+        self._final = True
 
     def invalidate(self) -> None:
         """The next write rewrites everything (the run dir was recreated, a write failed)."""
@@ -174,10 +180,10 @@ class StateWriter:
                 changed.append(text)
                 self.counts.update(record)
         sets, items = self._changed_sections(head)
-        if not changed and not sets and not items:
+        if not changed and not sets and not items and not (self._final and self._log_bytes):
             self.written = 0
             return
-        due = self._log_bytes > self._snapshot_bytes
+        due = self._log_bytes > self._snapshot_bytes or self._final
         if due or self.clock() - self._compacted_at >= self.period:
             self._snapshot(head)
             return

@@ -271,3 +271,39 @@ def test_the_guards_mirror_reads_a_big_job_as_the_run_dir_does(tmp_path: Path) -
             mirror.close()
 
     run(body())
+
+
+def test_the_last_write_leaves_a_whole_current_snapshot(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(JOB, tmp_path)
+        writer = StateWriter(tmp_path, limit=1)
+        await h.settle()
+        _write(h, writer)
+        h.exit(WEB, 3)
+        await h.settle()
+        _write(h, writer)
+        assert (tmp_path / DELTA_FILE).exists()
+        writer.finish()
+        _write(h, writer)  # nothing changed since: the snapshot is rewritten all the same
+        assert not (tmp_path / DELTA_FILE).exists()
+        doc = json.loads((tmp_path / "state.json").read_text())
+        assert doc.pop("seq") == writer.seq and doc == _expected(h)
+
+    run(body())
+
+
+def test_the_guard_without_a_mirror_sees_a_change_that_only_the_log_has(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(JOB, tmp_path)
+        writer = StateWriter(tmp_path, limit=1)
+        await h.settle()
+        _write(h, writer)
+        last = guard._LastState(tmp_path)
+        assert last.refresh() is not None
+        h.exit(WEB, 3)
+        await h.settle()
+        _write(h, writer)  # a delta: state.json itself is unchanged
+        state = last.refresh()
+        assert state is not None and state.doc == _expected(h)
+
+    run(body())
