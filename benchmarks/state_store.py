@@ -8,7 +8,8 @@ them. It prints:
 
 - the bytes written to the run dir for that restart, and what a whole rewrite per write
   (the writer's small-job mode, and every job's before the delta log) would have written;
-- the time of one write (delta) and of one whole document (what every write cost before);
+- the time of one write (delta), of a compaction (the snapshot from the kept records) and of
+  one whole document (what every write cost before);
 - `srtr status RUN` (the summary) and `srtr status RUN -o json` wall times, and the time
   of `read_state` (snapshot + deltas), each the best of 3.
 
@@ -105,6 +106,9 @@ def main(nodes: int = 10_000, per_node: int = 8) -> dict[str, float]:
     whole_time = time.perf_counter() - started
     name = next(iter(store.specs))
     restart_bytes, slowest = restart(store, writer, name)
+    writer.finish()  # the job's last write: a compaction from the kept records
+    _, compaction = write(writer, store)
+    restart(store, writer, name)  # a log to read again
     started = time.perf_counter()
     state = read_state(run_dir)
     read_time = time.perf_counter() - started
@@ -118,6 +122,7 @@ def main(nodes: int = 10_000, per_node: int = 8) -> dict[str, float]:
         "snapshot_write_s": round(first, 3),
         "slowest_delta_write_s": round(slowest, 4),
         "whole_document_s": round(whole_time, 3),
+        "compaction_s": round(compaction, 3),
         "read_state_s": round(read_time, 3),
         "status_summary_s": round(best(status), 3),
         "status_json_s": round(best([*status, "-o", "json"], runs=1), 3),

@@ -102,6 +102,7 @@ class StateWriter:
         self.mirror = mirror
         if self.mirrored:
             mirror.write("".join(self.mirrored))
+        self.mirrored = []
 
     def finish(self) -> None:
         """The next write is the job's last: a big job's snapshot is rewritten (from the
@@ -237,15 +238,12 @@ class StateWriter:
         return len(text)
 
     def _copy(self, text: str, *, whole: bool) -> None:
-        if whole:
-            self.mirrored = [text]
+        if self.mirror is None:  # kept for a mirror that attaches later, and only until then
+            self.mirrored = [text] if whole else [*self.mirrored, text]
+        elif whole:
+            self.mirror.write(text)
         else:
-            self.mirrored.append(text)
-        if self.mirror is not None:
-            if whole:
-                self.mirror.write(text)
-            else:
-                self.mirror.append(text)
+            self.mirror.append(text)
 
     def _remove_stale(self) -> None:
         """No delta log or summary of an earlier big write (or job) outlives a whole
