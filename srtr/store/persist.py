@@ -1,12 +1,13 @@
-"""The writer of the run dir's contract files: state.json (atomic snapshot) and events.jsonl.
+"""The documents of the run dir's contract files: state.json and events.jsonl (its writer).
 
 What they hold is modelled in `rundir.py` (`StateDoc`, `EventDoc`); this module builds those
-documents from the store (`snapshot`, one function per section) and writes them. The runner
-(`srtr.runtime.lifecycle`) calls `snapshot` and `write_atomic` on every change, coalesced.
-
-state.json is rewritten whole through a temp file and `os.replace`, so a reader never sees a
-half-written file. events.jsonl is append-only, one JSON object per line, written per event
-so `srtr tui`/`tail -f` see each event at once.
+documents from the store (`snapshot`, one function per section; `head` without the
+instances and `instance_record` one instance, for the state writer) and writes events.jsonl.
+state.json is written by `state_log.StateWriter`, which the runner (`srtr.runtime.lifecycle`)
+drives on every change, coalesced: whole and atomic (through `write_atomic`: a temp file and
+`os.replace`, so a reader never sees a half-written file) for an ordinary job, a snapshot
+and a delta log for a big one. events.jsonl is append-only, one JSON object per line,
+written per event so `srtr tui`/`tail -f` see each event at once.
 
 Neither ever loses the job: a write that fails (full disk, read-only or vanished run dir)
 leaves the file as it was, and the caller reports it (`write_faults`). events.jsonl keeps

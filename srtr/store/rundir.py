@@ -7,7 +7,9 @@ docs/cli.md ("The run dir") says what a run dir holds; this module says it in ty
   `srtr.store.persist` (`snapshot`, `EventLog`), which `srtr.runtime.lifecycle`
   drives; it builds these types, so mypy checks it against the same field list as the
   readers.
-- `read_state` is the one reader of state.json and `parse_event` of an events.jsonl line.
+- `read_state` is the one reader of state.json (for a big job the snapshot with its delta
+  log applied, `state_delta`) and `parse_event` of an events.jsonl line; `read_summary`
+  reads a big job's summary.json and `state_version` says whether the state changed.
   Their users: the CLI (`up` on a used run dir and `--adopt`, `status`, `logs`, `tui`,
   `down`, `plan --against`), the job's guard, its control client and adoption
   (`srtr.runtime`), and the TUI (`srtr.tui.source`, `srtr.tui.launch`).
@@ -213,7 +215,8 @@ class ExporterDoc(TypedDict):
 
 
 class StateDoc(TypedDict):
-    """state.json, rewritten whole (atomically) whenever the store changes."""
+    """state.json, rewritten whole (atomically) whenever the store changes; for a big job
+    the document a snapshot and its delta log make (`state_log`)."""
 
     job: JobDoc
     nodes: list[NodeDoc]
