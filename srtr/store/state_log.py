@@ -121,8 +121,11 @@ class StateWriter:
         try:
             if self._first:
                 self._remove_stale()
-            if not self.large or self._compact or shape != self._shape:
+            if not self.large or shape != self._shape:
                 self._whole(head, store, shape)
+            elif self._compact:  # from the kept records: a retry costs O(change) too
+                self._refresh(store, touched)
+                self._snapshot(head)
             else:
                 self._delta(head, store, touched)
         except OSError:
@@ -131,11 +134,26 @@ class StateWriter:
 
     # -- whole writes -------------------------------------------------------------------------
     def _whole(self, head: dict[str, Any], store: Store, shape: tuple[int, int]) -> None:
+        """Every record serialized again (a small job's every write; a big job's after a
+        live edit changed its instances), then state.json: whole, or a snapshot."""
         wall = WallClock(store)
         records = [instance_record(store, name, wall) for name in store.specs]
-        texts = [_dumps(r) for r in records]
+        self.texts = {name: _dumps(r) for name, r in zip(store.specs, records, strict=True)}
+        self.counts.rebuild(list(records))
         self._shape = shape
+        self._snapshot(head)
+
+    def _become_small(self, text: str) -> None:
+        if self.large:
+            self.large = False
+            self._remove_stale()
+        self._copy(text, whole=True)
+
+    def _snapshot(self, head: dict[str, Any]) -> None:
+        """state.json from the kept records: whole while it is small; else (a compaction)
+        the snapshot, then a new (empty) delta log."""
         self.sections = {k: v for k, v in head.items() if k != "instances"}
+        texts = list(self.texts.values())
         if sum(map(len, texts)) < self.limit:  # small: state.json whole, as ever
             text = compose(head, texts)
             if len(text) <= self.limit:
@@ -143,22 +161,10 @@ class StateWriter:
                 self.written = len(text)
                 self._become_small(text)
                 return
-        self.texts = dict(zip(store.specs, texts, strict=True))
-        self.counts.rebuild(list(records))
-        self.large = True
-        self._snapshot(head)
-
-    def _become_small(self, text: str) -> None:
-        if self.large:
-            self.large, self.texts = False, {}
-            self._remove_stale()
-        self._copy(text, whole=True)
-
-    def _snapshot(self, head: dict[str, Any]) -> None:
-        """Compact: the snapshot with every kept record, then a new (empty) delta log."""
         self.seq += 1
-        text = compose(head, list(self.texts.values()), self.seq)
+        text = compose(head, texts, self.seq)
         write_atomic(self.run_dir / STATE_FILE, text)
+        self.large = True
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.run_dir / DELTA_FILE)  # after: its lines are in the snapshot
         self._compact = False
@@ -168,7 +174,8 @@ class StateWriter:
         self._copy(text, whole=True)
 
     # -- deltas -------------------------------------------------------------------------------
-    def _delta(self, head: dict[str, Any], store: Store, touched: set[str]) -> None:
+    def _refresh(self, store: Store, touched: set[str]) -> list[str]:
+        """Serialize the touched instances' records again; return those that changed."""
         wall = WallClock(store)
         changed: list[str] = []
         for name in touched:
@@ -180,6 +187,10 @@ class StateWriter:
                 self.texts[name] = text
                 changed.append(text)
                 self.counts.update(record)
+        return changed
+
+    def _delta(self, head: dict[str, Any], store: Store, touched: set[str]) -> None:
+        changed = self._refresh(store, touched)
         sets, items = self._changed_sections(head)
         if not changed and not sets and not items and not (self._final and self._log_bytes):
             self.written = 0

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from srtr.runtime import guard
 from srtr.store.persist import head, snapshot
 from srtr.store.rundir import read_state, read_summary
@@ -305,5 +307,32 @@ def test_the_guard_without_a_mirror_sees_a_change_that_only_the_log_has(tmp_path
         _write(h, writer)  # a delta: state.json itself is unchanged
         state = last.refresh()
         assert state is not None and state.doc == _expected(h)
+
+    run(body())
+
+
+def test_after_a_failed_write_the_next_one_compacts_what_both_held(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(JOB, tmp_path)
+        writer = StateWriter(tmp_path, limit=1)
+        await h.settle()
+        _write(h, writer)
+        seq = writer.seq
+        full = writer.log.write
+
+        def full_disk(data: bytes) -> None:
+            raise OSError(28, "No space left on device")
+
+        writer.log.write = full_disk  # type: ignore[method-assign]
+        h.exit(WEB, 3)
+        await h.settle()
+        with pytest.raises(OSError):
+            _write(h, writer)
+        assert writer.seq == seq and read_state(tmp_path).doc != _expected(h)
+        writer.log.write = full  # type: ignore[method-assign]
+        h.exit(RANK, 1)
+        await h.settle()
+        _check(h, writer, tmp_path)  # both changes, though the first one's touch was taken
+        assert not (tmp_path / DELTA_FILE).exists()  # a new snapshot, not a delta
 
     run(body())
