@@ -335,10 +335,12 @@ class Job:
         return new
 
     def state(self) -> dict[str, Any]:
+        from srtr.store.rundir import StateFileError, read_state
+
         for _ in range(50):
-            try:
-                return json.loads((self.run_dir / "state.json").read_text(encoding="utf-8"))
-            except (FileNotFoundError, json.JSONDecodeError):
+            try:  # the one reader: a big job's state.json is a snapshot, its log applied
+                return dict(read_state(self.run_dir).doc)
+            except StateFileError:
                 time.sleep(0.05)
         raise RuntimeError(f"no readable state.json in {self.run_dir}")
 

@@ -4,6 +4,11 @@ It and the other verbs that look at a run dir (`cli.logs`, `cli.control_verbs`) 
 state.json through the run dir's one reader (`srtr.store.rundir`); `cli.run_state.read_run`
 is its CLI face, which turns a missing, torn or foreign file into an exit-2 line instead of
 a traceback. `status -o json` prints state.json exactly as written.
+
+A big job (one that keeps a delta log, `srtr.store.state_log`) also keeps summary.json: the
+job, its pools and, per service, how many instances are in each phase. `srtr status` prints
+that instead of a table of every instance (which `--all` or `-o json` still give), so it
+reads a few kilobytes whatever the job's size.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ def add_verbs(verbs: Any) -> None:
         help="print again whenever state.json changes, until Ctrl+C",
     )
     status.add_argument(
+        "--all",
+        action="store_true",
+        help="list every instance, also of a big job (whose status is otherwise a summary)",
+    )
+    status.add_argument(
         "--raw",
         action="store_true",
         help="print programs' text (reasons, messages) as it is, control characters included, "
@@ -52,7 +62,14 @@ def add_verbs(verbs: Any) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if getattr(args, "watch", False):
-        return _watch(run_dir, args.output)
+        return _watch(run_dir, args.output, getattr(args, "all", False))
+    if args.output == "text" and not getattr(args, "all", False):
+        from srtr.store.rundir import read_summary
+
+        summary = read_summary(run_dir)
+        if summary is not None:
+            print_summary(_console(), run_dir, summary)
+            return 0
     state = read_run(run_dir)
     if args.output == "json":
         print(json.dumps(state.doc, indent=2))
@@ -252,40 +269,126 @@ def _print_exporters(console: Console, state: RunState) -> None:
             console.print(Text(f"  down: {e['url']} ({e['instance']}): {e.get('last_error')}"))
 
 
-def _watch(run_dir: Path, output: str) -> int:
-    """Reprint the status whenever state.json changes (inotify through watchfiles, no busy
-    poll) until Ctrl+C, which exits 0. Each screen replaces the last on a terminal."""
+# -- the summary of a big job ------------------------------------------------------------
+
+# Phases in the order a reader scans them: the alarming ones last, where the eye ends.
+_ORDER = ("Ready", "Running", "Succeeded", "Stopped", "Pending", "Starting", "Terminating")
+
+
+def summary_state(summary: dict[str, Any]) -> RunState:
+    from srtr.store.rundir import RunState
+
+    """The summary's job as a state without instances: what the job's lines read."""
+    spare = [{"name": n, "ip": "", "state": "spare"} for n in summary.get("spare", [])]
+    doc = {
+        "job": summary["job"],
+        "pools": summary.get("pools", []),
+        "recipe": summary.get("recipe") or {},
+        "nodes": spare,
+        "instances": [],
+    }
+    return RunState.from_doc(doc)
+
+
+def print_summary(console: Console, run_dir: Path, summary: dict[str, Any]) -> None:
+    """The job's lines, then its pools, its services' counts and what is not as desired."""
+    from rich.text import Text
+
+    from srtr.cli.crash import crash_line
+
+    state = summary_state(summary)
+    _print_job(console, state, time.time(), check_liveness(run_dir, state))
+    crashed = crash_line(run_dir, state)
+    if crashed:
+        console.print(Text(crashed, style="yellow"))
+    services = summary.get("services", [])
+    for pool in summary.get("pools", []):
+        line = f"pool {pool.get('name')} on {pool.get('hosts')} ({pool.get('node_count')} nodes)"
+        if pool.get("pending"):
+            line += f" · Pending: {pool['pending']}"
+        console.print(Text(line))
+    count, nodes = summary.get("instance_count", 0), summary.get("node_count", 0)
+    console.print(Text(f"{count} instance(s) on {nodes} node(s)"))
+    for service in services:
+        console.print(Text("  " + _service_line(service)))
+    _print_not_desired(console, summary)
+    exporters = summary.get("exporters") or {}
+    if exporters.get("total"):
+        console.print(
+            Text(
+                f"exporters: {exporters['listed']}/{exporters['total']} listed in "
+                f"prometheus/targets.json, {exporters['up']} up"
+            )
+        )
+    if state.ended:
+        from srtr.store.cause_block import block, job_cause
+
+        for line in block(run_dir, job_cause(state)):
+            console.print(Text(line, style="red" if line.startswith("first") else ""))
+    console.print(Text("every instance: srtr status --all (or -o json)", style="dim"))
+
+
+def _service_line(service: dict[str, Any]) -> str:
+    phases: dict[str, int] = service.get("phases", {})
+    ordered = sorted(phases, key=lambda p: (_ORDER.index(p) if p in _ORDER else len(_ORDER), p))
+    counts = ", ".join(f"{phases[p]} {p}" for p in ordered)
+    where = f"{service.get('kind')} of pool {service['pool']}" if service.get("pool") else ""
+    name = f"{service.get('service')} ({where})" if where else str(service.get("service"))
+    return f"{name}: {service.get('ready')}/{service.get('total')} ready · {counts}"
+
+
+def _print_not_desired(console: Console, summary: dict[str, Any]) -> None:
+    from rich.text import Text
+
+    total = int(summary.get("not_desired_count") or 0)
+    if not total:
+        console.print(Text("every instance is as desired (ready, or done)"))
+        return
+    console.print(Text(f"not as desired: {total} instance(s)", style="yellow"))
+    listed = summary.get("not_desired", [])
+    for inst in listed:
+        console.print(Text(f"  {inst['name']}  {inst['phase']}  on {inst['node']}"))
+    if total > len(listed):
+        console.print(Text(f"  … and {total - len(listed)} more"))
+
+
+def _watch(run_dir: Path, output: str, everything: bool = False) -> int:
+    """Reprint the status whenever the state changes (state.json, a big job's delta log and
+    summary; inotify through watchfiles, no busy poll) until Ctrl+C, which exits 0. Each
+    screen replaces the last on a terminal."""
     import watchfiles
 
-    console = _console()
-    shown: list[tuple[int, int, int] | None] = [None]
+    from srtr.store.rundir import STATE_FILES, read_summary, state_version
 
-    def version() -> tuple[int, int, int] | None:
-        try:
-            st = (run_dir / "state.json").stat()
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size  # replaced by rename: a new inode
+    console = _console()
+    shown: list[object] = [None]
+
+    def version() -> object:
+        return state_version(run_dir)
 
     def show() -> None:
         shown[0] = version()
-        state = read_run(run_dir)
-        if output == "json":
+        summary = None if output == "json" or everything else read_summary(run_dir)
+        state = read_run(run_dir) if summary is None else None
+        if state is not None and output == "json":
             print(json.dumps(state.doc, indent=2), flush=True)
             return
         if console.is_terminal:
             console.clear()
-        print_status(console, run_dir, state)
+        if summary is not None:
+            print_summary(console, run_dir, summary)
+        elif state is not None:
+            print_status(console, run_dir, state)
         console.file.flush()
 
     show()
     try:
-        # state.json is replaced by rename: watch the directory, filter on the name.
+        # state.json is replaced by rename: watch the directory, filter on the names.
         # A write between the first screen and the watch's start raises no event: each
-        # second without one, state.json is compared with what was shown (one stat).
+        # second without one, the files are compared with what was shown (two stats).
         for changes in watchfiles.watch(
             run_dir,
-            watch_filter=lambda _, path: Path(path).name == "state.json",
+            watch_filter=lambda _, path: Path(path).name in STATE_FILES,
             recursive=False,
             debounce=100,
             rust_timeout=1000,

@@ -123,19 +123,17 @@ def _changes(run_dir: Path, deadline: float | None) -> Iterator[None]:
     write from another host on a shared file system raises no event here)."""
     import watchfiles
 
-    def version() -> tuple[int, int, int] | None:
-        try:
-            st = (run_dir / "state.json").stat()
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size  # replaced by rename: a new inode
+    from srtr.store.rundir import STATE_FILES, state_version
+
+    def version() -> object:
+        return state_version(run_dir)  # state.json, and a big job's delta log
 
     seen = version()
     yield
-    # state.json is replaced by rename: watch the directory, filter on the name.
+    # state.json is replaced by rename: watch the directory, filter on the names.
     for changes in watchfiles.watch(
         run_dir,
-        watch_filter=lambda _, path: Path(path).name == "state.json",
+        watch_filter=lambda _, path: Path(path).name in STATE_FILES,
         recursive=False,
         debounce=50,
         rust_timeout=_TICK_MS,

@@ -33,6 +33,8 @@ the job salloc asked for, even if the controller never read salloc's answer.
 The controller also mirrors every state.json it writes into a memfd the guard holds
 (`StateMirror`): a run dir removed right after a kill -9 (a purged scratch dir) would
 otherwise leave the guard only its last periodic read, which can predate the newest launches.
+For a big job the mirror holds what the run dir does: the snapshot, then each delta line
+appended (`srtr.store.state_delta`), read back the same way.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ from srtr.store.rundir import (
     pid_alive,
     read_heartbeat,
     read_state,
+    state_version,
 )
+from srtr.store.state_delta import apply_deltas, snapshot_seq
 
 ADOPT_WINDOW = 60.0
 
@@ -99,18 +103,28 @@ class StateMirror:
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, data, 0)
 
+    def append(self, text: str) -> None:
+        """One delta line after what is there (a torn last line is ignored by readers)."""
+        os.pwrite(self.fd, text.encode(), os.fstat(self.fd).st_size)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
 
 
 def _read_mirror(fd: int, run_dir: Path) -> RunState | None:
+    """The mirror's state: its first line, and the delta lines after it for a big job."""
     try:
         size = os.fstat(fd).st_size
-        doc = json.loads(os.pread(fd, size, 0)) if size else None
-        return RunState.from_doc(doc, run_dir / STATE_FILE) if doc is not None else None
+        first, _, rest = os.pread(fd, size, 0).partition(b"\n") if size else (b"", b"", b"")
+        doc = json.loads(first) if first else None
+        state = RunState.from_doc(doc, run_dir / STATE_FILE) if doc is not None else None
     except (OSError, ValueError, StateFileError):
         return None
+    seq = snapshot_seq(doc) if isinstance(doc, dict) else None
+    if isinstance(doc, dict) and seq is not None:
+        apply_deltas(doc, seq, rest.splitlines())
+    return state
 
 
 class _LastState:
@@ -121,7 +135,7 @@ class _LastState:
         self.run_dir = run_dir
         self.mirror_fd = mirror_fd
         self.state: RunState | None = None
-        self._stamp: int | None = None
+        self._stamp: object = None
 
     def refresh(self) -> RunState | None:
         if self.mirror_fd is not None:
@@ -129,9 +143,8 @@ class _LastState:
             if mirrored is not None:
                 self.state = mirrored
                 return mirrored
-        try:
-            stamp = (self.run_dir / "state.json").stat().st_mtime_ns
-        except OSError:
+        stamp = state_version(self.run_dir)  # state.json and a big job's delta log
+        if stamp[0] is None:
             return None  # gone: keep the last one
         if stamp != self._stamp:
             fresh = _state(self.run_dir)

@@ -30,7 +30,7 @@ from srtr.runtime.progress import ProgressPrinter, RawOut
 from srtr.runtime.recipe_watch import RecipeWatcher
 from srtr.runtime.run_files import RETRY_PERIOD, RunDir
 from srtr.store.cause_block import failed_job_block
-from srtr.store.persist import snapshot, write_atomic
+from srtr.store.persist import head, write_atomic
 from srtr.store.rundir import (
     HEARTBEAT_FILE,
     HEARTBEAT_PERIOD,
@@ -38,6 +38,7 @@ from srtr.store.rundir import (
     StateDoc,
     machine_id,
 )
+from srtr.store.state_log import StateWriter
 
 if TYPE_CHECKING:
     from srtr.runtime.job_options import JobOptions
@@ -93,9 +94,11 @@ class Progress:
 
 
 class StateFile:
-    """state.json (atomic), rewritten after changes; recipes/gen-N.yaml per generation.
+    """state.json, written after changes (`state_log.StateWriter`: whole and atomic for
+    ordinary jobs, a snapshot and a delta log for big ones); recipes/gen-N.yaml per
+    generation.
 
-    A write that fails leaves the previous state.json in place and is tried again every
+    A write that fails leaves the previous files in place and is tried again every
     `RETRY_PERIOD` until it works; the fault is reported once (`write_faults`).
     """
 
@@ -113,14 +116,12 @@ class StateFile:
         self._saved_generation = 0
         self._last_write = 0.0
         self._stopped = False
-        self._mirror: guard.StateMirror | None = None
-        self._last_text: str | None = None
+        faults = ctx.store.write_faults
+        self.writer = StateWriter(ctx.run_dir, restore=faults.restore_run_dir)
 
     def mirror_to(self, mirror: guard.StateMirror) -> None:
-        """Copy every document to `mirror` too (the guard's), starting with the last one."""
-        self._mirror = mirror
-        if self._last_text is not None:
-            mirror.write(self._last_text)
+        """Copy every write to `mirror` too (the guard's), starting with the last one."""
+        self.writer.attach(mirror)
 
     async def start(self) -> None:
         self.ctx.store.subscribe_changes(self._on_change)
@@ -129,11 +130,14 @@ class StateFile:
         if self._pending is not None:
             self._pending.cancel()
         self._stopped = True
+        self.writer.finish()  # a big job's state.json: whole and current once it is over
         self.write()
+        self.writer.close()
 
     def rewrite_all(self) -> None:
         """The run dir was recreated: the recipe copies and state.json are written again."""
         self._saved_generation = 0
+        self.writer.invalidate()
         self._on_change()
 
     def _on_change(self) -> None:
@@ -164,13 +168,8 @@ class StateFile:
         was_failing = self.TARGET in faults.failing  # and so says the document
         # The snapshot counts: at 4,096 instances it costs as much as the dumps.
         started = time.monotonic()
-        doc = self._document()
-        # Compact: at 4,096 instances indenting cost 130 ms of a 160 ms write (benchmarks/).
-        text = json.dumps(doc, separators=(",", ":")) + "\n"
-        self._last_text = text
-        if self._mirror is not None:
-            self._mirror.write(text)  # memory only: cannot fail the way a disk write can
-        written = faults.attempt(self.TARGET, lambda: write_atomic(run_dir / "state.json", text))
+        sections = dict(self._document())
+        written = faults.attempt(self.TARGET, lambda: self.writer.write(sections, store))
         self._last_write = time.monotonic() - started
         if written and was_failing and self._stopped:
             self.write()  # the last word must not be a fault that has just ended
@@ -181,7 +180,7 @@ class StateFile:
 
     def _document(self) -> StateDoc:
         store, options, backend = self.ctx.store, self.options, self.ctx.backend
-        doc = snapshot(
+        doc = head(
             store,
             backend=backend.name,
             controller_pid=os.getpid(),

@@ -52,6 +52,7 @@ class CauseTransitions(StoreBase):
         message: str,
     ) -> None:
         """`name`'s current attempt failed (`reason`): the job's cause, if it is the first."""
+        self.touch(name)
         if self.job.cause is not None:
             return
         status, spec = self.status[name], self.specs[name]

@@ -159,6 +159,7 @@ class EditTransitions(StoreBase):
 
     def forget(self, name: str) -> InstanceSpec:
         """A removed instance's process is gone: drop its records (Stopped); returns its spec."""
+        self.touch(name)
         assert name in self.removing and not self.status[name].alive
         spec = self.specs.pop(name)
         self.status.pop(name)

@@ -41,6 +41,7 @@ class HealthTransitions(StoreBase):
         """One readiness attempt of a Ready (or NotReady) instance after its gate. Returns
         whether it flipped: NotReady after `failure_threshold` failures in a row, Ready
         again at the first pass. Either way the next attempt is due an interval on."""
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         assert spec.probe is not None
         status.next_probe_at = self.clock.now() + spec.probe.interval_seconds
@@ -50,6 +51,7 @@ class HealthTransitions(StoreBase):
     def readiness_reported(self, name: str, *, ok: bool, failures: int, message: str) -> bool:
         """Readiness after the gate, as `failures` in a row (0: it passed) say; returns
         whether the instance flipped (NotReady at the threshold, Ready at a pass)."""
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         assert spec.probe is not None
         status.readiness_failures = failures
@@ -76,6 +78,7 @@ class HealthTransitions(StoreBase):
     def watched_on_node(self, name: str, kind: str) -> None:
         """The instance's node runs its `kind` probe (`liveness` or `readiness`) from now on,
         and reports only its transitions."""
+        self.touch(name)
         status = self.status[name]
         if kind == "liveness":
             status.liveness_on_node = True
@@ -84,16 +87,19 @@ class HealthTransitions(StoreBase):
 
     # -- liveness ------------------------------------------------------------------------
     def liveness_started(self, name: str) -> None:
+        self.touch(name)
         self.status[name].liveness_in_flight = True
 
     def liveness_returned(self, name: str, of: InstanceStatus) -> None:
         """The liveness attempt started for status `of` returned (see `probe_returned`)."""
+        self.touch(name)
         if self.status.get(name) is of:
             of.liveness_in_flight = False
 
     def liveness_result(self, name: str, *, ok: bool, message: str) -> int:
         """One liveness attempt's outcome; returns the failures in a row. The next attempt
         is due an interval from now."""
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         assert spec.liveness is not None
         status.next_liveness_at = self.clock.now() + spec.liveness.interval_seconds
@@ -105,6 +111,7 @@ class HealthTransitions(StoreBase):
 
     def liveness_reported(self, name: str, *, failures: int, message: str) -> None:
         """The node reports the liveness probe failed `failures` times in a row."""
+        self.touch(name)
         status = self.status[name]
         status.liveness_failures = failures
         status.liveness_message = message
@@ -113,6 +120,7 @@ class HealthTransitions(StoreBase):
     def unhealthy(self, name: str, message: str) -> None:
         """`failure_threshold` liveness failures in a row: an `Unhealthy` warning; srtr stops
         the attempt, and its exit is a failure (`LivenessFailed`)."""
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         assert spec.liveness is not None
         status.liveness_failed = True
@@ -130,6 +138,7 @@ class HealthTransitions(StoreBase):
         """The dependency `on` of the instance restarted (`depends_on` with `restart: true`):
         a planned restart, at no cost to its budget, whose launch waits until the dependency's
         condition holds again."""
+        self.touch(name)
         status = self.status[name]
         status.user_action = UserAction.RESTART
         status.restart_reason = f"its dependency services[{on}] restarted"
@@ -182,6 +191,7 @@ class HealthTransitions(StoreBase):
     def gang_hold(self, name: str) -> None:
         """The member's attempt ended (or had ended): it waits in BackOff, with no start
         time of its own, for its pool's relaunch."""
+        self.touch(name)
         status = self.status[name]
         status.gang_held = True
         status.next_start_at = None

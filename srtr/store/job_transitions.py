@@ -35,17 +35,20 @@ class JobTransitions(StoreBase):
 
     def activate(self, name: str) -> None:
         """The instance's stage has begun: its controller may launch it."""
+        self.touch(name)
         self.status[name].activated = True
         self.changed()
 
     def activate_late(self, name: str) -> None:
         """A live edit added the instance to a stage that had passed: activate it, and hold
         later stages' new members until it is up (`settled`)."""
+        self.touch(name)
         self.status[name].late = True
         self.activate(name)
 
     def settled(self, name: str) -> None:
         """A late instance is up (ready, or done): it no longer holds later stages."""
+        self.touch(name)
         self.status[name].late = False
         self.changed()
 
@@ -53,6 +56,7 @@ class JobTransitions(StoreBase):
         """Stage `number` begins now: activate `names` (its members not yet activated); its
         gate's readiness deadlines count from now."""
         self.job.stage_started_at[stage.name] = self.clock.now()
+        self._touch_stage(stage.name)  # its members' probe deadlines count from now
         for name in names:
             self.activate(name)
         self.record(
@@ -78,6 +82,12 @@ class JobTransitions(StoreBase):
         """Every member of stage `number` is up: the next stage may begin."""
         self.job.passed_stages.add(name)
         self.job.stage = number
+        self._touch_stage(name)  # its gate is closed: no member's deadline is the gate's
+
+    def _touch_stage(self, stage: str) -> None:
+        for spec in self.specs.values():
+            if spec.stage == stage:
+                self.touch(spec.name)
 
     def job_running(self, ending: str) -> None:
         """Every stage is up: Running, Ready condition True; `ending` says what ends the job."""
@@ -125,9 +135,10 @@ class JobTransitions(StoreBase):
         Activated instances waiting to (re)start are Stopped: they never will.
         """
         job = self.job
-        for status in self.status.values():
+        for name, status in self.status.items():
             if status.phase in (Phase.PENDING, Phase.BACKOFF) and status.activated:
                 status.phase = Phase.STOPPED
+                self.touch(name)
         code = job.exit_code or 0
         job.phase = JobPhase.SUCCEEDED if code == 0 else JobPhase.FAILED
         job.ended_at = self.clock.now()

@@ -1,12 +1,13 @@
-"""The writer of the run dir's contract files: state.json (atomic snapshot) and events.jsonl.
+"""The documents of the run dir's contract files: state.json and events.jsonl (its writer).
 
 What they hold is modelled in `rundir.py` (`StateDoc`, `EventDoc`); this module builds those
-documents from the store (`snapshot`, one function per section) and writes them. The runner
-(`srtr.runtime.lifecycle`) calls `snapshot` and `write_atomic` on every change, coalesced.
-
-state.json is rewritten whole through a temp file and `os.replace`, so a reader never sees a
-half-written file. events.jsonl is append-only, one JSON object per line, written per event
-so `srtr tui`/`tail -f` see each event at once.
+documents from the store (`snapshot`, one function per section; `head` without the
+instances and `instance_record` one instance, for the state writer) and writes events.jsonl.
+state.json is written by `state_log.StateWriter`, which the runner (`srtr.runtime.lifecycle`)
+drives on every change, coalesced: whole and atomic (through `write_atomic`: a temp file and
+`os.replace`, so a reader never sees a half-written file) for an ordinary job, a snapshot
+and a delta log for a big one. events.jsonl is append-only, one JSON object per line,
+written per event so `srtr tui`/`tail -f` see each event at once.
 
 Neither ever loses the job: a write that fails (full disk, read-only or vanished run dir)
 leaves the file as it was, and the caller reports it (`write_faults`). events.jsonl keeps
@@ -63,9 +64,19 @@ def snapshot(
     store: Store, *, backend: str, controller_pid: int, slurm_job_id: str | None = None
 ) -> StateDoc:
     """The state.json document (docs/cli.md "The run dir"; the model is `rundir.StateDoc`)."""
+    doc = head(store, backend=backend, controller_pid=controller_pid, slurm_job_id=slurm_job_id)
+    wall = WallClock(store)
+    doc["instances"] = [instance_record(store, name, wall) for name in store.specs]
+    return doc
+
+
+def head(
+    store: Store, *, backend: str, controller_pid: int, slurm_job_id: str | None = None
+) -> StateDoc:
+    """state.json without its instances (`instances` is empty, in its place): the sections
+    that cost O(nodes), which the state writer compares with what it last wrote."""
     desired = store.desired
-    wall = _WallClock(store)
-    gate = store.gate_opened_at
+    wall = WallClock(store)
     doc: StateDoc = {
         "job": job_doc(
             store,
@@ -76,10 +87,7 @@ def snapshot(
         ),
         "nodes": [{"name": n.name, "ip": n.ip, "state": n.role} for n in desired.nodes.allocation],
         "pools": [pool_doc(store, p) for p in desired.pools],
-        "instances": [
-            instance_doc(spec, store.status[name], wall=wall, gate_started_at=gate(spec.stage))
-            for name, spec in store.specs.items()
-        ],
+        "instances": [],
         "recipe": store.recipe.to_json(),
         "carve": desired.nodes.to_json(),
         # Targets with their listing and scrape health, kept by the exporter controller.
@@ -93,6 +101,15 @@ def snapshot(
     if store.grow.enabled:  # a section of its own, beside the modelled ones
         cast(dict[str, Any], doc)["grow"] = store.grow.to_json()
     return doc
+
+
+def instance_record(store: Store, name: str, wall: Wall | None = None) -> InstanceDoc:
+    """Instance `name`'s record in state.json, as of now."""
+    spec = store.specs[name]
+    gate = store.gate_opened_at(spec.stage)
+    return instance_doc(
+        spec, store.status[name], wall=wall or WallClock(store), gate_started_at=gate
+    )
 
 
 def exporter_rows(store: Store) -> list[ExporterDoc]:
@@ -139,7 +156,7 @@ def pool_doc(store: Store, pool: PoolSpec) -> PoolDoc:
     return doc
 
 
-class _WallClock:
+class WallClock:
     """Monotonic store times as wall seconds (rounded to ms), which is what readers want."""
 
     def __init__(self, store: Store) -> None:

@@ -7,7 +7,9 @@ docs/cli.md ("The run dir") says what a run dir holds; this module says it in ty
   `srtr.store.persist` (`snapshot`, `EventLog`), which `srtr.runtime.lifecycle`
   drives; it builds these types, so mypy checks it against the same field list as the
   readers.
-- `read_state` is the one reader of state.json and `parse_event` of an events.jsonl line.
+- `read_state` is the one reader of state.json (for a big job the snapshot with its delta
+  log applied, `state_delta`) and `parse_event` of an events.jsonl line; `read_summary`
+  reads a big job's summary.json and `state_version` says whether the state changed.
   Their users: the CLI (`up` on a used run dir and `--adopt`, `status`, `logs`, `tui`,
   `down`, `plan --against`), the job's guard, its control client and adoption
   (`srtr.runtime`), and the TUI (`srtr.tui.source`, `srtr.tui.launch`).
@@ -45,6 +47,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
+from srtr.store.state_delta import DELTA_FILE, SUMMARY_FILE, apply_deltas, snapshot_seq
 from srtr.store.status import JOB_ENDED, ExitRecord, Phase
 
 STATE_FILE = "state.json"
@@ -212,7 +215,8 @@ class ExporterDoc(TypedDict):
 
 
 class StateDoc(TypedDict):
-    """state.json, rewritten whole (atomically) whenever the store changes."""
+    """state.json, rewritten whole (atomically) whenever the store changes; for a big job
+    the document a snapshot and its delta log make (`state_log`)."""
 
     job: JobDoc
     nodes: list[NodeDoc]
@@ -326,7 +330,7 @@ class RunState:
 
 
 def read_state(run_dir: Path) -> RunState:
-    """Read `run_dir`'s state.json.
+    """Read `run_dir`'s state.json, and for a big job the delta log after it.
 
     Args:
         run_dir: the run dir (its state.json is read).
@@ -345,7 +349,49 @@ def read_state(run_dir: Path) -> RunState:
         raise StateFileError(path, str(exc), missing=True) from None
     except (OSError, ValueError) as exc:
         raise StateFileError(path, str(exc)) from None
-    return RunState.from_doc(doc, path)
+    state = RunState.from_doc(doc, path)
+    seq = snapshot_seq(doc)
+    if seq is not None:  # a snapshot: the changes since are in the delta log
+        apply_deltas(doc, seq, read_lines(run_dir / DELTA_FILE))
+    return state
+
+
+# The files whose change is a change of the state (a big job's writes append to the log).
+STATE_FILES = (STATE_FILE, DELTA_FILE)
+Stamp = tuple[int, int, int] | None
+
+
+def state_version(run_dir: Path) -> tuple[Stamp, ...]:
+    """What differs whenever the state changed: inode, mtime and size of state.json (which
+    is replaced by rename: a new inode) and of a big job's delta log."""
+    stamps: list[Stamp] = []
+    for name in STATE_FILES:
+        try:
+            st = (run_dir / name).stat()
+        except OSError:
+            stamps.append(None)
+            continue
+        stamps.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(stamps)
+
+
+def read_lines(path: Path) -> list[bytes]:
+    """The lines of `path` (none when it is missing or unreadable)."""
+    try:
+        return path.read_bytes().splitlines()
+    except OSError:
+        return []
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """A big job's summary.json (`state_summary`): the job, its pools and its counts, which
+    `srtr status` prints without reading every instance. None for a job small enough to
+    have none (state.json is whole then), or when it cannot be read."""
+    try:
+        doc = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("job"), dict) else None
 
 
 class HeartbeatDoc(TypedDict):

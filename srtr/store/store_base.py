@@ -72,6 +72,9 @@ class StoreBase:
         self._change_listeners: list[Callable[[], None]] = []
         self._outbox: deque[Event] = deque()
         self._delivering = False
+        # Instances whose persisted record may have changed since the state writer last
+        # took them: what makes a big job's state.json delta O(change), not O(job).
+        self.touched: set[str] = set()
 
     # -- reading ------------------------------------------------------------------------
     @property
@@ -97,6 +100,15 @@ class StoreBase:
         return [n for n, st in self.status.items() if st.alive]
 
     # -- writing ------------------------------------------------------------------------
+    def touch(self, name: str) -> None:
+        """Instance `name`'s record in state.json changes: the next write carries it."""
+        self.touched.add(name)
+
+    def take_touched(self) -> set[str]:
+        """The instances touched since the last call (the state writer's)."""
+        touched, self.touched = self.touched, set()
+        return touched
+
     def subscribe_events(self, listener: EventListener) -> None:
         self._event_listeners.append(listener)
 
@@ -108,6 +120,8 @@ class StoreBase:
             listener()
 
     def record(self, obj: str, reason: str, message: str, *, warning: bool = False) -> Event:
+        if obj.startswith("instance/"):
+            self.touched.add(obj[len("instance/") :])
         event = Event(
             ts=round(self.clock.wall(), 3),
             type=EventType.WARNING if warning else EventType.NORMAL,
@@ -165,6 +179,7 @@ class StoreBase:
 
     def set_phase(self, name: str, phase: Phase) -> None:
         status = self.status[name]
+        self.touched.add(name)
         if status.phase != phase:
             status.phase = phase
             if phase not in ALIVE or phase is Phase.TERMINATING:

@@ -50,6 +50,7 @@ class InstanceTransitions(CauseTransitions):
     # -- the backend's observations -----------------------------------------------------------
     def started(self, name: str, *, attempt: int, step: str | None) -> bool:
         """The backend knows the attempt's step (SLURM). False for a stale attempt."""
+        self.touch(name)
         status = self._current(name, attempt)
         if status is None:
             return False
@@ -76,6 +77,7 @@ class InstanceTransitions(CauseTransitions):
         its class in the history, and may be the job's first failure (`job.cause`).
         Returns False, changing nothing, for a stale attempt.
         """
+        self.touch(name)
         status = self._current(name, attempt)
         if status is None:
             return False
@@ -142,6 +144,7 @@ class InstanceTransitions(CauseTransitions):
         one after a crash counts (`restarts`) toward the budget, a planned one (a user's
         restart, a rollout: `planned`) does not.
         """
+        self.touch(name)
         status = self.status[name]
         assert status.phase in (Phase.PENDING, Phase.BACKOFF), status.phase
         now = self.clock.now()
@@ -188,6 +191,7 @@ class InstanceTransitions(CauseTransitions):
         A backend that awaits inside launch may already have reported the attempt's exit;
         then the instance is not alive and its controller decides at once.
         """
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         status.pid = pid
         status.identity = identity
@@ -210,6 +214,7 @@ class InstanceTransitions(CauseTransitions):
     def identified(self, name: str, identity: dict[str, int] | None) -> None:
         """What adoption will check of the live attempt (pid and kernel start time), read by
         the backend after the launch rather than in it."""
+        self.touch(name)
         self.status[name].identity = identity
         self.unidentified.discard(name)
 
@@ -219,6 +224,7 @@ class InstanceTransitions(CauseTransitions):
         The phase is Starting, the phase the attempt got to, as for any attempt that ended
         before its controller decided what follows (`exited`).
         """
+        self.touch(name)
         status = self.status[name]
         status.phase = Phase.STARTING
         status.exited_attempt = status.attempt
@@ -235,6 +241,7 @@ class InstanceTransitions(CauseTransitions):
     def restart_now(self, name: str) -> None:
         """Act on a planned restart (a user's, a rollout's) of a stopped attempt: start again
         at once (BackOff, due now), as a planned launch that costs no restart budget."""
+        self.touch(name)
         status = self.status[name]
         assert status.user_action == UserAction.RESTART
         status.user_action = None
@@ -246,6 +253,7 @@ class InstanceTransitions(CauseTransitions):
     def relaunch(self, name: str) -> None:
         """A user's restart of an instance that ended for good (Succeeded, Failed, GaveUp,
         Stopped): start it again at once with a fresh restart budget and backoff."""
+        self.touch(name)
         status = self.status[name]
         assert status.user_action == UserAction.RESTART
         assert status.phase in FINISHED and status.phase is not Phase.LOST, status.phase
@@ -255,11 +263,13 @@ class InstanceTransitions(CauseTransitions):
 
     def finished(self, name: str, phase: Phase) -> None:
         """The instance is done for good: Succeeded, Failed or Stopped."""
+        self.touch(name)
         assert phase in FINISHED and phase is not Phase.LOST, phase
         self.set_phase(name, phase)
 
     def gave_up(self, name: str, *, restarts: int, window_start: float, code: int) -> None:
         """The restart budget is spent: Failed, with a GaveUp warning."""
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         _forget_restarts(status, window_start)
         self.set_phase(name, Phase.FAILED)
@@ -283,6 +293,7 @@ class InstanceTransitions(CauseTransitions):
         code: int,
     ) -> None:
         """The attempt ended and its policy restarts it at `start_at`: BackOff, with a warning."""
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         assert status.exited, status.phase
         _forget_restarts(status, window_start)
@@ -301,6 +312,7 @@ class InstanceTransitions(CauseTransitions):
     # -- readiness ----------------------------------------------------------------------------
     def probe_started(self, name: str) -> None:
         """A probe attempt of the instance is running (no second one until it returns)."""
+        self.touch(name)
         self.status[name].probe_in_flight = True
 
     def probe_returned(self, name: str, of: InstanceStatus) -> None:
@@ -309,11 +321,13 @@ class InstanceTransitions(CauseTransitions):
         A status that replaced `of` meanwhile (the instance was dropped and added again by
         edits) has probes of its own and is left alone.
         """
+        self.touch(name)
         if self.status.get(name) is of:
             of.probe_in_flight = False
 
     def probe_passed(self, name: str) -> None:
         """The readiness probe passed: Ready (phase and condition), with a Ready event."""
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         assert spec.probe is not None and status.alive
         now = self.clock.now()
@@ -337,6 +351,7 @@ class InstanceTransitions(CauseTransitions):
 
         The Ready condition says why (ProbeFailing) whenever the message changes.
         """
+        self.touch(name)
         status, spec = self.status[name], self.specs[name]
         assert spec.probe is not None
         if message != status.probe_message:
@@ -347,6 +362,7 @@ class InstanceTransitions(CauseTransitions):
     def not_ready_in_time(self, name: str, reason: str) -> None:
         """The instance did not pass its probe within its timeout (`reason`): a ProbeFailed
         warning that also gives the last probe attempt's message."""
+        self.touch(name)
         status = self.status[name]
         last = f"; last probe: {status.probe_message}" if status.probe_message else ""
         self.record(f"instance/{name}", "ProbeFailed", reason + last, warning=True)
@@ -354,6 +370,7 @@ class InstanceTransitions(CauseTransitions):
     # -- stopping -----------------------------------------------------------------------------
     def terminating(self, name: str, *, at: float) -> None:
         """SIGTERM goes out to the instance now (`at`): Terminating; its grace starts."""
+        self.touch(name)
         status = self.status[name]
         assert status.stop_sent_at is None
         status.stop_sent_at = at
@@ -362,12 +379,14 @@ class InstanceTransitions(CauseTransitions):
 
     def killing(self, name: str) -> None:
         """SIGKILL goes out to the instance: never again for this attempt."""
+        self.touch(name)
         self.status[name].kill_sent = True
         self.changed()
 
     def skipped(self, name: str, why: str) -> None:
         """The instance cannot run here (`why`): Succeeded without launching, activated so
         that its stage passes and nothing launches it; its Ready condition says why."""
+        self.touch(name)
         status = self.status[name]
         assert status.attempt < 0 and status.phase is Phase.PENDING
         status.activated = True
@@ -381,6 +400,7 @@ class InstanceTransitions(CauseTransitions):
 
         Probe timeouts count from now, the adoption.
         """
+        self.touch(name)
         status = self.status[name]
         status.phase = Phase(record.get("phase", "Pending"))
         status.restarts = int(record.get("restarts", 0))
@@ -400,6 +420,7 @@ class InstanceTransitions(CauseTransitions):
     def adopted(self, name: str, identity: dict[str, int]) -> bool:
         """The backend took over the restored attempt's process: alive again. One that was
         not ready yet is Starting again; returns whether it is to be probed."""
+        self.touch(name)
         status = self.status[name]
         assert status.phase in ALIVE, status.phase
         status.exited_attempt = status.attempt - 1  # its process runs: alive
@@ -412,6 +433,7 @@ class InstanceTransitions(CauseTransitions):
     def gone(self, name: str) -> None:
         """The restored attempt's process ended while no controller watched: an exit of
         unknown status, for its restart policy to decide."""
+        self.touch(name)
         status = self.status[name]
         assert status.phase in ALIVE, status.phase
         status.exit_code = None
@@ -429,6 +451,7 @@ class InstanceTransitions(CauseTransitions):
 
         (A live edit's restart is requested by `apply_edit`, without an event of its own.)
         """
+        self.touch(name)
         status = self.status[name]
         status.user_action = action
         reason, message = _REQUESTED[action]

@@ -56,9 +56,14 @@ def tier_order(seen: list[dict[str, Any]]) -> tuple[list[int], int]:
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:
+    """The run dir's state through srtr's one reader (a big job's delta log applied); None
+    while there is none or it cannot be read."""
+    from srtr.store.rundir import StateFileError
+    from srtr.store.rundir import read_state as read_run_state
+
     try:
-        return json.loads((run_dir / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return dict(read_run_state(run_dir).doc)
+    except StateFileError:
         return None
 
 

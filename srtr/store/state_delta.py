@@ -1,0 +1,93 @@
+"""The delta log of a big job's state: its line format, and how a reader applies it.
+
+A job whose state.json outgrows `SNAPSHOT_LIMIT` no longer rewrites it per change
+(docs/design/state-store.md): state.json becomes a snapshot that says which change it
+includes (`seq`), and each later write appends one line to state.delta.jsonl:
+
+    {"seq": 8, "set": {"job": {...}}, "items": {"instances": [{...}], "pools": [{...}]}}
+
+`set` replaces whole sections; `items` merges records of list sections into the record
+with the same key (`item_key`: an instance's or pool's name), field by field, or appends
+a record that is new. `apply_deltas` is how every reader (`rundir.read_state`, the guard's
+mirror) turns a snapshot and its log into the current document. Pure: no files here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+DELTA_FILE = "state.delta.jsonl"
+SUMMARY_FILE = "summary.json"
+SEQ = "seq"  # the snapshot's key: the last change it includes (absent: no delta log)
+# state.json is rewritten whole while its document is at most this big; beyond, changes go
+# to the delta log and state.json is rewritten only when the log is compacted.
+SNAPSHOT_LIMIT = 1 << 20
+# The list sections whose records a delta merges by key (the others are replaced whole).
+ITEM_SECTIONS = ("nodes", "pools", "instances", "exporters")
+
+
+def item_key(item: dict[str, Any]) -> str:
+    """What identifies a record of a list section: its name (an exporter row's URL when
+    it has no name yet)."""
+    return str(item.get("name") or item.get("url") or "")
+
+
+def snapshot_seq(doc: dict[str, Any]) -> int | None:
+    """The change a snapshot includes; None for a whole state.json (no delta log to read).
+    Removes the key: readers see the document with the fields it always had."""
+    seq = doc.pop(SEQ, None)
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def apply_deltas(doc: dict[str, Any], seq: int, lines: Iterable[str | bytes]) -> int:
+    """Apply the log's lines that follow change `seq` to `doc` in place; return the last
+    change applied.
+
+    Lines the snapshot includes already (a log older than a compaction) are skipped. A line
+    that is not whole JSON (a write cut short, the log's torn last line) ends the reading, and
+    so does a gap in the sequence (a log restarted after a newer snapshot than `doc`): the
+    result is always the state as of one change, never a mix.
+    """
+    indexes: dict[str, dict[str, int]] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            delta = json.loads(line)
+        except ValueError:
+            break
+        if not isinstance(delta, dict) or not isinstance(delta.get(SEQ), int):
+            break
+        if delta[SEQ] <= seq:
+            continue
+        if delta[SEQ] != seq + 1:
+            break
+        _apply(doc, delta, indexes)
+        seq = delta[SEQ]
+    return seq
+
+
+def _apply(doc: dict[str, Any], delta: dict[str, Any], indexes: dict[str, dict[str, int]]) -> None:
+    sets = delta.get("set")
+    if isinstance(sets, dict):
+        for section, value in sets.items():
+            doc[section] = value
+            indexes.pop(section, None)  # a list replaced whole: its index is stale
+    items = delta.get("items")
+    if not isinstance(items, dict):
+        return
+    for section, records in items.items():
+        current = doc.setdefault(section, [])
+        index = indexes.get(section)
+        if index is None:
+            index = indexes[section] = {item_key(r): i for i, r in enumerate(current)}
+        for record in records:
+            key = item_key(record)
+            at = index.get(key)
+            if at is None:
+                index[key] = len(current)
+                current.append(record)
+            else:
+                current[at].update(record)
