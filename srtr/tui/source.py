@@ -30,14 +30,15 @@ from typing import Any
 from srtr.store.rundir import (
     EVENTS_FILE,
     MARKER_PREFIX,
-    STATE_FILE,
     EventDoc,
     RunState,
+    Stamp,
     StateFileError,
     parse_event,
     parse_restart_marker,
     read_heartbeat,
     read_state,
+    state_version,
 )
 
 MAX_READ = 4 * 1024 * 1024
@@ -303,7 +304,7 @@ class RunSource:
         # Set to `want_log` to load the lines before the first one shown, on the next poll.
         self.want_earlier: tuple[str, str, bool] | None = None
         self.tail_bytes = tail_bytes
-        self._state_sig: tuple[int, int, int] | None = None
+        self._state_sig: tuple[Stamp, ...] | None = None
         self._events = LineTail(run_dir / EVENTS_FILE)
         self._log: LogFollower | None = None
         # Cleared by a reader that wants state.json less often than every poll (its cost).
@@ -341,24 +342,18 @@ class RunSource:
     def first_state(self) -> RunState:
         """Read state.json now (the App's first poll then reads it only if it changed since).
         Raises StateFileError as `read_state` does."""
-        try:
-            st = os.stat(self.run_dir / STATE_FILE)
-        except FileNotFoundError:
-            st = None
+        sig = state_version(self.run_dir)
         state = read_state(self.run_dir)
-        if st is not None:
-            self._state_sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if sig[0] is not None:
+            self._state_sig = sig
         return state
 
     def _read_state(self) -> RunState | None:
-        """The snapshot if state.json changed since the last read (None: it did not, or
-        there is none yet). Raises StateFileError for a file that cannot be read."""
-        try:
-            st = os.stat(self.run_dir / STATE_FILE)
-        except FileNotFoundError:
-            return None
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if sig == self._state_sig:
+        """The state if it changed since the last read: state.json, or a big job's delta
+        log (None: it did not, or there is none yet). Raises StateFileError for a file that
+        cannot be read."""
+        sig = state_version(self.run_dir)
+        if sig[0] is None or sig == self._state_sig:
             return None
         state = read_state(self.run_dir)
         self._state_sig = sig

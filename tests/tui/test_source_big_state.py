@@ -1,0 +1,44 @@
+"""The TUI's reader on a big job's run dir: a change that only the delta log holds (state.json
+left as it was) is a new state on the next poll, and no change is no state."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from srtr.store.persist import head
+from srtr.store.state_log import StateWriter
+from srtr.tui.source import RunSource
+from tests.support.big_state import JOB
+from tests.support.controller_harness import Harness
+
+
+def _phase(state, name: str) -> str:  # type: ignore[no-untyped-def]
+    return next(i["phase"] for i in state.instances if i["name"] == name)
+
+
+def test_a_change_only_the_delta_log_holds_is_seen(tmp_path: Path) -> None:
+    async def body() -> None:
+        h = Harness(JOB, tmp_path)
+        writer = StateWriter(tmp_path, limit=1)  # every write past the limit: big-job mode
+
+        def write() -> None:
+            writer.write(dict(head(h.store, backend="fake", controller_pid=1)), h.store)
+
+        await h.settle()
+        write()
+        source = RunSource(tmp_path)
+        first = source.poll().state
+        assert first is not None and _phase(first, "service_web") == "Running"
+        assert source.poll().state is None  # nothing changed
+        snapshot = os.stat(tmp_path / "state.json")
+        h.exit("service_web", 3)
+        await h.settle()
+        write()
+        after = os.stat(tmp_path / "state.json")
+        assert (after.st_ino, after.st_mtime_ns) == (snapshot.st_ino, snapshot.st_mtime_ns)
+        changed = source.poll().state
+        assert changed is not None and _phase(changed, "service_web") != "Running"
+
+    asyncio.run(body())
