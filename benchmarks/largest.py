@@ -11,9 +11,9 @@ Not part of the default full run (minutes, and it takes the machine): run it by 
   idle; `srtr status RUN` (the summary), median of 3; the bytes the controller and the
   hollow process write (/proc/PID/io `write_bytes`: the run dir is all they write) from one
   instance's exit (hollow control line `exit`) until its relaunch is persisted (state.json
-  renamed after its `Launched`, or 30 s); a hollow node frozen → `NodeLost`; SIGTERM → the
-  controller and the hollow process gone. The TUI's figures (first frame, keystroke, idle
-  CPU with the TUI on) come from `TUI_FIGURES` when set (below).
+  or its delta log written after its `Launched`, or 30 s); a hollow node frozen →
+  `NodeLost`; SIGTERM → the controller and the hollow process gone. The TUI's figures
+  (first frame, keystroke, idle CPU with the TUI on) come from `TUI_FIGURES` when set.
 - the pool: P hollow nodes, one service with `restart: {scope: pool}`, one member exits 1 →
   all P relaunched (its `Exited` → the P-th `Launched` after it).
 """
@@ -35,6 +35,7 @@ from typing import Any
 from benchmarks.common import Context, Figure, Job, alive, idle_sample, srtr_argv, write_yaml
 from benchmarks.health import restart
 from benchmarks.hollow import control, node_lost, pids_with
+from srtr.store.rundir import STATE_FILES
 
 SIZE_ENV = "SRTR_BENCH_LARGEST"  # "NODESxPER", e.g. "2000x8"
 POOL_ENV = "SRTR_BENCH_LARGEST_POOL"
@@ -56,7 +57,41 @@ IDLE_SECONDS = 10.0
 # context, the big job's recipe and its instance count, once the headless figures are taken,
 # and runs its own job. None: those rows are listed as not measured here.
 TuiFigures = Callable[[Context, Path, int], list[Figure]]
-TUI_FIGURES: TuiFigures | None = None
+
+
+def tui_figures(ctx: Context, recipe: Path, count: int) -> list[Figure]:
+    """The TUI's rows, from `benchmarks.tui_scale` on a job of the same size (its own
+    recipe: `recipe` and `count` say only the size)."""
+    from benchmarks import tui_scale
+
+    nodes, per, _ = sizes(ctx)
+    got = tui_scale.measure(ctx, nodes, per, headless=True)
+    row = dict(scenario="largest")
+    return [
+        Figure(**row, name="TUI first frame", value=got["first_frame_s"], unit="s", target=2.0),
+        Figure(**row, name="TUI keystroke: filter", value=got["filter_ms"], unit="ms", target=200),
+        Figure(**row, name="TUI keystroke: sort", value=got["sort_ms"], unit="ms", target=200),
+        Figure(
+            **row,
+            name="srtr up with the TUI: idle CPU",
+            value=got["idle"]["cpu_percent"],
+            unit="%",
+            target=3.0,
+        ),
+        Figure(
+            **row,
+            name="srtr up with the TUI: all Running",
+            value=got["tui_running_s"],
+            unit="s",
+            baseline=got["headless_running_s"],
+            baseline_label="headless",
+            target=1.2,
+            target_on="ratio",
+        ),
+    ]
+
+
+TUI_FIGURES: TuiFigures | None = tui_figures
 
 
 def sizes(ctx: Context) -> tuple[int, int, int]:
@@ -127,11 +162,18 @@ def restart_bytes(job: Job, pids: list[int], victim: str) -> dict[str, Any]:
         return next((e for e in ev[seen:] if e["reason"] == "Launched" and e["object"] == obj), 0)
 
     launched = job.wait(relaunched, timeout=60, step=0.05)
-    state = job.run_dir / "state.json"
+
+    def written() -> float:
+        """The newest write of the state: state.json, or a big job's delta log."""
+        stamps = [
+            (job.run_dir / f).stat().st_mtime for f in STATE_FILES if (job.run_dir / f).exists()
+        ]
+        return max(stamps, default=0.0)
+
     deadline = time.monotonic() + 30
-    while state.stat().st_mtime <= launched["ts"] and time.monotonic() < deadline:
+    while written() <= launched["ts"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    persisted = state.stat().st_mtime > launched["ts"]
+    persisted = written() > launched["ts"]
     return {
         "victim": victim,
         "bytes": write_bytes(pids) - before,
