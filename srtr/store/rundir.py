@@ -282,13 +282,17 @@ class RunState:
     """One reading of state.json: the document as written, and what readers decide on."""
 
     doc: StateDoc
+    # A big job's: the last change of the delta log applied (None: a whole state.json).
+    seq: int | None = None
 
     @classmethod
-    def from_doc(cls, doc: object, path: Path = Path(STATE_FILE)) -> RunState:
+    def from_doc(
+        cls, doc: object, path: Path = Path(STATE_FILE), seq: int | None = None
+    ) -> RunState:
         """Wrap a parsed state.json. Raises StateFileError(foreign) unless it has a `job`."""
         if not isinstance(doc, dict) or not isinstance(doc.get("job"), dict):
             raise StateFileError(path, "not an srtr state file", foreign=True)
-        return cls(cast(StateDoc, doc))
+        return cls(cast(StateDoc, doc), seq)
 
     @property
     def job(self) -> JobDoc:
@@ -351,9 +355,10 @@ def read_state(run_dir: Path) -> RunState:
         raise StateFileError(path, str(exc)) from None
     state = RunState.from_doc(doc, path)
     seq = snapshot_seq(doc)
-    if seq is not None:  # a snapshot: the changes since are in the delta log
-        apply_deltas(doc, seq, read_lines(run_dir / DELTA_FILE))
-    return state
+    if seq is None:
+        return state
+    # a snapshot: the changes since are in the delta log
+    return RunState(state.doc, apply_deltas(doc, seq, read_lines(run_dir / DELTA_FILE)))
 
 
 # The files whose change is a change of the state (a big job's writes append to the log).

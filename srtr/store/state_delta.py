@@ -91,3 +91,61 @@ def _apply(doc: dict[str, Any], delta: dict[str, Any], indexes: dict[str, dict[s
                 current.append(record)
             else:
                 current[at].update(record)
+
+
+def applied_copy(
+    doc: dict[str, Any], seq: int, lines: Iterable[str | bytes]
+) -> tuple[dict[str, Any], int]:
+    """`apply_deltas` on a copy of `doc`: the new document shares every record no line
+    changed with `doc` and has new ones for those that changed (a reader that keeps the
+    previous document tells what changed by comparing the two). Returns it and the last
+    change applied."""
+    out = dict(doc)
+    copied: set[str] = set()
+    indexes: dict[str, dict[str, int]] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            delta = json.loads(line)
+        except ValueError:
+            break
+        if not isinstance(delta, dict) or not isinstance(delta.get(SEQ), int):
+            break
+        if delta[SEQ] <= seq:
+            continue
+        if delta[SEQ] != seq + 1:
+            break
+        _apply_copy(out, delta, copied, indexes)
+        seq = delta[SEQ]
+    return out, seq
+
+
+def _apply_copy(
+    doc: dict[str, Any], delta: dict[str, Any], copied: set[str], indexes: dict[str, dict[str, int]]
+) -> None:
+    sets = delta.get("set")
+    if isinstance(sets, dict):
+        for section, value in sets.items():
+            doc[section] = value
+            copied.add(section)  # a new list: this copy's own
+            indexes.pop(section, None)
+    items = delta.get("items")
+    if not isinstance(items, dict):
+        return
+    for section, records in items.items():
+        if section not in copied:
+            doc[section] = list(doc.get(section, []))
+            copied.add(section)
+        current = doc[section]
+        index = indexes.get(section)
+        if index is None:
+            index = indexes[section] = {item_key(r): i for i, r in enumerate(current)}
+        for record in records:
+            key = item_key(record)
+            at = index.get(key)
+            if at is None:
+                index[key] = len(current)
+                current.append(record)
+            else:
+                current[at] = {**current[at], **record}

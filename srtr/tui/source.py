@@ -32,14 +32,13 @@ from srtr.store.rundir import (
     MARKER_PREFIX,
     EventDoc,
     RunState,
-    Stamp,
     StateFileError,
     parse_event,
     parse_restart_marker,
     read_heartbeat,
     read_state,
-    state_version,
 )
+from srtr.store.state_follow import StateFollower
 
 MAX_READ = 4 * 1024 * 1024
 MAX_LINE = 1024 * 1024
@@ -304,7 +303,7 @@ class RunSource:
         # Set to `want_log` to load the lines before the first one shown, on the next poll.
         self.want_earlier: tuple[str, str, bool] | None = None
         self.tail_bytes = tail_bytes
-        self._state_sig: tuple[Stamp, ...] | None = None
+        self._state = StateFollower(run_dir)
         self._events = LineTail(run_dir / EVENTS_FILE)
         self._log: LogFollower | None = None
         # Cleared by a reader that wants state.json less often than every poll (its cost).
@@ -342,22 +341,14 @@ class RunSource:
     def first_state(self) -> RunState:
         """Read state.json now (the App's first poll then reads it only if it changed since).
         Raises StateFileError as `read_state` does."""
-        sig = state_version(self.run_dir)
-        state = read_state(self.run_dir)
-        if sig[0] is not None:
-            self._state_sig = sig
-        return state
+        state = self._state.read()
+        return state if state is not None else read_state(self.run_dir)
 
     def _read_state(self) -> RunState | None:
-        """The state if it changed since the last read: state.json, or a big job's delta
-        log (None: it did not, or there is none yet). Raises StateFileError for a file that
-        cannot be read."""
-        sig = state_version(self.run_dir)
-        if sig[0] is None or sig == self._state_sig:
-            return None
-        state = read_state(self.run_dir)
-        self._state_sig = sig
-        return state
+        """The state if it changed since the last read (None: it did not, or there is none
+        yet): a big job's appended delta lines only, not its whole snapshot again. Raises
+        StateFileError for a file that cannot be read."""
+        return self._state.read()
 
 
 def controller_beats(run_dir: Path, now: float) -> bool:
