@@ -15,7 +15,7 @@ mirror) turns a snapshot and its log into the current document. Pure: no files h
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 DELTA_FILE = "state.delta.jsonl"
@@ -43,42 +43,61 @@ def snapshot_seq(doc: dict[str, Any]) -> int | None:
 
 def apply_deltas(doc: dict[str, Any], seq: int, lines: Iterable[str | bytes]) -> int:
     """Apply the log's lines that follow change `seq` to `doc` in place; return the last
-    change applied.
+    change applied (see `_following` for which lines apply)."""
+    indexes: dict[str, dict[str, int]] = {}
+    for delta in _following(seq, lines):
+        _apply(doc, delta, indexes)
+        seq = delta[SEQ]
+    return seq
+
+
+def _following(seq: int, lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
+    """The deltas among `lines` that follow change `seq`, in order.
 
     Lines the snapshot includes already (a log older than a compaction) are skipped. A line
     that is not whole JSON (a write cut short, the log's torn last line) ends the reading, and
-    so does a gap in the sequence (a log restarted after a newer snapshot than `doc`): the
-    result is always the state as of one change, never a mix.
+    so does a gap in the sequence (a log restarted after a newer snapshot than the reader's):
+    the result is always the state as of one change, never a mix.
     """
-    indexes: dict[str, dict[str, int]] = {}
     for line in lines:
         if not line.strip():
             continue
         try:
             delta = json.loads(line)
         except ValueError:
-            break
+            return
         if not isinstance(delta, dict) or not isinstance(delta.get(SEQ), int):
-            break
+            return
         if delta[SEQ] <= seq:
             continue
         if delta[SEQ] != seq + 1:
-            break
-        _apply(doc, delta, indexes)
+            return
+        yield delta
         seq = delta[SEQ]
-    return seq
 
 
-def _apply(doc: dict[str, Any], delta: dict[str, Any], indexes: dict[str, dict[str, int]]) -> None:
+def _apply(
+    doc: dict[str, Any],
+    delta: dict[str, Any],
+    indexes: dict[str, dict[str, int]],
+    copied: set[str] | None = None,
+) -> None:
+    """Apply one delta to `doc`: in place, or (`copied`: the sections this copy owns
+    already) copying each list section it touches once and each record it changes."""
     sets = delta.get("set")
     if isinstance(sets, dict):
         for section, value in sets.items():
             doc[section] = value
             indexes.pop(section, None)  # a list replaced whole: its index is stale
+            if copied is not None:
+                copied.add(section)  # a new list: the copy's own
     items = delta.get("items")
     if not isinstance(items, dict):
         return
     for section, records in items.items():
+        if copied is not None and section not in copied:
+            doc[section] = list(doc.get(section, []))
+            copied.add(section)
         current = doc.setdefault(section, [])
         index = indexes.get(section)
         if index is None:
@@ -89,8 +108,10 @@ def _apply(doc: dict[str, Any], delta: dict[str, Any], indexes: dict[str, dict[s
             if at is None:
                 index[key] = len(current)
                 current.append(record)
-            else:
+            elif copied is None:
                 current[at].update(record)
+            else:
+                current[at] = {**current[at], **record}
 
 
 def applied_copy(
@@ -103,49 +124,7 @@ def applied_copy(
     out = dict(doc)
     copied: set[str] = set()
     indexes: dict[str, dict[str, int]] = {}
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            delta = json.loads(line)
-        except ValueError:
-            break
-        if not isinstance(delta, dict) or not isinstance(delta.get(SEQ), int):
-            break
-        if delta[SEQ] <= seq:
-            continue
-        if delta[SEQ] != seq + 1:
-            break
-        _apply_copy(out, delta, copied, indexes)
+    for delta in _following(seq, lines):
+        _apply(out, delta, indexes, copied)
         seq = delta[SEQ]
     return out, seq
-
-
-def _apply_copy(
-    doc: dict[str, Any], delta: dict[str, Any], copied: set[str], indexes: dict[str, dict[str, int]]
-) -> None:
-    sets = delta.get("set")
-    if isinstance(sets, dict):
-        for section, value in sets.items():
-            doc[section] = value
-            copied.add(section)  # a new list: this copy's own
-            indexes.pop(section, None)
-    items = delta.get("items")
-    if not isinstance(items, dict):
-        return
-    for section, records in items.items():
-        if section not in copied:
-            doc[section] = list(doc.get(section, []))
-            copied.add(section)
-        current = doc[section]
-        index = indexes.get(section)
-        if index is None:
-            index = indexes[section] = {item_key(r): i for i, r in enumerate(current)}
-        for record in records:
-            key = item_key(record)
-            at = index.get(key)
-            if at is None:
-                index[key] = len(current)
-                current.append(record)
-            else:
-                current[at] = {**current[at], **record}
