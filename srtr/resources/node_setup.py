@@ -18,13 +18,12 @@ slowest member.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from srtr.resources import placeholders
 from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec, Stage
 from srtr.resources.recipe import Service
-from srtr.resources.setup_steps import ONCE, STEP_TEXT, setup_steps, workdir
+from srtr.resources.setup_steps import STEP_TEXT, one_shot, setup_steps, workdir
 
 # The placeholder values of one node of the service: (node, its index) -> values.
 NodeValues = Callable[[str, int], dict[str, str]]
@@ -74,10 +73,9 @@ def node_setup_steps(
     steps = []
     for index, (node, first) in enumerate(firsts.items()):
         steps.append(
-            dataclasses.replace(
+            one_shot(
                 first,
                 name=f"setup_{service.name}_{node}",
-                kind=InstanceKind.SETUP,
                 type=SETUP_TYPE,
                 index=index,
                 argv=(placeholders.render(text, values_of(node, index)),),
@@ -85,14 +83,6 @@ def node_setup_steps(
                 stage=f"{phase}/{service.name}.setup",
                 preamble=f"cd {where}" if where else None,
                 shell=True,
-                critical=False,
-                terminal=False,
-                restart=ONCE,
-                probe=None,
-                liveness=None,
-                pool=None,
-                replace_lost=False,
-                deferred_probe=False,
                 run_timeout_seconds=service.setup_timeout_seconds,
             )
         )

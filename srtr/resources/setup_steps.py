@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from typing import Any
 
 from srtr.resources.objects import DesiredState, InstanceKind, InstanceSpec, RestartSpec
 from srtr.resources.recipe import Service
@@ -33,6 +34,24 @@ ONCE = RestartSpec(
     max_restarts=0,
     window_seconds=1800.0,
 )
+
+
+def one_shot(first: InstanceSpec, **fields: Any) -> InstanceSpec:
+    """`first` (an instance of the service) as a one-shot step of it: run once, with neither
+    probe (its stage gate judges its exit), not critical, in no pool; `fields` set the rest."""
+    return dataclasses.replace(
+        first,
+        kind=InstanceKind.SETUP,
+        critical=False,
+        terminal=False,
+        restart=ONCE,
+        probe=None,
+        liveness=None,
+        pool=None,
+        replace_lost=False,
+        deferred_probe=False,
+        **fields,
+    )
 
 
 def checkout_dir(service: Service) -> str:
@@ -98,18 +117,7 @@ def _fetch_pin(service: Service, pin: str) -> list[str]:
 def setup_steps(service: Service, first: InstanceSpec, phase: str) -> list[InstanceSpec]:
     """The clone and build steps of `service`, on the node of its first instance `first`."""
     steps: list[InstanceSpec] = []
-    base = dataclasses.replace(
-        first,
-        kind=InstanceKind.SETUP,
-        index=0,
-        critical=False,
-        terminal=False,
-        restart=ONCE,
-        probe=None,
-        pool=None,
-        replace_lost=False,
-        deferred_probe=False,
-    )
+    base = one_shot(first, index=0)
     if service.source is not None:
         steps.append(
             dataclasses.replace(

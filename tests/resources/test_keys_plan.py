@@ -385,3 +385,30 @@ def test_a_live_edit_may_add_a_service_with_its_clone_and_build() -> None:
         "service_router.build",
         "service_router",
     ]
+
+
+def test_one_shot_steps_take_no_probe_of_their_service() -> None:
+    """A clone, a build and a per-node setup run once and are judged by their exit: the
+    service's liveness probe (an HTTP server the step never serves) must not kill them."""
+    _, state = plan_text_source(
+        textwrap.dedent(
+            """\
+            name: shots
+            resources: {gpus_per_node: 0}
+            services:
+              - name: web
+                command: [serve]
+                nodes: 1
+                build_command: [make]
+                setup: echo staged
+                readiness: {port: 8000}
+                liveness: {http: {port: 8000, path: /healthz}}
+            """
+        ),
+        "r.yaml",
+    )
+    steps = [s for s in state.instances if s.kind is InstanceKind.SETUP]
+    assert {s.stage.rsplit(".", 1)[1] for s in steps} == {"build", "setup"}
+    assert all(s.liveness is None and s.probe is None for s in steps)
+    (web,) = [s for s in state.instances if s.service == "web" and s.kind is not InstanceKind.SETUP]
+    assert web.liveness is not None
