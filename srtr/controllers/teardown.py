@@ -4,15 +4,15 @@ Tiers go in ascending `shutdown_tier`; a tier is drained before the next one is 
 The teardown begins once no launch is in flight (`context.Launches`), so that every
 instance it stops has started.
 Within a tier every member gets SIGTERM at once. A second Ctrl+C (`kill_now`) sends SIGKILL
-to everything still running. The steps are decided by `decisions.teardown_step` and
-`decisions.stop_step`; this module sends the signals and applies them through the store.
+to everything still running. The steps are decided by `teardown_decisions` (`teardown_step`,
+`stop_step`); this module sends the signals and applies them through the store.
 """
 
 from __future__ import annotations
 
 import signal
 
-from srtr.controllers import decisions
+from srtr.controllers import teardown_decisions
 from srtr.controllers.context import Ctx
 from srtr.reconciler.workqueue import Result
 from srtr.store.store import JobPhase
@@ -29,7 +29,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
         # Each answer queues the teardown again (`instance._await_launch`).
         return None
     now = ctx.clock.now()
-    step = decisions.teardown_step(store.specs, store.status, kill_now=job.kill_now)
+    step = teardown_decisions.teardown_step(store.specs, store.status, kill_now=job.kill_now)
     for name in step.kill:
         store.killing(name)
         await ctx.backend.signal(name, signal.SIGKILL)
@@ -54,7 +54,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
 
 def lowest_tier(ctx: Ctx, names: list[str]) -> tuple[int, list[str]]:
     """The lowest shutdown tier among `names`, and its members: the ones to stop first."""
-    return decisions.lowest_tier(ctx.store.specs, names)
+    return teardown_decisions.lowest_tier(ctx.store.specs, names)
 
 
 async def stop_all(ctx: Ctx, names: list[str], now: float) -> Result | None:
@@ -71,7 +71,7 @@ async def stop(ctx: Ctx, name: str, now: float) -> float | None:
     """
     store = ctx.store
     spec = store.specs[name]
-    step = decisions.stop_step(spec, store.status[name], now)
+    step = teardown_decisions.stop_step(spec, store.status[name], now)
     if step.term:
         store.terminating(name, at=now)
         await ctx.backend.signal(name, signal.SIGTERM)

@@ -1,0 +1,70 @@
+"""Pure decisions of stopping: teardown tiers, and one instance's SIGTERM then SIGKILL.
+
+As `decisions`: values in, a frozen outcome out (tests/controllers/test_decisions.py);
+`teardown.py` sends the signals and applies the outcome through the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from srtr.controllers.decisions import Specs, Statuses
+from srtr.resources.objects import InstanceSpec
+from srtr.store.status import InstanceStatus
+
+
+def lowest_tier(specs: Specs, names: Iterable[str]) -> tuple[int, list[str]]:
+    """The lowest shutdown tier among `names`, and its members: the ones to stop first."""
+    names = list(names)
+    tier = min(specs[n].shutdown_tier for n in names)
+    return tier, [n for n in names if specs[n].shutdown_tier == tier]
+
+
+@dataclass(frozen=True)
+class TeardownStep:
+    """One step of a teardown.
+
+    `kill`: instances to SIGKILL at once (kill now). `finish`: nothing is alive, the job is
+    over. Otherwise `members` of the lowest `tier` still alive get one stop step each, and
+    `fresh` are those of them not yet sent SIGTERM.
+    """
+
+    kill: tuple[str, ...] = ()
+    finish: bool = False
+    tier: int | None = None
+    members: tuple[str, ...] = ()
+    fresh: tuple[str, ...] = ()
+
+
+def teardown_step(specs: Specs, statuses: Statuses, *, kill_now: bool) -> TeardownStep:
+    """Tier by tier, lowest `shutdown_tier` first; a tier is drained before the next."""
+    alive = [n for n, st in statuses.items() if st.alive]
+    kill = tuple(n for n in alive if not statuses[n].kill_sent) if kill_now else ()
+    if not alive:
+        return TeardownStep(kill=kill, finish=True)
+    tier, members = lowest_tier(specs, alive)
+    fresh = tuple(n for n in members if statuses[n].stop_sent_at is None)
+    return TeardownStep(kill=kill, tier=tier, members=tuple(members), fresh=fresh)
+
+
+@dataclass(frozen=True)
+class StopStep:
+    """Stopping one instance: send SIGTERM (`term`), SIGKILL (`kill`), then wait `wait`
+    seconds for the grace deadline (None: nothing left to wait for)."""
+
+    term: bool = False
+    kill: bool = False
+    wait: float | None = None
+
+
+def stop_step(spec: InstanceSpec, status: InstanceStatus, now: float) -> StopStep:
+    """SIGTERM once; SIGKILL once `stop_grace_seconds` passed since the SIGTERM."""
+    term = status.stop_sent_at is None
+    if status.kill_sent:
+        return StopStep(term=term)
+    sent = now if status.stop_sent_at is None else status.stop_sent_at
+    deadline = sent + spec.stop_grace_seconds
+    if now < deadline:
+        return StopStep(term=term, wait=deadline - now)
+    return StopStep(term=term, kill=True)
