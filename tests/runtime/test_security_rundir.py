@@ -19,6 +19,7 @@ import pytest
 
 from srtr.resources.errors import RecipeError
 from srtr.runtime import control, run_dir_owner, run_lock
+from tests.support.e2e_util import wait_for
 from tests.support.security_util import Attacker, attacker  # noqa: F401 - the fixture
 
 RECIPE = 'name: r\nservices:\n  - name: a\n    command: ["sleep", "1"]\n'
@@ -169,10 +170,8 @@ def test_the_lock_is_held_for_life_and_seen_by_others(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
-    deadline = time.monotonic() + 10
-    while run_lock.holder(tmp_path) is not None:  # the kernel lets go with the process
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    # the kernel lets go with the process
+    wait_for(lambda: run_lock.holder(tmp_path) is None, 10, "the lock to be released")
     run_lock.hold(tmp_path)
     run_lock.release(tmp_path)
 
