@@ -23,6 +23,7 @@ import pytest
 from srtr.backends.agent import channel
 from srtr.backends.agent import protocol as p
 from srtr.net import certs, listen_gate
+from tests.support.control_util import loopback_control
 from tests.support.e2e_util import wait_for_async
 from tests.support.security_util import Attacker, attacker  # noqa: F401 - the fixture
 
@@ -342,7 +343,6 @@ def test_the_control_port_refuses_hostile_requests_without_a_traceback(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from srtr.runtime import control
 
     cert = certs.create(tmp_path / "job.crt", tmp_path / "job.key")
     hostile = """
@@ -371,21 +371,9 @@ def test_the_control_port_refuses_hostile_requests_without_a_traceback(
         return "ok"
 
     async def body() -> str:
-        server = control.ControlServer(
-            tmp_path,
-            handler,
-            ValueError,
-            context=cert.server_context(),
-            fingerprint=cert.fingerprint,
-            hosts=["127.0.0.1"],
-            listen="127.0.0.1",
-        )
-        await server.start()
-        try:
+        async with loopback_control(tmp_path, handler, cert) as server:
             port = int(server.addresses[0].rpartition(":")[2])
             return str(await asyncio.to_thread(attacker.run, hostile, str(port)))
-        finally:
-            await server.close()
 
     with caplog.at_level(logging.DEBUG):
         out = _run(body())

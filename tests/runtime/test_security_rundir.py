@@ -19,6 +19,7 @@ import pytest
 
 from srtr.resources.errors import RecipeError
 from srtr.runtime import control, run_dir_owner, run_lock
+from tests.support.control_util import loopback_control
 from tests.support.e2e_util import wait_for
 from tests.support.security_util import Attacker, attacker  # noqa: F401 - the fixture
 
@@ -281,20 +282,8 @@ def test_a_controller_that_answers_is_not_gone(tmp_path: Path) -> None:
         raise ValueError(f"unknown intent {op!r}")
 
     async def body() -> bool:
-        server = control.ControlServer(
-            tmp_path,
-            handler,
-            ValueError,
-            context=cert.server_context(),
-            fingerprint=cert.fingerprint,
-            hosts=["127.0.0.1"],
-            listen="127.0.0.1",
-        )
-        await server.start()
-        try:
+        async with loopback_control(tmp_path, handler, cert):
             return await asyncio.to_thread(run_lock.answering, tmp_path)
-        finally:
-            await server.close()
 
     assert asyncio.run(body())
 
