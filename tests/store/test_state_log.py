@@ -49,6 +49,15 @@ def _write(h: Harness, writer: StateWriter) -> None:
     writer.write(dict(head(h.store, backend="fake", controller_pid=1)), h.store)
 
 
+async def _big(tmp_path: Path) -> tuple[Harness, StateWriter]:
+    """The job settled and written once by a writer in its big-job mode (limit 1 byte)."""
+    h = Harness(JOB, tmp_path)
+    writer = StateWriter(tmp_path, limit=1)
+    await h.settle()
+    _write(h, writer)
+    return h, writer
+
+
 def _expected(h: Harness) -> Any:
     return json.loads(json.dumps(snapshot(h.store, backend="fake", controller_pid=1)))
 
@@ -119,10 +128,7 @@ def test_a_big_job_appends_deltas_that_read_back_as_the_whole_document(tmp_path:
 
 def test_the_summary_counts_what_the_instances_say(tmp_path: Path) -> None:
     async def body() -> None:
-        h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1)
-        await h.settle()
-        _write(h, writer)
+        h, writer = await _big(tmp_path)
         h.exit(WEB, 3)
         await h.settle()
         _write(h, writer)
@@ -277,10 +283,7 @@ def test_the_guards_mirror_reads_a_big_job_as_the_run_dir_does(tmp_path: Path) -
 
 def test_the_last_write_leaves_a_whole_current_snapshot(tmp_path: Path) -> None:
     async def body() -> None:
-        h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1)
-        await h.settle()
-        _write(h, writer)
+        h, writer = await _big(tmp_path)
         h.exit(WEB, 3)
         await h.settle()
         _write(h, writer)
@@ -296,10 +299,7 @@ def test_the_last_write_leaves_a_whole_current_snapshot(tmp_path: Path) -> None:
 
 def test_the_guard_without_a_mirror_sees_a_change_that_only_the_log_has(tmp_path: Path) -> None:
     async def body() -> None:
-        h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1)
-        await h.settle()
-        _write(h, writer)
+        h, writer = await _big(tmp_path)
         last = guard._LastState(tmp_path)
         assert last.refresh() is not None
         h.exit(WEB, 3)
@@ -313,10 +313,7 @@ def test_the_guard_without_a_mirror_sees_a_change_that_only_the_log_has(tmp_path
 
 def test_after_a_failed_write_the_next_one_compacts_what_both_held(tmp_path: Path) -> None:
     async def body() -> None:
-        h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1)
-        await h.settle()
-        _write(h, writer)
+        h, writer = await _big(tmp_path)
         seq = writer.seq
         full = writer.log.write
 
