@@ -9,6 +9,8 @@ from pathlib import Path
 from srtr.store import causes
 from srtr.store.persist import snapshot
 from srtr.store.status import Cause
+from tests.controllers.test_health_in_flight import GANG
+from tests.controllers.test_health_in_flight import RANKS as GANG_RANKS
 from tests.support.controller_harness import Harness
 
 
@@ -215,19 +217,6 @@ def test_a_liveness_stop_is_a_failure_though_srtr_sent_it(tmp_path: Path) -> Non
         assert exited[-1].type == "Warning" and "(LivenessFailed)" in exited[-1].message
 
     run(body())
-
-
-GANG = """
-name: t
-services:
-  - name: train
-    command: [train]
-    nodes: 3
-    terminal: true
-    stop_grace_seconds: 5
-    restart: {policy: on-failure, scope: pool, max_restarts: 2, backoff_seconds: 2}
-"""
-GANG_RANKS = ["service_train_node1", "service_train_node2", "service_train_node3"]
 
 
 def test_a_pool_restarts_stops_are_neither_the_cause_nor_warnings(tmp_path: Path) -> None:
