@@ -85,6 +85,15 @@ def squeue(*args: str) -> str:
     ).stdout
 
 
+def cluster_nodes() -> list[str]:
+    """Every node of the running cluster, in order (4 by default; `scripts/slurm-cluster up
+    --nodes N` makes more): tests that fill the cluster or span it ask, never assume 4."""
+    text = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    return sorted(set(text.split()), key=lambda n: (len(n), n))
+
+
 def slurmd_pid(node: str) -> int:
     """slurmd's pid as this machine sees it (`.hostpid`: in a node's own pid namespace)."""
     found = sorted(DIR.rglob(f"slurmd-{node}.hostpid")) or sorted(DIR.rglob(f"slurmd-{node}.pid"))

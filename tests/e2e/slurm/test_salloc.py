@@ -53,8 +53,7 @@ def salloc(name: str, nodes: int) -> str:
 @contextlib.contextmanager
 def holding_every_node() -> Iterator[str]:
     """An allocation of every node, so that any other request pends until it ends."""
-    listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True)
-    nodes = len(set(listed.stdout.split()))
+    nodes = len(slurm_util.cluster_nodes())
     name = f"hold-{uuid.uuid4().hex[:6]}"
     job = salloc(name, nodes)
     try:
