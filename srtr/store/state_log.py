@@ -50,6 +50,10 @@ SUMMARY_PERIOD = 2.0
 TEARDOWN_PERIOD = 10.0
 
 
+# What differs from the last write: sections set whole, object fields, list records.
+Changes = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
+
+
 class Mirror(Protocol):
     """A copy of what the writer writes (the guard's memory file)."""
 
@@ -228,14 +232,14 @@ class StateWriter:
 
     def _delta(self, head: dict[str, Any], store: Store, touched: set[str]) -> None:
         changed = self._refresh(store, touched)
-        sets, items = self._changed_sections(head)
-        if self._final and (changed or sets or items or self._log_bytes):
+        sections = self._changed_sections(head)
+        if self._final and (changed or any(sections) or self._log_bytes):
             self._snapshot(head)  # the last write: state.json whole and current
             return
-        if not changed and not sets and not items:
+        if not changed and not any(sections):
             self.written = self._summary(head, now=self._final)  # one that waited, if due
             return
-        line = self._line(changed, sets, items)
+        line = self._line(changed, *sections)
         # The log never outgrows the snapshot (a reader reads at most twice a document);
         # a teardown's lines may, as its last write compacts anyway.
         tearing_down = self._deferred_at is not None
@@ -258,11 +262,15 @@ class StateWriter:
         self._copy(line, whole=False)
 
     @staticmethod
-    def _line(changed: list[str], sets: dict[str, Any], items: dict[str, Any]) -> str:
+    def _line(
+        changed: list[str], sets: dict[str, Any], fields: dict[str, Any], items: dict[str, Any]
+    ) -> str:
         """A delta line but its `seq` (which goes first)."""
         parts = []
         if sets:
             parts.append(f'"set":{_dumps(sets)}')
+        if fields:
+            parts.append(f'"fields":{_dumps(fields)}')
         listed = [f"{_dumps(k)}:{_dumps(v)}" for k, v in items.items()]
         if changed:
             listed.append('"instances":[' + ",".join(changed) + "]")
@@ -270,10 +278,11 @@ class StateWriter:
             parts.append('"items":{' + ",".join(listed) + "}")
         return "{" + ",".join(parts) + "}\n"
 
-    def _changed_sections(self, head: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(sections to replace whole, list sections' records that changed: their key and
-        the fields that differ)."""
+    def _changed_sections(self, head: dict[str, Any]) -> Changes:
+        """(sections to replace whole, object sections' fields that changed, list sections'
+        records that changed: their key and the fields that differ)."""
         sets: dict[str, Any] = {}
+        fields: dict[str, Any] = {}
         items: dict[str, Any] = {}
         for key, value in head.items():
             if key == "instances":
@@ -282,12 +291,13 @@ class StateWriter:
             if old == value:
                 continue
             self.sections[key] = value
-            diff = _item_diff(old, value) if key in ITEM_SECTIONS else None
-            if diff is None:
-                sets[key] = value
-            else:
+            if key in ITEM_SECTIONS and (diff := _item_diff(old, value)) is not None:
                 items[key] = diff
-        return sets, items
+            elif isinstance(old, dict) and isinstance(value, dict) and not old.keys() - value:
+                fields[key] = {k: v for k, v in value.items() if old.get(k, _MISSING) != v}
+            else:
+                sets[key] = value
+        return sets, fields, items
 
     # -- summary, mirror, leftovers -----------------------------------------------------------
     def _summary(self, head: dict[str, Any], *, now: bool) -> int:

@@ -128,6 +128,19 @@ def test_a_big_job_appends_deltas_that_read_back_as_the_whole_document(tmp_path:
     run(body())
 
 
+def test_a_changed_job_field_is_that_field_not_the_whole_job(tmp_path: Path) -> None:
+    async def body() -> None:
+        h, writer = await _big(tmp_path)
+        h.exit(WEB, 3)  # the job's first failure: its cause
+        await h.settle()
+        _check(h, writer, tmp_path)
+        delta = json.loads((tmp_path / DELTA_FILE).read_text().splitlines()[-1])
+        assert "set" not in delta and list(delta["fields"]) == ["job"]
+        assert "cause" in delta["fields"]["job"] and "name" not in delta["fields"]["job"]
+
+    run(body())
+
+
 def test_the_summary_counts_what_the_instances_say(tmp_path: Path) -> None:
     async def body() -> None:
         h, writer = await _big(tmp_path)
