@@ -251,15 +251,15 @@ class StateWriter:
         data = line.encode("utf-8")
         try:
             self.log.write(data)
-            if self.clock() - self._synced_at >= self.sync_period:
-                self.log.sync()
-                self._synced_at = self.clock()
         except OSError:
             self.seq -= 1
             raise
         self._log_bytes += len(data)
-        self.written = len(data) + self._summary(head, now=False)
         self._copy(line, whole=False)
+        self.written = len(data) + self._summary(head, now=False)
+        if self.clock() - self._synced_at >= self.sync_period:
+            self._synced_at = self.clock()
+            self.log.sync()  # a failure: the next write compacts (and write_atomic syncs)
 
     @staticmethod
     def _line(
