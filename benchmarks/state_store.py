@@ -136,7 +136,10 @@ def main(nodes: int = 10_000, per_node: int = 8) -> dict[str, float]:
     state = read_state(run_dir)
     read_time = time.perf_counter() - started
     assert len(state.instances) == len(store.specs)
-    teardown_time = teardown(store, writer)
+    # A writer of its own: `writer` wrote its last write above (each write compacts now).
+    fresh = StateWriter(Path(tempfile.mkdtemp(prefix="srtr-state-")), clock=lambda: NOW[0])
+    write(fresh, store)
+    teardown_time = teardown(store, fresh)
     status = [sys.executable, "-m", "srtr", "status", str(run_dir)]
     figures = {
         "instances": len(store.specs),
