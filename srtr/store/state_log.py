@@ -47,7 +47,7 @@ SYNC_PERIOD = 300.0
 # summary.json is replaced this long after a change, with what is true then.
 SUMMARY_PERIOD = 2.0
 # A teardown writes the instance records at most this often before its last write.
-TEARDOWN_PERIOD = 10.0
+TEARDOWN_PERIOD = 20.0
 
 
 # What differs from the last write: sections set whole, object fields, list records.
