@@ -10,6 +10,8 @@ them. It prints:
   (the writer's small-job mode, and every job's before the delta log) would have written;
 - the time of one write (delta), of a compaction (the snapshot from the kept records) and of
   one whole document (what every write cost before);
+- the time the writes of a teardown take: every instance Terminating, then exited, then the
+  job's last write (state.json whole again), a write after each;
 - `srtr status RUN` (the summary) and `srtr status RUN -o json` wall times, and the time
   of `read_state` (snapshot + deltas), each the best of 3.
 
@@ -30,7 +32,7 @@ from srtr.resources.expand import local_allocation
 from srtr.resources.planning import plan_text_source
 from srtr.store.persist import head, snapshot
 from srtr.store.rundir import read_state
-from srtr.store.state_log import StateWriter
+from srtr.store.state_log import SUMMARY_PERIOD, StateWriter
 from srtr.store.store import Store
 
 
@@ -56,6 +58,9 @@ def running_store(nodes: int, per_node: int) -> Store:
     return store
 
 
+NOW = [0.0]  # the writer's clock: summary.json's period passes when the benchmark says
+
+
 def write(writer: StateWriter, store: Store) -> tuple[int, float]:
     started = time.perf_counter()
     writer.write(dict(head(store, backend="local", controller_pid=1)), store)
@@ -63,7 +68,8 @@ def write(writer: StateWriter, store: Store) -> tuple[int, float]:
 
 
 def restart(store: Store, writer: StateWriter, name: str) -> tuple[int, float]:
-    """One instance's restart, a write after each step; (bytes written, slowest write)."""
+    """One instance's restart, a write after each step, and the write that is due once
+    summary.json's period is over; (bytes written, slowest write)."""
     total, slowest = 0, 0.0
     attempt = store.status[name].attempt
     steps = [
@@ -80,11 +86,28 @@ def restart(store: Store, writer: StateWriter, name: str) -> tuple[int, float]:
         lambda: store.launching(name, log_offset=0),
         lambda: store.launched(name, pid=99, identity={"pid": 99, "start": 1}),
     ]
-    for step in steps:
+    for step in [*steps, lambda: NOW.__setitem__(0, NOW[0] + SUMMARY_PERIOD)]:
         step()
         written, took = write(writer, store)
         total, slowest = total + written, max(slowest, took)
     return total, slowest
+
+
+def teardown(store: Store, writer: StateWriter) -> float:
+    """The writes of a teardown: all Terminating, then all exited, then the last write."""
+    store.begin_teardown(exit_code=0, reason="SIGTERM")
+    names, spent = list(store.specs), 0.0
+    for step in [
+        lambda: [store.terminating(n, at=store.clock.now()) for n in names],
+        lambda: [
+            store.exited(n, attempt=store.status[n].attempt, exit_code=None, signal=15)
+            for n in names
+        ],
+        lambda: (store.job_finished(), writer.finish()),
+    ]:
+        step()
+        spent += write(writer, store)[1]
+    return spent
 
 
 def best(argv: list[str], runs: int = 3) -> float:
@@ -99,7 +122,7 @@ def best(argv: list[str], runs: int = 3) -> float:
 def main(nodes: int = 10_000, per_node: int = 8) -> dict[str, float]:
     store = running_store(nodes, per_node)
     run_dir = Path(tempfile.mkdtemp(prefix="srtr-state-"))
-    writer = StateWriter(run_dir)
+    writer = StateWriter(run_dir, clock=lambda: NOW[0])
     _, first = write(writer, store)  # the snapshot
     started = time.perf_counter()
     whole = json.dumps(snapshot(store, backend="local", controller_pid=1), separators=(",", ":"))
@@ -113,6 +136,10 @@ def main(nodes: int = 10_000, per_node: int = 8) -> dict[str, float]:
     state = read_state(run_dir)
     read_time = time.perf_counter() - started
     assert len(state.instances) == len(store.specs)
+    # A writer of its own: `writer` wrote its last write above (each write compacts now).
+    fresh = StateWriter(Path(tempfile.mkdtemp(prefix="srtr-state-")), clock=lambda: NOW[0])
+    write(fresh, store)
+    teardown_time = teardown(store, fresh)
     status = [sys.executable, "-m", "srtr", "status", str(run_dir)]
     figures = {
         "instances": len(store.specs),
@@ -123,6 +150,7 @@ def main(nodes: int = 10_000, per_node: int = 8) -> dict[str, float]:
         "slowest_delta_write_s": round(slowest, 4),
         "whole_document_s": round(whole_time, 3),
         "compaction_s": round(compaction, 3),
+        "teardown_writes_s": round(teardown_time, 3),
         "read_state_s": round(read_time, 3),
         "status_summary_s": round(best(status), 3),
         "status_json_s": round(best([*status, "-o", "json"], runs=1), 3),

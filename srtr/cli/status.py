@@ -359,12 +359,18 @@ def _watch(run_dir: Path, output: str, everything: bool = False) -> int:
     import watchfiles
 
     from srtr.store.rundir import STATE_FILES, read_summary, state_version
+    from srtr.store.state_delta import SUMMARY_FILE
 
     console = _console()
     shown: list[object] = [None]
+    watched = {*STATE_FILES, SUMMARY_FILE}  # a big job's summary is replaced after the log
 
     def version() -> object:
-        return state_version(run_dir)
+        try:
+            summary: object = (run_dir / SUMMARY_FILE).stat().st_mtime_ns
+        except OSError:
+            summary = None
+        return state_version(run_dir), summary
 
     def show() -> None:
         shown[0] = version()
@@ -388,7 +394,7 @@ def _watch(run_dir: Path, output: str, everything: bool = False) -> int:
         # second without one, the files are compared with what was shown (two stats).
         for changes in watchfiles.watch(
             run_dir,
-            watch_filter=lambda _, path: Path(path).name in STATE_FILES,
+            watch_filter=lambda _, path: Path(path).name in watched,
             recursive=False,
             debounce=100,
             rust_timeout=1000,

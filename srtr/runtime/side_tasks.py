@@ -177,6 +177,8 @@ class StateFile:
         recipe_due = bool(store.recipe_text) and generation != self._saved_generation
         if not written or recipe_due:
             self._schedule(RETRY_PERIOD)
+        elif (due := self.writer.due_in()) is not None:  # a big job's summary.json waits
+            self._schedule(due)
 
     def _document(self) -> StateDoc:
         store, options, backend = self.ctx.store, self.options, self.ctx.backend

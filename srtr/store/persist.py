@@ -312,6 +312,11 @@ class AppendFile:
                 os.ftruncate(fd, size)
             raise
 
+    def sync(self) -> None:
+        """fsync what was appended (the lines are not synced one by one)."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+
     def _current(self) -> int:
         try:
             st = os.stat(self.path)

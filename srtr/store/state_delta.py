@@ -4,12 +4,15 @@ A job whose state.json outgrows `SNAPSHOT_LIMIT` no longer rewrites it per chang
 (docs/design/state-store.md): state.json becomes a snapshot that says which change it
 includes (`seq`), and each later write appends one line to state.delta.jsonl:
 
-    {"seq": 8, "set": {"job": {...}}, "items": {"instances": [{...}], "pools": [{...}]}}
+    {"seq": 8, "set": {"exporters": [...]}, "fields": {"job": {"cause": {...}}},
+     "items": {"instances": [{...}], "pools": [{...}]}}
 
-`set` replaces whole sections; `items` merges records of list sections into the record
-with the same key (`item_key`: an instance's or pool's name), field by field, or appends
-a record that is new. `apply_deltas` is how every reader (`rundir.read_state`, the guard's
-mirror) turns a snapshot and its log into the current document. Pure: no files here.
+`set` replaces whole sections; `fields` replaces the fields it names of an object section
+(the job's cause, not the 2 KB job: every line of a restart would carry it); `items`
+merges records of list sections into the record with the same key (`item_key`: an
+instance's or pool's name), field by field, or appends a record that is new.
+`apply_deltas` is how every reader (`rundir.read_state`, the guard's mirror) turns a
+snapshot and its log into the current document. Pure: no files here.
 """
 
 from __future__ import annotations
@@ -91,6 +94,12 @@ def _apply(
             indexes.pop(section, None)  # a list replaced whole: its index is stale
             if copied is not None:
                 copied.add(section)  # a new list: the copy's own
+    fields = delta.get("fields")
+    if isinstance(fields, dict):
+        for section, changed in fields.items():
+            old = doc.get(section)
+            if isinstance(old, dict) and isinstance(changed, dict):
+                doc[section] = {**old, **changed}  # a new object: a copy shares the old one
     items = delta.get("items")
     if not isinstance(items, dict):
         return

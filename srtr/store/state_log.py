@@ -4,11 +4,17 @@ docs/design/state-store.md says why. A job whose state.json is at most `SNAPSHOT
 gets it rewritten whole (atomically) on every write, exactly as ever. Beyond that size a
 write appends one line to state.delta.jsonl (`state_delta` has its format) with the
 records of the instances the store's transitions touched and the other sections that
-differ from the last write, and rewrites summary.json (small: what `srtr status` prints).
-state.json is rewritten (with the change it includes, `seq`) only to compact: when the log
-outgrows it, after `COMPACT_PERIOD`, after a live edit changed the set of instances, and
-after a write failed. Every instance record is serialized when it changes and kept, so a
-compaction joins kept texts instead of serializing the whole job again.
+differ from the last write. summary.json (small: what `srtr status` prints) is replaced
+`SUMMARY_PERIOD` after a change, if it still differs then: a restart that is over by then
+costs it nothing. state.json is rewritten (with the change it includes, `seq`) only to
+compact: when the next line would make the log outgrow it, after a live edit changed the
+set of instances, after a write failed, and at the job's end. Every instance record is
+serialized when it changes and kept, so a compaction joins kept texts instead of
+serializing the whole job again.
+
+While the job tears down, the instance records wait (their touches are kept) for the last
+write, or for `TEARDOWN_PERIOD`: every instance changes twice in a teardown (Terminating,
+then its exit), and each pass over 80,000 records costs seconds of the loop.
 
 The guard's mirror (`Mirror`) gets the same: the snapshot, then each delta line appended.
 """
@@ -36,8 +42,16 @@ from srtr.store.state_delta import (
 from srtr.store.state_summary import Counts, summary_doc
 from srtr.store.store import Store
 
-# A big job's snapshot is rewritten at least this often while it changes (never when idle).
-COMPACT_PERIOD = 300.0
+# The delta log is fsynced at most this often, at a write (a host crash loses at most that).
+SYNC_PERIOD = 300.0
+# summary.json is replaced this long after a change, with what is true then.
+SUMMARY_PERIOD = 2.0
+# A teardown writes the instance records at most this often before its last write.
+TEARDOWN_PERIOD = 20.0
+
+
+# What differs from the last write: sections set whole, object fields, list records.
+Changes = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
 
 
 class Mirror(Protocol):
@@ -48,8 +62,8 @@ class Mirror(Protocol):
     def append(self, text: str) -> None: ...
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
+# One encoder for every record: json.dumps with separators builds a new one per call.
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def compose(head: dict[str, Any], instances: list[str], seq: int | None = None) -> str:
@@ -72,12 +86,14 @@ class StateWriter:
         run_dir: Path,
         *,
         limit: int = SNAPSHOT_LIMIT,
-        period: float = COMPACT_PERIOD,
+        sync_period: float = SYNC_PERIOD,
+        summary_period: float = SUMMARY_PERIOD,
         clock: Callable[[], float] = time.monotonic,
         restore: Callable[[], bool] = lambda: False,
     ) -> None:
         self.run_dir = run_dir
-        self.limit, self.period, self.clock = limit, period, clock
+        self.limit, self.clock = limit, clock
+        self.sync_period, self.summary_period = sync_period, summary_period
         self.log = AppendFile(run_dir / DELTA_FILE, restore)
         self.seq = 0
         self.large = False  # state.json is a snapshot with a delta log
@@ -90,7 +106,11 @@ class StateWriter:
         self._compact = True  # the next big write rewrites the snapshot
         self._snapshot_bytes = 0
         self._log_bytes = 0
-        self._compacted_at = 0.0
+        self._synced_at = 0.0
+        self._summary_key = ""  # summary.json as last written, but its seq
+        self._summary_due: float | None = None  # when a changed summary is to be written
+        self._deferred: set[str] = set()  # touched instances a teardown has not written yet
+        self._deferred_at: float | None = None
         self._first = True
         self._final = False
         self.mirror: Mirror | None = None
@@ -113,10 +133,18 @@ class StateWriter:
         """The next write rewrites everything (the run dir was recreated, a write failed)."""
         self._compact = True
 
+    def due_in(self) -> float | None:
+        """Seconds until a write is due with nothing else changing (a summary.json that
+        waits for its period), or None: the writer's caller writes then."""
+        if self._summary_due is None:
+            return None
+        return max(0.0, self._summary_due - self.clock())
+
     def write(self, head: dict[str, Any], store: Store) -> None:
         """Write the store's state (`head`: its sections but the instances, `persist.head`).
         Raises OSError with the files as they were (and the next write compacts)."""
-        touched = store.take_touched()
+        touched = self._deferred | store.take_touched()
+        self._deferred = set()
         shape = (store.job.generation, len(store.specs))
         try:
             if self._first:
@@ -127,10 +155,23 @@ class StateWriter:
                 self._refresh(store, touched)
                 self._snapshot(head)
             else:
-                self._delta(head, store, touched)
+                self._delta(head, store, self._defer(store, touched))
         except OSError:
             self._compact = True  # what it held is in memory: all of it goes next time
             raise
+
+    def _defer(self, store: Store, touched: set[str]) -> set[str]:
+        """The touched instances to write now: none while a teardown's records wait."""
+        if not store.job.teardown_requested or self._final:
+            return touched
+        now = self.clock()
+        if self._deferred_at is None:
+            self._deferred_at = now
+        if now - self._deferred_at >= TEARDOWN_PERIOD:
+            self._deferred_at = now
+            return touched
+        self._deferred = touched
+        return set()
 
     # -- whole writes -------------------------------------------------------------------------
     def _whole(self, head: dict[str, Any], store: Store, shape: tuple[int, int]) -> None:
@@ -169,8 +210,8 @@ class StateWriter:
             os.unlink(self.run_dir / DELTA_FILE)  # after: its lines are in the snapshot
         self._compact = False
         self._snapshot_bytes, self._log_bytes = len(text), 0
-        self._compacted_at = self.clock()
-        self.written = len(text) + self._write_summary(head)
+        self._synced_at = self.clock()  # write_atomic synced what the log held
+        self.written = len(text) + self._summary(head, now=True)
         self._copy(text, whole=True)
 
     # -- deltas -------------------------------------------------------------------------------
@@ -191,24 +232,22 @@ class StateWriter:
 
     def _delta(self, head: dict[str, Any], store: Store, touched: set[str]) -> None:
         changed = self._refresh(store, touched)
-        sets, items = self._changed_sections(head)
-        if not changed and not sets and not items and not (self._final and self._log_bytes):
-            self.written = 0
+        sections = self._changed_sections(head)
+        if self._final and (changed or any(sections) or self._log_bytes):
+            self._snapshot(head)  # the last write: state.json whole and current
             return
-        due = self._log_bytes > self._snapshot_bytes or self._final
-        if due or self.clock() - self._compacted_at >= self.period:
+        if not changed and not any(sections):
+            self.written = self._summary(head, now=self._final)  # one that waited, if due
+            return
+        line = self._line(changed, *sections)
+        # The log never outgrows the snapshot (a reader reads at most twice a document);
+        # a teardown's lines may, as its last write compacts anyway.
+        tearing_down = self._deferred_at is not None
+        if self._log_bytes + len(line) > self._snapshot_bytes and not tearing_down:
             self._snapshot(head)
             return
         self.seq += 1
-        parts = [f'"{SEQ}":{self.seq}']
-        if sets:
-            parts.append(f'"set":{_dumps(sets)}')
-        listed = [f"{_dumps(k)}:{_dumps(v)}" for k, v in items.items()]
-        if changed:
-            listed.append('"instances":[' + ",".join(changed) + "]")
-        if listed:
-            parts.append('"items":{' + ",".join(listed) + "}")
-        line = "{" + ",".join(parts) + "}\n"
+        line = f'{{"{SEQ}":{self.seq},' + line[1:]
         data = line.encode("utf-8")
         try:
             self.log.write(data)
@@ -216,13 +255,34 @@ class StateWriter:
             self.seq -= 1
             raise
         self._log_bytes += len(data)
-        self.written = len(data) + self._write_summary(head)
         self._copy(line, whole=False)
+        self.written = len(data) + self._summary(head, now=False)
+        if self.clock() - self._synced_at >= self.sync_period:
+            self._synced_at = self.clock()
+            self.log.sync()  # a failure: the next write compacts (and write_atomic syncs)
 
-    def _changed_sections(self, head: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(sections to replace whole, list sections' records that changed: their key and
-        the fields that differ)."""
+    @staticmethod
+    def _line(
+        changed: list[str], sets: dict[str, Any], fields: dict[str, Any], items: dict[str, Any]
+    ) -> str:
+        """A delta line but its `seq` (which goes first)."""
+        parts = []
+        if sets:
+            parts.append(f'"set":{_dumps(sets)}')
+        if fields:
+            parts.append(f'"fields":{_dumps(fields)}')
+        listed = [f"{_dumps(k)}:{_dumps(v)}" for k, v in items.items()]
+        if changed:
+            listed.append('"instances":[' + ",".join(changed) + "]")
+        if listed:
+            parts.append('"items":{' + ",".join(listed) + "}")
+        return "{" + ",".join(parts) + "}\n"
+
+    def _changed_sections(self, head: dict[str, Any]) -> Changes:
+        """(sections to replace whole, object sections' fields that changed, list sections'
+        records that changed: their key and the fields that differ)."""
         sets: dict[str, Any] = {}
+        fields: dict[str, Any] = {}
         items: dict[str, Any] = {}
         for key, value in head.items():
             if key == "instances":
@@ -231,21 +291,38 @@ class StateWriter:
             if old == value:
                 continue
             self.sections[key] = value
-            diff = _item_diff(old, value) if key in ITEM_SECTIONS else None
-            if diff is None:
-                sets[key] = value
-            else:
+            if key in ITEM_SECTIONS and (diff := _item_diff(old, value)) is not None:
                 items[key] = diff
-        return sets, items
+            elif isinstance(old, dict) and isinstance(value, dict) and not old.keys() - value:
+                fields[key] = {k: v for k, v in value.items() if old.get(k, _MISSING) != v}
+            else:
+                sets[key] = value
+        return sets, fields, items
 
     # -- summary, mirror, leftovers -----------------------------------------------------------
-    def _write_summary(self, head: dict[str, Any]) -> int:
+    def _summary(self, head: dict[str, Any], *, now: bool) -> int:
+        """Replace summary.json if it differs from the last one (its seq aside): `now`, or
+        once `summary_period` has passed since the first write that found it changed (a
+        new file is a new page written; a change undone by then costs nothing). Returns
+        the bytes written."""
         for pool in head.get("pools", []):
             name, nodes = str(pool.get("name")), pool.get("nodes", [])
             if self._pool_nodes.get(name) != nodes:  # compressed again only when it changed
                 self._pool_nodes[name], self.hosts[name] = nodes, _hostlist(nodes)
-        text = _dumps(summary_doc(self.seq, head, self.counts, self.hosts)) + "\n"
+        doc = summary_doc(self.seq, head, self.counts, self.hosts)
+        seq = doc.pop("seq")
+        key = _dumps(doc)
+        if key == self._summary_key:
+            self._summary_due = None
+            return 0
+        if not now and self.summary_period > 0:
+            if self._summary_due is None:
+                self._summary_due = self.clock() + self.summary_period
+            if self.clock() < self._summary_due:
+                return 0
+        text = f'{{"seq":{seq},{key[1:]}\n'
         _replace(self.run_dir / SUMMARY_FILE, text)
+        self._summary_key, self._summary_due = key, None
         return len(text)
 
     def _copy(self, text: str, *, whole: bool) -> None:
@@ -260,6 +337,7 @@ class StateWriter:
         """No delta log or summary of an earlier big write (or job) outlives a whole
         state.json: readers would take them for this one's."""
         self._first = False
+        self._summary_key, self._summary_due = "", None
         for name in (DELTA_FILE, SUMMARY_FILE):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.run_dir / name)

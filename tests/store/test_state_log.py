@@ -18,7 +18,7 @@ from srtr.runtime import guard
 from srtr.store.persist import head, snapshot
 from srtr.store.rundir import read_state, read_summary
 from srtr.store.state_delta import DELTA_FILE, SUMMARY_FILE, apply_deltas
-from srtr.store.state_log import StateWriter
+from srtr.store.state_log import TEARDOWN_PERIOD, StateWriter
 from tests.support.controller_harness import Harness
 
 JOB = """
@@ -50,9 +50,10 @@ def _write(h: Harness, writer: StateWriter) -> None:
 
 
 async def _big(tmp_path: Path) -> tuple[Harness, StateWriter]:
-    """The job settled and written once by a writer in its big-job mode (limit 1 byte)."""
+    """The job settled and written once by a writer in its big-job mode (limit 1 byte),
+    summary.json written at every write."""
     h = Harness(JOB, tmp_path)
-    writer = StateWriter(tmp_path, limit=1)
+    writer = StateWriter(tmp_path, limit=1, summary_period=0)
     await h.settle()
     _write(h, writer)
     return h, writer
@@ -89,6 +90,7 @@ async def _story(h: Harness, writer: StateWriter, run_dir: Path) -> None:
     h.store.begin_teardown(exit_code=0, reason="test")
     h.ctx.queue.add("teardown")
     await h.advance(10)
+    writer.finish()  # a big job's teardown writes its instance records at its end
     _check(h, writer, run_dir)
 
 
@@ -118,10 +120,23 @@ def test_a_big_job_appends_deltas_that_read_back_as_the_whole_document(tmp_path:
         log = (tmp_path / DELTA_FILE).read_text()
         delta = json.loads(log.splitlines()[-1])
         assert [i["name"] for i in delta["items"]["instances"]] == ["service_shipper_node1"]
-        assert len(log) + len((tmp_path / SUMMARY_FILE).read_text()) == writer.written
+        assert len(log) == writer.written  # summary.json waits for its period
         await _story(h, writer, tmp_path)
-        lines = (tmp_path / DELTA_FILE).read_text().splitlines()
-        assert lines and all(json.loads(line)["seq"] > 1 for line in lines)
+        assert writer.seq > 3 and not (tmp_path / DELTA_FILE).exists()  # the last: whole
+        assert json.loads((tmp_path / "state.json").read_text())["seq"] == writer.seq
+
+    run(body())
+
+
+def test_a_changed_job_field_is_that_field_not_the_whole_job(tmp_path: Path) -> None:
+    async def body() -> None:
+        h, writer = await _big(tmp_path)
+        h.exit(WEB, 3)  # the job's first failure: its cause
+        await h.settle()
+        _check(h, writer, tmp_path)
+        delta = json.loads((tmp_path / DELTA_FILE).read_text().splitlines()[-1])
+        assert "set" not in delta and list(delta["fields"]) == ["job"]
+        assert "cause" in delta["fields"]["job"] and "name" not in delta["fields"]["job"]
 
     run(body())
 
@@ -222,20 +237,104 @@ def test_the_log_is_compacted_once_it_outgrows_the_snapshot(tmp_path: Path) -> N
     run(body())
 
 
-def test_the_log_is_compacted_after_its_period(tmp_path: Path) -> None:
+def test_the_log_is_synced_after_its_period_not_compacted(tmp_path: Path) -> None:
     now = [0.0]
+    synced: list[int] = []
 
     async def body() -> None:
         h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1, period=60, clock=lambda: now[0])
+        writer = StateWriter(tmp_path, limit=1, sync_period=60, clock=lambda: now[0])
+        sync = writer.log.sync
+        writer.log.sync = lambda: synced.append(len((tmp_path / DELTA_FILE).read_text()))  # type: ignore[method-assign]
         await h.settle()
         _check(h, writer, tmp_path)
         h.exit(WEB, 3)
         await h.settle()
         _check(h, writer, tmp_path)
-        assert (tmp_path / DELTA_FILE).exists()
+        assert (tmp_path / DELTA_FILE).exists() and not synced
         now[0] = 61
         await h.advance(2)
+        _check(h, writer, tmp_path)
+        # A restart after an idle hour costs its line, not a snapshot of the whole job.
+        log = (tmp_path / DELTA_FILE).read_text()
+        assert len(log.splitlines()) == 2 and synced == [len(log)]
+        writer.log.sync = sync  # type: ignore[method-assign]
+
+    run(body())
+
+
+async def _relaunched(h: Harness) -> None:
+    """Until WEB's next attempt runs (its backoff grows)."""
+    for _ in range(100):
+        await h.advance(1)
+        if WEB in h.backend.live:
+            return
+    raise AssertionError("not relaunched")
+
+
+def test_summary_json_waits_for_its_period_and_a_change_undone_by_then_costs_nothing(
+    tmp_path: Path,
+) -> None:
+    now = [0.0]
+
+    async def body() -> None:
+        h = Harness(JOB, tmp_path)
+        writer = StateWriter(tmp_path, limit=1, summary_period=2, clock=lambda: now[0])
+        await h.settle()
+        _write(h, writer)
+        h.exit(WEB, 3)  # the job's first failure: its cause stays in the summary
+        await _relaunched(h)
+        _write(h, writer)
+        first = (tmp_path / SUMMARY_FILE).read_text()
+        assert writer.due_in() == 2 and '"cause":null' in first
+        now[0] = 2
+        _write(h, writer)  # nothing else changed: the write that was due
+        first = (tmp_path / SUMMARY_FILE).read_text()
+        assert '"cause":{' in first and writer.due_in() is None
+        h.exit(WEB, 3)  # a restart that is over within the period
+        await h.settle()
+        _write(h, writer)
+        assert writer.due_in() == 2
+        await _relaunched(h)  # Starting again, as the summary says
+        now[0] = 4
+        _write(h, writer)
+        assert (tmp_path / SUMMARY_FILE).read_text() == first and writer.due_in() is None
+        h.exit(RANK, 1)  # the pool restarts after its backoff: a change that lasts
+        await h.settle()
+        _write(h, writer)
+        assert writer.due_in() == 2 and (tmp_path / SUMMARY_FILE).read_text() == first
+        now[0] = 6
+        _write(h, writer)
+        summary = read_summary(tmp_path)
+        assert summary is not None and summary["seq"] == writer.seq
+        by_service = {s["service"]: s for s in summary["services"]}
+        assert by_service["train"]["phases"] != {"Running": 3}
+        assert writer.due_in() is None
+
+    run(body())
+
+
+def test_a_teardown_writes_the_instance_records_at_its_end_or_after_its_period(
+    tmp_path: Path,
+) -> None:
+    now = [0.0]
+
+    async def body() -> None:
+        h = Harness(JOB, tmp_path)
+        writer = StateWriter(tmp_path, limit=1, clock=lambda: now[0])
+        await h.settle()
+        _check(h, writer, tmp_path)
+        before = read_state(tmp_path).doc["instances"]
+        h.store.begin_teardown(exit_code=0, reason="test")
+        h.store.terminating(RANK, at=h.store.clock.now())  # what the teardown sends first
+        _write(h, writer)
+        doc = read_state(tmp_path).doc
+        assert doc["job"]["phase"] == "TearingDown" and doc["instances"] == before
+        now[0] = TEARDOWN_PERIOD
+        _check(h, writer, tmp_path)  # the period is over: every record as it is now
+        h.ctx.queue.add("teardown")
+        await h.advance(10)
+        writer.finish()
         _check(h, writer, tmp_path)
         assert not (tmp_path / DELTA_FILE).exists()
 

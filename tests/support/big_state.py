@@ -31,7 +31,7 @@ def big_run_dir(tmp_path: Path) -> Harness:
 
     async def body() -> Harness:
         h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1)
+        writer = StateWriter(tmp_path, limit=1, summary_period=0)  # summary.json at once
         await h.settle()
         writer.write(dict(head(h.store, backend="fake", controller_pid=1)), h.store)
         h.exit("service_web", 3)
