@@ -137,7 +137,7 @@ class Connection:
         """Close it; `reset`: no heartbeat in flight gets acknowledged after this (a lost
         node's lease must stop at our last look, "The lease" above)."""
         if not reset:
-            self.flush()
+            self.flush()  # what this turn sent goes before the end
         if reset:
             with contextlib.suppress(OSError, AttributeError):
                 sock = self.transport.get_extra_info("socket")

@@ -161,7 +161,7 @@ class Agent:
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._watches = Watches(node, self._probes, self._send)  # probe loops (`node_watch`)
         self._writer: asyncio.StreamWriter | None = None
-        self._wire: Wire | None = None  # rings the controller's doorbell after each message
+        self._wire: Wire | None = None  # rings the controller's doorbell after each write
         self._outbox: list[bytes] = []  # lines sent in this turn of the loop (`_send`)
         self._tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(node, self._groups, self._window)
