@@ -269,7 +269,11 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
     elif spec.liveness is not None:
         ctx.queue.add(liveness_key(spec.name))  # no readiness: liveness counts from launch
     _wake_deferred_probes(ctx, spec)
-    ctx.queue.add(JOB)
+    if len(ctx.launches) <= (spec.name in ctx.launches):
+        # The last launch in flight wakes the job: its reconcile looks at every instance,
+        # and once per answer it was most of a 10,000-node stage's launch. An answer in
+        # flight still ends in this step or in `_launch_failed`, which both queue it.
+        ctx.queue.add(JOB)
     if spec.pool:
         ctx.queue.add(pool_key(spec.pool))
     _wake_gang(ctx, spec)

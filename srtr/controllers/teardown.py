@@ -58,8 +58,14 @@ def lowest_tier(ctx: Ctx, names: list[str]) -> tuple[int, list[str]]:
 
 
 async def stop_all(ctx: Ctx, names: list[str], now: float) -> Result | None:
-    """One step of stopping each of `names`; requeue at the earliest grace deadline."""
-    waits = [wait for name in names if (wait := await stop(ctx, name, now)) is not None]
+    """One step of stopping each of `names`; requeue at the earliest grace deadline. Only
+    the ones with a signal due take a step: a teardown is looked at again after every
+    batch of exits, and nearly all of its members are then only waiting."""
+    store = ctx.store
+    due, deadline = teardown_decisions.stops_due(store.specs, store.status, names, now)
+    waits = [wait for name in due if (wait := await stop(ctx, name, now)) is not None]
+    if deadline is not None:
+        waits.append(deadline - now)
     return Result(requeue_after=min(waits)) if waits else None
 
 

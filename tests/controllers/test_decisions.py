@@ -35,6 +35,7 @@ from srtr.controllers.teardown_decisions import (
     TeardownStep,
     lowest_tier,
     stop_step,
+    stops_due,
     teardown_step,
 )
 from srtr.resources.objects import (
@@ -580,6 +581,21 @@ def test_stop_sends_sigkill_once_the_grace_passed() -> None:
 def test_nothing_is_left_to_do_once_killed() -> None:
     assert stop_step(TIERED["a"], running(stop_sent_at=1.0, kill_sent=True), 99.0) == StopStep()
     assert stop_step(TIERED["a"], running(kill_sent=True), 99.0) == StopStep(term=True)
+
+
+def test_stops_due_are_the_members_stop_step_would_signal() -> None:
+    specs = {n: spec(n, stop_grace_seconds=5.0) for n in "abcz"}
+    st = {
+        "a": running(),  # no SIGTERM yet
+        "b": running(stop_sent_at=10.0),  # waiting: 3 s of its grace left
+        "c": running(stop_sent_at=4.0),  # its grace passed
+        "z": running(stop_sent_at=1.0, kill_sent=True),  # nothing left to do
+    }
+    due, deadline = stops_due(specs, st, ["a", "b", "c", "z"], now=12.0)
+    assert due == [n for n in st if (s := stop_step(specs[n], st[n], 12.0)).term or s.kill]
+    assert due == ["a", "c"]
+    assert deadline == 15.0
+    assert stops_due(specs, st, ["z"], now=12.0) == ([], None)
 
 
 # --- a program that never ran (issue 21) ---------------------------------------------------------

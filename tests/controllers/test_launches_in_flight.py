@@ -245,3 +245,28 @@ def test_a_backend_without_launches_in_flight_is_awaited_in_the_reconcile(
         assert sorted(h.backend.live) == [f"service_svc_node{k}" for k in range(1, 5)]
 
     run(body)
+
+
+def test_the_last_answer_in_flight_wakes_the_job(tmp_path: Path) -> None:
+    """The job's reconcile looks at every instance: once per answer it was most of a large
+    stage's launch; the last launch in flight wakes it, and it still moves on."""
+
+    async def body() -> None:
+        h = held(FOUR, tmp_path, limit=4)
+        jobs: list[str] = []
+        h.ctx.on_reconciled = lambda key, _s, _d: jobs.append(key) if key == "job" else None
+        names = [f"service_svc_node{k}" for k in range(1, 5)]
+        task = asyncio.create_task(worker(h))
+        await until(lambda: len(h.backend.asked) == 4, "four launches in flight")
+        await idle()
+        before = len(jobs)
+        h.backend.answer(*names[:3])
+        await until(lambda: all(h.phase(n) == "Running" for n in names[:3]), "three launched")
+        await idle()
+        assert len(jobs) == before  # one still in flight: the job was not woken
+        h.backend.answer(names[3])
+        await until(lambda: len(jobs) > before, "the job woken by the last answer")
+        await until(lambda: h.store.job.phase.value == "Running", "the job running")
+        task.cancel()
+
+    run(body)

@@ -129,6 +129,8 @@ class AgentBackend(ProbesOnAgents):
         self._listener: Listener | None = None
         self._server: AgentServer | None = None
         self._started = asyncio.Lock()
+        self._started_all = False  # the channel is open and the starter started the agents
+        self._batch: list[Observation] | None = None  # observations due in one callback
         self._answers = Answers()
         self._live = LiveAttempts()
         self._watched = Watched()  # probes the agents run in a loop (`watch`)
@@ -333,8 +335,10 @@ class AgentBackend(ProbesOnAgents):
         if isinstance(message, p.Launched):
             live = Live(conn.node, message.attempt, message.pid, message.start)
             self._live[message.name] = live
+            self._seal()
             self._answers.answer(message.seq, message)
         elif isinstance(message, p.LaunchFailed | p.ProbeResult):
+            self._seal()
             self._answers.answer(message.seq, message)
         elif isinstance(message, p.Exited):
             self._watched.exited(message.name)
@@ -398,6 +402,8 @@ class AgentBackend(ProbesOnAgents):
         return state.conn
 
     async def _start_agents(self) -> None:
+        if self._started_all:
+            return  # every launch asks: no lock taken and released for each of 80,000
         async with self._started:
             if self._server is not None:
                 return
@@ -407,6 +413,7 @@ class AgentBackend(ProbesOnAgents):
             if self._run_dir is not None:
                 publish(self._run_dir, self._token, address, adopting=self._adopting)
             await self._starter.start(address, self._token, self, spawn=not self._adopting)
+            self._started_all = True
 
     async def _ask(self, conn: Connection, spec: LaunchSpec) -> p.Message:
         try:
@@ -452,6 +459,7 @@ class AgentBackend(ProbesOnAgents):
         log.warning(
             "agents: %s; a new one starts there (%d of %d)", why, state.respawns, MAX_RESPAWNS
         )
+        self._seal()
         self._answers.fail(node, f"the agent of {node} died while we waited")
         why_exit = f"killed by signal 9 with its agent: {why}"
         self._end_live(node, ObservationKind.EXITED, why_exit, exit_code=128 + 9, signal=9)
@@ -473,6 +481,7 @@ class AgentBackend(ProbesOnAgents):
         if state.conn is not None:
             state.conn.send(p.Shutdown(why))
             state.conn = None
+        self._seal()
         self._answers.fail(node, f"node {node} was lost while we waited: {why}")
         state.cut_off = heard is not None
         lease = self._server.lease if self._server is not None else 0.0
@@ -541,9 +550,25 @@ class AgentBackend(ProbesOnAgents):
 
     def _deliver(self, observation: Observation) -> None:
         # Later, not now: a launch whose answer just arrived resumes first (its task was
-        # woken when the answer came), so its exit never overtakes its start.
-        if self._listener is not None:
-            asyncio.get_running_loop().call_soon(self._listener, observation)
+        # woken when the answer came), so its exit never overtakes its start. One callback
+        # for a run of them (a teardown's 80,000 exits), sealed at each answer (`_seal`).
+        if self._listener is None:
+            return
+        if self._batch is None:
+            self._batch = []
+            asyncio.get_running_loop().call_soon(self._deliver_batch, self._batch)
+        self._batch.append(observation)
+
+    def _deliver_batch(self, batch: list[Observation]) -> None:
+        if batch is self._batch:
+            self._batch = None
+        assert self._listener is not None
+        for observation in batch:
+            self._listener(observation)
+
+    def _seal(self) -> None:
+        """What is observed from now on is delivered after the tasks an answer wakes."""
+        self._batch = None
 
 
 def _capabilities(steps: Backend | None, starter: Starter) -> Capabilities:

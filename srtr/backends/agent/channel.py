@@ -111,17 +111,33 @@ class Connection:
     # [name, attempt, pid, start] of the attempts the agent kept through a controller crash.
     live: list[list[Any]] = field(default_factory=list)
     beats: int = 0  # heartbeats read so far
+    # Lines sent in this turn of the loop, written together at its end (`send`).
+    outbox: list[bytes] = field(default_factory=list)
 
     def send(self, message: p.Message) -> None:
-        """Queue `message`; a connection that is closing drops it (its end is reported)."""
+        """Queue `message`; a connection that is closing drops it (its end is reported).
+
+        What one turn of the loop sends an agent (a node's launches, a teardown's signals)
+        leaves as one write, so one TLS record, instead of one each."""
         if self.gone or self.transport.is_closing():
             return
+        self.outbox.append(p.encode(message))
+        if len(self.outbox) == 1:
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what `send` queued."""
+        lines, self.outbox = self.outbox, []
+        if not lines or self.gone or self.transport.is_closing():
+            return
         with contextlib.suppress(OSError):
-            self.transport.write(p.encode(message))
+            self.transport.write(lines[0] if len(lines) == 1 else b"".join(lines))
 
     def close(self, *, reset: bool = False) -> None:
         """Close it; `reset`: no heartbeat in flight gets acknowledged after this (a lost
         node's lease must stop at our last look, "The lease" above)."""
+        if not reset:
+            self.flush()  # what this turn sent goes before the end
         if reset:
             with contextlib.suppress(OSError, AttributeError):
                 sock = self.transport.get_extra_info("socket")

@@ -161,7 +161,8 @@ class Agent:
         self._probes: Probes = probes if probes is not None else ProbeRunner()
         self._watches = Watches(node, self._probes, self._send)  # probe loops (`node_watch`)
         self._writer: asyncio.StreamWriter | None = None
-        self._wire: Wire | None = None  # rings the controller's doorbell after each message
+        self._wire: Wire | None = None  # rings the controller's doorbell after each write
+        self._outbox: list[bytes] = []  # lines sent in this turn of the loop (`_send`)
         self._tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(node, self._groups, self._window)
 
@@ -204,6 +205,7 @@ class Agent:
         """Connect to host:port and prove who we are; the session to serve."""
         reader, writer = await connect(host, port, within, tls=self._fingerprint is not None)
         self._writer = writer
+        self._outbox = []  # what the last session did not write yet goes nowhere now
         self._wire = None  # until the Welcome gives the session's key
         try:
             if self._fingerprint is not None:
@@ -378,12 +380,23 @@ class Agent:
         await self._groups.close()
 
     async def _drain(self) -> None:
+        self._flush()
         if self._writer is not None:
             with contextlib.suppress(OSError):
                 await self._writer.drain()
 
     def _send(self, message: p.Message) -> None:
-        self._write(p.encode(message))
+        """Queue `message`: what one turn of the loop sends (a node's launch answers, a
+        teardown's exits) leaves as one write, so one TLS record and one doorbell."""
+        self._outbox.append(p.encode(message))
+        if len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write what `_send` queued."""
+        lines, self._outbox = self._outbox, []
+        if lines:
+            self._write(lines[0] if len(lines) == 1 else b"".join(lines))
 
     def _write(self, line: bytes) -> None:
         writer = self._writer
