@@ -1,5 +1,5 @@
-"""The controller reads its agents' sockets in batches (`coalesced`), and its watcher finds the
-silent connections from the oldest-heard end (`channel.AgentServer.silent`).
+"""The controller reads its agents' sockets in batches (`coalesced`). (Its watcher's view of
+them, who is silent: `test_beats`.)
 
 Real sockets (socketpairs) on a real event loop; no clock is faked."""
 
@@ -8,12 +8,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from srtr.backends.agent import protocol as p
-from srtr.backends.agent.channel import AgentServer, Connection
 from srtr.backends.agent.coalesced import CoalescedReader
 from tests.support.e2e_util import wait_for_async as wait_for
 
@@ -115,53 +112,3 @@ def test_the_end_of_a_socket_and_a_reset_are_reported_once_and_it_is_forgotten()
                 s.close()
 
     asyncio.run(main())
-
-
-class _NoHandler:
-    def connected(self, conn: Connection) -> None: ...
-    def received(self, conn: Connection, message: p.Message) -> None: ...
-    def gone(self, conn: Connection, why: str, *, silent: bool = False) -> None: ...
-    def refuse(self, node: str) -> str | None:
-        return None
-
-    def awaiting(self) -> bool:
-        return False
-
-
-class _Transport:
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None: ...
-
-
-def test_the_watcher_finds_every_silent_connection_and_no_live_one() -> None:
-    asyncio.run(_finds_every_silent_connection())
-
-
-async def _finds_every_silent_connection() -> None:
-    server = AgentServer("token", _NoHandler(), silence=2.5)
-    conns = [
-        Connection(node=f"node{k}", pid=k, transport=_Transport())  # type: ignore[arg-type]
-        for k in range(1, 6)
-    ]
-    for conn in conns:
-        server._connected(conn)
-        # Its silence counts from its admission.
-        assert conn not in server.silent(time.monotonic())
-        assert conn in server.silent(time.monotonic() + 100)
-        conn.last_seen = 0.0  # heard long ago
-    # node2 and node4 are heard from again (now, by the monotonic clock); the others stay silent.
-    server.heard(conns[1])
-    server.heard(conns[3])
-    now = conns[3].last_seen
-    assert [c.node for c in server.silent(now)] == ["node1", "node3", "node5"]
-    assert [c.node for c in server.silent(now + 2.6)] == [
-        "node1",
-        "node3",
-        "node5",
-        "node2",
-        "node4",
-    ]
-    server.heard(conns[0])
-    assert [c.node for c in server.silent(conns[0].last_seen)] == ["node3", "node5"]
