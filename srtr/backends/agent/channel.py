@@ -16,18 +16,15 @@ certificate's fingerprint (`srtr.net.tls`); the token's proofs still authenticat
 A stalled event loop (a long state.json write under load) must not read as silent agents:
 the watcher only counts silence while it runs on time itself.
 
-Heartbeats: one line a second on the agent's one connection (`protocol.BEAT`, an empty line,
-encrypted as every other), on whole seconds of the wall clock (`lease.Lease.beat`), read with
-the other lines in the batch reader's windows (`coalesced`): the controller holds ONE
-descriptor per agent, so 10,000 agents fit a host's 20,000 (`FDS_PER_AGENT`). Heartbeats on
-a plain connection of their own, seen arrive in an epoll the watcher alone polled, cost the
-idle controller less, but two descriptors per agent: docs/agents.md, "One connection per
-agent", has the figures of both.
-
-The connections are kept oldest-heard first, so the watcher reads only the silent ones and
-the first live one. A line counts as heard when the batch reader reads it (never earlier
-than it was sent, which the lease below needs), so a silent agent is lost at most
-SILENCE + WATCH + the batch window after its last heartbeat.
+Heartbeats: a frame a second between the stream's records on the agent's one connection
+(`frames`), on whole seconds of the wall clock (`lease.Lease.beat`): the controller holds
+ONE descriptor per agent, so 10,000 agents fit a host's 20,000 (`FDS_PER_AGENT`). A
+heartbeat never wakes the loop: the watcher sees it arrive in an epoll of its own (`beats`)
+at its next look, and the connection counts as heard at that look (never earlier than the
+bytes came, which the lease below needs), so a silent agent is lost at most SILENCE + WATCH
+after its last heartbeat. The socket itself is read once every READ_PERIOD, a slice of the
+connections at each look: docs/agents.md, "One connection per agent", has the design, its
+figures and its limits.
 
 The lease, kept by TCP: an agent whose heartbeats the controller's kernel has stopped
 acknowledging for LEASE seconds fences itself (`node`, "The lease"), so the controller knows,
@@ -49,13 +46,12 @@ import socket
 import ssl
 import struct
 import time
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.beats import HANGUP, BeatSockets
+from srtr.backends.agent.beats import BeatSockets
 from srtr.backends.agent.coalesced import CoalescedReader
 from srtr.backends.agent.frames import KEY, ForgedBeat, Splitter
 from srtr.backends.agent.tls_bytes import TlsBytes
@@ -82,9 +78,12 @@ MAX_PENDING = 1024
 PER_SOURCE = 1024
 MAX_HELLO = 32 * 1024
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
-# An agent's socket is read (its heartbeats' tags checked, its receive buffer emptied, a
-# message whose doorbell was lost found) once the watcher saw this many arrivals on it.
-READ_EVERY = 4
+# How often an agent's socket is read (its heartbeats' tags checked, its receive buffer
+# emptied, a message whose doorbell was lost found): a slice of the sockets at each look.
+# Its receive queue then holds 16 heartbeats (9 bytes each: the kernel merges them, ~1 KB
+# of receive memory measured). A connection whose read found a message no doorbell
+# announced is read at every look that saw bytes arrive on it (docs/agents.md).
+READ_PERIOD = 16.0
 # What wakes the loop for an agent's socket (`coalesced`): a message's doorbell (urgent
 # data), or its end. Not plain bytes: a heartbeat must not wake it.
 _DOORBELL = select.EPOLLPRI | select.EPOLLRDHUP
@@ -99,6 +98,10 @@ class Transport(Protocol):
     def get_extra_info(self, name: str, default: Any = None) -> Any: ...
 
 
+def _unheard() -> float | None:
+    return None
+
+
 @dataclass(eq=False)
 class Connection:
     """One authenticated agent."""
@@ -106,13 +109,22 @@ class Connection:
     node: str
     pid: int
     transport: Transport
-    last_seen: float = field(default_factory=time.monotonic)
+    since: float = field(default_factory=time.monotonic)  # when it was admitted
     gone: bool = False
     # [name, attempt, pid, start] of the attempts the agent kept through a controller crash.
     live: list[list[Any]] = field(default_factory=list)
     beats: int = 0  # heartbeats read so far
     # Lines sent in this turn of the loop, written together at its end (`send`).
     outbox: list[bytes] = field(default_factory=list)
+    # When the watcher last saw bytes arrive on it (`beats.BeatSockets.heard_at`).
+    heard_at: Callable[[], float | None] = field(default=_unheard, repr=False)
+
+    @property
+    def last_seen(self) -> float:
+        """When it was last heard: the watcher's last look that saw bytes arrive on it (never
+        earlier than they came, as the lease needs), or its admission."""
+        heard = self.heard_at()
+        return self.since if heard is None else max(heard, self.since)
 
     def send(self, message: p.Message) -> None:
         """Queue `message`; a connection that is closing drops it (its end is reported).
@@ -180,7 +192,9 @@ class AgentServer:
         silence: float = SILENCE,
         lease: float = LEASE,
         tls: ssl.SSLContext | None = None,
+        read_period: float | None = None,
     ) -> None:
+        """`read_period`: how often each socket is read (`READ_PERIOD` unless given)."""
         self._token = token
         self.tls = tls
         self._handler = handler
@@ -189,12 +203,13 @@ class AgentServer:
         self.lease = lease
         self._server: Gate | None = None
         self._opening: set[asyncio.Task[Any]] = set()
-        # Oldest-heard first (`heard` moves a connection to the end), so the watcher finds
-        # the silent ones without a loop in Python over a thousand connections.
-        self._conns: OrderedDict[Connection, None] = OrderedDict()
+        self._conns: dict[Connection, None] = {}
         self._watcher: asyncio.Task[None] | None = None
         self.reader = CoalescedReader(_RECEIVED, handler.awaiting)
-        self.beats: BeatSockets[_AgentProtocol] = BeatSockets()
+        self.period = min(WATCH, heartbeat / 2)  # the watcher's
+        rounds = max(1, round((read_period or READ_PERIOD) / self.period))
+        self.beats: BeatSockets[_AgentProtocol] = BeatSockets(rounds)
+        self.draining = False  # while the watcher reads its round's sockets
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str) -> tuple[str, int]:
@@ -288,7 +303,7 @@ class AgentServer:
             self._server.summary.count(f"refused ({why})")
 
     def _connected(self, conn: Connection) -> None:
-        conn.last_seen = time.monotonic()
+        conn.since = time.monotonic()
         self._conns[conn] = None  # from now on its silence counts
         self._handler.connected(conn)
 
@@ -301,52 +316,40 @@ class AgentServer:
         self._handler.gone(conn, why, silent=silent)
 
     async def _watch(self) -> None:
-        period = min(WATCH, self.heartbeat / 2)
+        period = self.period
         last = time.monotonic()
         while True:
             await asyncio.sleep(period)
-            now = time.monotonic()
-            self._heard_beats(now)
+            now, due = self.beats.look()
+            self._read(due)
             if now - last > 2 * period + 0.1:
-                # We were not running: the agents' lines may be waiting unread. (The order
-                # by last_seen holds: the oldest all become the same.)
-                for conn in self._conns:
-                    conn.last_seen = max(conn.last_seen, now - period)
+                # We were not running: the agents' bytes may be waiting unseen.
+                self.beats.heard_all(now)
             else:
-                for conn in self.silent(now):
-                    silence = now - conn.last_seen
-                    self._end(conn, f"its agent was silent for {silence:.1f}s", silent=True)
+                cutoff = now - self.silence
+                for agent in self.beats.silent(cutoff):
+                    agent.silenced(now)
+                self.beats.forget(cutoff)
             last = now
 
+    def _read(self, fds: Iterable[int]) -> None:
+        """Read `fds` (their heartbeats' tags checked, a message no doorbell announced
+        found): the watcher's round."""
+        self.draining = True
+        try:
+            for fd in fds:
+                try:
+                    self.reader.drain(fd)
+                except Exception:  # a handler's bug must not end the watcher (and so NodeLost)
+                    log.exception("agents: reading a connection failed")
+        finally:
+            self.draining = False
+
     def silent(self, now: float) -> list[Connection]:
-        """The connections not heard from for longer than `silence` at `now`."""
-        found = []
-        for conn in self._conns:  # oldest-heard first: stop at the first one heard since
-            if now - conn.last_seen <= self.silence:
-                break
-            found.append(conn)
-        return found
-
-    def _heard_beats(self, now: float) -> None:
-        """Count every agent whose socket had bytes arrive since the last look as heard
-        `now`; read those seen often enough since their last read, or that hung up."""
-        conns = self._conns
-        for agent, events in self.beats.arrived():
-            conn = agent.conn
-            if conn is None or conn.gone:
-                continue
-            conn.last_seen = now
-            conns.move_to_end(conn)
-            agent.notices += 1
-            if agent.notices >= READ_EVERY or events & HANGUP:
-                agent.notices = 0
-                self.reader.drain(agent.fd)
-
-    def heard(self, conn: Connection) -> None:
-        """`conn` sent something just now."""
-        conn.last_seen = time.monotonic()
-        if conn in self._conns:  # not when its end is being reported
-            self._conns.move_to_end(conn)
+        """The connections not heard from for longer than `silence` at `now`, longest
+        silent first."""
+        found = (agent.conn for agent in self.beats.silent(now - self.silence))
+        return [conn for conn in found if conn is not None]
 
 
 # Every connection reads into this one buffer: the loop fills it and hands it over in the
@@ -372,7 +375,8 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._fd = -1  # while the server's CoalescedReader reads it
         self._read_error: OSError | None = None
         self._frames = Splitter(secrets.token_bytes(KEY), tls=server.tls is not None)
-        self.notices = 0  # arrivals the watcher saw since the last read
+        self._watched = False  # its socket is in the server's `beats`
+        self._heard: float | None = None  # when `beats` last heard it, once out of it
         self.conn: Connection | None = None
 
     @property
@@ -407,11 +411,13 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             return
         if conn is not None:
             conn.beats += self._frames.beats - before
+            if stream and self._server.draining and self._watched:
+                # The watcher's read found a message its doorbell did not announce (the
+                # urgent flag cleared on the path): from now on read at every arrival.
+                self._server.beats.read_always(self._fd)
         if self._tls is not None and stream:
             self._decrypted(stream)
             return
-        if conn is not None:
-            self._server.heard(conn)
         if stream:
             self.data_received(stream)
 
@@ -426,8 +432,6 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             else:
                 self._refuse("TLS failed")
             return
-        if self.conn is not None:
-            self._server.heard(self.conn)
         if data:
             self.data_received(data)
 
@@ -447,7 +451,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
 
     def ended(self, exc: OSError | None) -> None:
         """The server's reader saw this connection end (or fail); asyncio reports it next."""
-        self._server.beats.remove(self._fd)
+        self._unwatch()
         self._fd = -1
         self._read_error = exc
         if self._transport is not None:
@@ -460,7 +464,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._ticket.closed()
         if self._fd >= 0:
             self._server.reader.remove(self._fd)
-            self._server.beats.remove(self._fd)
+            self._unwatch()
             self._fd = -1
         exc = exc or self._read_error
         if self.conn is not None:
@@ -510,6 +514,28 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._fd = self._transport.get_extra_info("socket").fileno()
             self._server.reader.add(self._fd, self, _DOORBELL)
             self._server.beats.add(self._fd, self)
+            self._watched = True
+            self.conn.heard_at = self._last_heard
+
+    def _last_heard(self) -> float | None:
+        if self._watched:
+            return self._server.beats.heard_at(self._fd)
+        return self._heard
+
+    def _unwatch(self) -> None:
+        """Out of the watcher's sight, keeping when it last heard this connection."""
+        if self._watched:
+            self._heard = self._server.beats.heard_at(self._fd)
+            self._server.beats.remove(self._fd)
+            self._watched = False
+
+    def silenced(self, now: float) -> None:
+        """The watcher heard nothing from it for longer than the silence: a lost node."""
+        self._unwatch()
+        conn = self.conn
+        if conn is not None:
+            silence = now - conn.last_seen
+            self._server._end(conn, f"its agent was silent for {silence:.1f}s", silent=True)
 
     def _refuse(self, why: str) -> None:
         """Close a connection that has not proved itself: counted, not logged one by one."""

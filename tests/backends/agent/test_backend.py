@@ -15,9 +15,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
+from srtr.backends.agent import channel
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.backend import MAX_RESPAWNS, AgentBackend, AgentProber
 from srtr.backends.agent.starters import LocalAgents
@@ -180,7 +182,10 @@ def run(
                 if link is not None:
                     link.close()
 
-    asyncio.run(main())
+    # The agents' sockets read twice a second, not once a `READ_PERIOD`: the tests wait on
+    # the heartbeats the controller read (`_beats`).
+    with mock.patch.object(channel, "READ_PERIOD", 0.5):
+        asyncio.run(main())
 
 
 def test_exit_codes_signals_and_logs_come_back_from_the_agent(tmp_path: Path) -> None:

@@ -1,19 +1,17 @@
-"""The controller reads its agents' sockets in batches (`coalesced`), and its watcher finds the
-silent connections from the oldest-heard end (`channel.AgentServer.silent`).
+"""The controller reads its agents' sockets in batches (`coalesced`). (Its watcher's view of
+them, who is silent: `test_beats`.)
 
 Real sockets (socketpairs) on a real event loop; no clock is faked."""
 
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from srtr.backends.agent import protocol as p
-from srtr.backends.agent.channel import AgentServer, Connection
 from srtr.backends.agent.coalesced import CoalescedReader
 from tests.support.e2e_util import wait_for_async as wait_for
 
@@ -67,6 +65,77 @@ def test_lines_that_arrive_together_are_read_in_one_batch() -> None:
     asyncio.run(main())
 
 
+def test_a_doorbell_rings_by_sigurg_and_its_socket_is_read_in_a_batch() -> None:
+    """An agent's socket is watched for urgent data (its doorbell) and its end only: the
+    doorbell reaches the loop as SIGURG (the kernel's signal to the socket's owner), not
+    through the loop's epoll, which every arrival of plain bytes would wake in the kernel.
+    The bytes before the doorbell are read with it, in one batch."""
+
+    async def main() -> None:
+        buffer = bytearray(4096)
+        reader = CoalescedReader(buffer, lambda: False, window=0.01)
+        lsock = socket.create_server(("127.0.0.1", 0))
+        theirs = socket.create_connection(lsock.getsockname())
+        ours, _ = lsock.accept()
+        ours.setblocking(False)
+        sink = Sink(buffer)
+        try:
+            reader.add(ours.fileno(), sink, select.EPOLLPRI | select.EPOLLRDHUP)
+            assert reader._signalled  # asyncio.run's loop is in the main thread
+            theirs.send(b"\x00" * 9)  # a heartbeat's size of plain bytes: no doorbell
+            theirs.send(b"a message\n")
+            theirs.send(b"\x01", socket.MSG_OOB)
+            await wait_for(lambda: sink.received.endswith(b"a message\n"), within=10)
+            assert sink.received == b"\x00" * 9 + b"a message\n"
+            assert reader.batches == 1
+            theirs.close()  # its end still wakes the loop, through the epoll
+            await wait_for(lambda: sink.ends, within=10)
+            assert sink.ends == [None]
+        finally:
+            reader.close()
+            for s in (ours, theirs, lsock):
+                s.close()
+
+    asyncio.run(main())
+
+
+def test_two_readers_in_one_loop_both_hear_their_doorbells() -> None:
+    """A loop has one handler per signal: every reader's doorbells still reach it."""
+
+    async def main() -> None:
+        buffers = [bytearray(4096), bytearray(4096)]
+        readers = [CoalescedReader(b, lambda: False, window=0.01) for b in buffers]
+        lsock = socket.create_server(("127.0.0.1", 0))
+        made = []
+        for _ in readers:
+            theirs = socket.create_connection(lsock.getsockname())
+            ours, _ = lsock.accept()
+            ours.setblocking(False)
+            made.append((ours, theirs))
+        sinks = [Sink(b) for b in buffers]
+        try:
+            for reader, (ours, _), sink in zip(readers, made, sinks, strict=True):
+                reader.add(ours.fileno(), sink, select.EPOLLPRI | select.EPOLLRDHUP)
+            for k, (_, theirs) in enumerate(made):
+                theirs.send(b"to reader %d\n" % k)
+                theirs.send(b"\x01", socket.MSG_OOB)
+            await wait_for(lambda: all(s.received for s in sinks), within=10)
+            assert [s.received for s in sinks] == [b"to reader 0\n", b"to reader 1\n"]
+            readers[0].close()  # the other one still hears its doorbells
+            made[1][1].send(b"again\n")
+            made[1][1].send(b"\x01", socket.MSG_OOB)
+            await wait_for(lambda: sinks[1].received.endswith(b"again\n"), within=10)
+        finally:
+            for reader in readers:
+                reader.close()
+            for ours, theirs in made:
+                ours.close()
+                theirs.close()
+            lsock.close()
+
+    asyncio.run(main())
+
+
 def test_while_an_answer_is_awaited_lines_are_read_without_a_window() -> None:
     async def main() -> None:
         buffer = bytearray(4096)
@@ -115,53 +184,3 @@ def test_the_end_of_a_socket_and_a_reset_are_reported_once_and_it_is_forgotten()
                 s.close()
 
     asyncio.run(main())
-
-
-class _NoHandler:
-    def connected(self, conn: Connection) -> None: ...
-    def received(self, conn: Connection, message: p.Message) -> None: ...
-    def gone(self, conn: Connection, why: str, *, silent: bool = False) -> None: ...
-    def refuse(self, node: str) -> str | None:
-        return None
-
-    def awaiting(self) -> bool:
-        return False
-
-
-class _Transport:
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None: ...
-
-
-def test_the_watcher_finds_every_silent_connection_and_no_live_one() -> None:
-    asyncio.run(_finds_every_silent_connection())
-
-
-async def _finds_every_silent_connection() -> None:
-    server = AgentServer("token", _NoHandler(), silence=2.5)
-    conns = [
-        Connection(node=f"node{k}", pid=k, transport=_Transport())  # type: ignore[arg-type]
-        for k in range(1, 6)
-    ]
-    for conn in conns:
-        server._connected(conn)
-        # Its silence counts from its admission.
-        assert conn not in server.silent(time.monotonic())
-        assert conn in server.silent(time.monotonic() + 100)
-        conn.last_seen = 0.0  # heard long ago
-    # node2 and node4 are heard from again (now, by the monotonic clock); the others stay silent.
-    server.heard(conns[1])
-    server.heard(conns[3])
-    now = conns[3].last_seen
-    assert [c.node for c in server.silent(now)] == ["node1", "node3", "node5"]
-    assert [c.node for c in server.silent(now + 2.6)] == [
-        "node1",
-        "node3",
-        "node5",
-        "node2",
-        "node4",
-    ]
-    server.heard(conns[0])
-    assert [c.node for c in server.silent(conns[0].last_seen)] == ["node3", "node5"]

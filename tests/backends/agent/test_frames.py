@@ -14,7 +14,7 @@ import pytest
 
 from srtr.backends.agent import frames
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.channel import READ_EVERY, AgentServer, Connection
+from srtr.backends.agent.channel import AgentServer, Connection
 from srtr.backends.base import ObservationKind
 from tests.backends.agent.test_backend import Harness, run
 from tests.support.e2e_util import wait_for_async as wait_for
@@ -67,15 +67,66 @@ def test_a_heartbeat_with_a_wrong_tag_is_refused(wrong: bytes) -> None:
         splitter.feed(wrong)
 
 
+def test_a_read_of_many_heartbeats_checks_one_tag_the_newest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle agent's socket, read once a round, holds many frames: one tag is computed
+    (the newest's, whose number is the count of frames), not one per frame."""
+    splitter = frames.Splitter(KEY, tls=True)
+    wire = b"".join(frames.beat(KEY, n) for n in range(30))
+    computed: list[int] = []
+    tag = frames.beat_tag
+
+    def counted(key: bytes, n: int) -> bytes:
+        computed.append(n)
+        return tag(key, n)
+
+    monkeypatch.setattr(frames, "beat_tag", counted)
+    assert splitter.feed(wire) == b""
+    assert splitter.beats == 30 and computed == [29]
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        # the newest replaced by a forger's
+        b"".join(frames.beat(KEY, n) for n in range(29)) + frames.beat(bytes(16), 29),
+        # one slipped in among the agent's: the count, so the newest's number, is off
+        b"".join(frames.beat(KEY, n) for n in range(15))
+        + frames.beat(bytes(16), 0)
+        + b"".join(frames.beat(KEY, n) for n in range(15, 30)),
+        # one of the agent's dropped (the newest's number is off the other way)
+        b"".join(frames.beat(KEY, n) for n in range(30) if n != 7),
+        # the newest replayed
+        b"".join(frames.beat(KEY, n) for n in range(30)) + frames.beat(KEY, 29),
+    ],
+)
+def test_a_wrong_newest_tag_among_many_is_refused(wire: bytes) -> None:
+    with pytest.raises(frames.ForgedBeat):
+        frames.Splitter(KEY, tls=True).feed(wire)
+
+
+def test_frames_cut_mid_frame_are_still_checked_whole() -> None:
+    splitter = frames.Splitter(KEY, tls=True)
+    wire = b"".join(frames.beat(KEY, n) for n in range(10))
+    assert splitter.feed(wire[:40]) == b""  # 4 frames and the start of a 5th
+    assert splitter.feed(wire[40:]) == b""
+    assert splitter.beats == 10
+    with pytest.raises(frames.ForgedBeat):
+        splitter.feed(frames.beat(KEY, 3))
+
+
 class _Handler:
     def __init__(self) -> None:
         self.conns: list[Connection] = []
         self.ends: list[tuple[str, bool]] = []
+        self.messages: list[tuple[Connection, p.Message]] = []
 
     def connected(self, conn: Connection) -> None:
         self.conns.append(conn)
 
-    def received(self, conn: Connection, message: p.Message) -> None: ...
+    def received(self, conn: Connection, message: p.Message) -> None:
+        self.messages.append((conn, message))
 
     def gone(self, conn: Connection, why: str, *, silent: bool = False) -> None:
         self.ends.append((why, silent))
@@ -87,6 +138,21 @@ class _Handler:
         return False
 
 
+async def _admitted(
+    server: AgentServer, node: str = "node1"
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    """An agent's connection, through the handshake: its streams and its heartbeat key."""
+    assert server.address is not None
+    reader, writer = await asyncio.open_connection(*server.address)
+    challenge = p.decode(await reader.readline())
+    assert isinstance(challenge, p.Challenge)
+    proof = p.proof("token", "agent", challenge.nonce, node)
+    writer.write(p.encode(p.Hello(node=node, pid=1, nonce="n", proof=proof)))
+    welcome = p.decode(await reader.readline())
+    assert isinstance(welcome, p.Welcome) and len(welcome.beat_key) == 2 * frames.KEY
+    return reader, writer, bytes.fromhex(welcome.beat_key)
+
+
 def test_a_forged_heartbeat_ends_the_connection_as_a_lost_nodes() -> None:
     """A peer on the path that slips a heartbeat into an agent's stream (it cannot know the
     session's key) does not keep a dead node alive: the connection ends as a silent one
@@ -94,28 +160,55 @@ def test_a_forged_heartbeat_ends_the_connection_as_a_lost_nodes() -> None:
 
     async def main() -> None:
         handler = _Handler()
-        server = AgentServer("token", handler, heartbeat=0.2)
-        host, port = await server.start("127.0.0.1")
-        reader, writer = await asyncio.open_connection(host, port)
+        server = AgentServer("token", handler, heartbeat=0.2, read_period=0.3)
+        await server.start("127.0.0.1")
+        _, writer, key = await _admitted(server)
         try:
-            challenge = p.decode(await reader.readline())
-            assert isinstance(challenge, p.Challenge)
-            proof = p.proof("token", "agent", challenge.nonce, "node1")
-            writer.write(p.encode(p.Hello(node="node1", pid=1, nonce="n", proof=proof)))
-            welcome = p.decode(await reader.readline())
-            assert isinstance(welcome, p.Welcome) and len(welcome.beat_key) == 2 * frames.KEY
-            key = bytes.fromhex(welcome.beat_key)
             writer.write(frames.beat(key, 0))
-            # Arrivals the watcher sees one by one, as a forger's heartbeats each second: it
-            # reads the connection after a few and checks their tags.
-            for _ in range(2 * READ_EVERY):
-                await asyncio.sleep(0.15)
-                writer.write(frames.beat(secrets.token_bytes(16), 1))
+
+            # A forger's heartbeats each second (here faster): the watcher reads the
+            # connection once a round, and checks the newest tag.
+            async def forge() -> None:
+                while True:
+                    await asyncio.sleep(0.15)
+                    writer.write(frames.beat(secrets.token_bytes(16), 1))
+
+            forger = asyncio.create_task(forge())
             await wait_for(lambda: handler.ends, within=10, what="the connection's end")
+            forger.cancel()
             why, silent = handler.ends[0]
             assert silent and "forged heartbeat" in why, why
         finally:
             writer.close()
+            await server.close()
+
+    asyncio.run(main())
+
+
+def test_a_message_without_its_doorbell_is_found_and_its_connection_read_at_every_arrival() -> None:
+    """The urgent flag cleared on the path: a message arrives as plain bytes, which wake
+    nothing. The watcher's read finds it, and from then on reads that connection whenever
+    bytes arrive on it, not once a round; the others stay on their round."""
+
+    async def main() -> None:
+        handler = _Handler()
+        server = AgentServer("token", handler, heartbeat=0.2, read_period=0.3)
+        await server.start("127.0.0.1")
+        _, quiet, _ = await _admitted(server, "node2")  # heartbeats with their doorbells
+        _, writer, key = await _admitted(server)
+        try:
+            await wait_for(lambda: len(handler.conns) == 2, within=10, what="two agents")
+            writer.write(frames.beat(key, 0) + p.encode(p.Bye()) + frames.beat(key, 1))
+            await wait_for(lambda: handler.messages, within=10, what="the bell-less message")
+            conn, message = handler.messages[0]
+            assert conn.node == "node1" and isinstance(message, p.Bye)
+            assert conn.beats == 2
+            agents = {a.conn.node: a for a in server.beats._owners.values() if a.conn}
+            assert server.beats.reads_always(agents["node1"].fd)
+            assert not server.beats.reads_always(agents["node2"].fd)
+        finally:
+            writer.close()
+            quiet.close()
             await server.close()
 
     asyncio.run(main())

@@ -1,0 +1,112 @@
+"""The silence watcher's view of the agents' sockets (`beats.BeatSockets`): who was heard
+when, who is silent, which sockets a look reads.
+
+Real sockets (socketpairs); the cut-offs are the looks' own times, no clock is faked."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from srtr.backends.agent.beats import BeatSockets
+
+
+@contextmanager
+def watched(n: int, rounds: int = 1) -> Iterator[tuple[BeatSockets[int], list[socket.socket]]]:
+    """`n` sockets watched for owners 0..n-1, and their peers (what an agent writes on)."""
+    made = [socket.socketpair() for _ in range(n)]
+    beats: BeatSockets[int] = BeatSockets(rounds)
+    for k, (ours, _) in enumerate(made):
+        ours.setblocking(False)
+        beats.add(ours.fileno(), k)
+    try:
+        yield beats, [theirs for _, theirs in made]
+    finally:
+        beats.close()
+        for a, b in made:
+            a.close()
+            b.close()
+
+
+def test_the_silent_sockets_among_many_are_found_and_no_live_one() -> None:
+    with watched(40) as (beats, peers):
+        quiet = {3, 17, 29}
+        for k, peer in enumerate(peers):
+            if k not in quiet:
+                peer.send(b"\0" * 9)
+        now, _ = beats.look()
+        # Heard at the look: silent only from a cut-off after it; the others since admission.
+        assert sorted(beats.silent(now)) == sorted(quiet)
+        assert sorted(beats.silent(now + 1e-3)) == list(range(40))
+        peers[17].send(b"\0" * 9)
+        later, _ = beats.look()
+        # Its newest look counts, not its admission: heard at `later`, 17 is no longer silent
+        # from a cut-off before it, and is the only one not silent from `later` on.
+        assert sorted(beats.silent(now)) == [3, 29]
+        assert sorted(beats.silent(later)) == sorted(set(range(40)) - {17})
+
+
+def test_a_socket_is_heard_at_the_look_that_saw_its_bytes() -> None:
+    with watched(2) as (beats, peers):
+        admitted = beats.heard_at(_fd(beats, 0))
+        assert admitted is not None
+        peers[0].send(b"\0" * 9)
+        now, _ = beats.look()
+        assert beats.heard_at(_fd(beats, 0)) == now
+        assert beats.heard_at(_fd(beats, 1)) == admitted
+        # Old looks forgotten: the silent one's time is kept until it is removed.
+        beats.forget(now)
+        assert beats.heard_at(_fd(beats, 0)) == now
+
+
+def test_a_stalled_watcher_counts_everyone_heard() -> None:
+    with watched(5) as (beats, _):
+        now, _ = beats.look()
+        assert len(beats.silent(now + 1e-3)) == 5
+        beats.heard_all(now + 1)
+        assert beats.silent(now + 1) == []
+        assert sorted(beats.silent(now + 1.001)) == list(range(5))
+
+
+def test_a_removed_socket_is_never_silent_and_its_number_is_free() -> None:
+    with watched(3) as (beats, _):
+        fd = _fd(beats, 1)
+        beats.remove(fd)
+        now, _ = beats.look()
+        assert sorted(beats.silent(now)) == [0, 2]
+        assert beats.heard_at(fd) is None
+        beats.add(fd, 7)  # the number reused by a new connection: heard from its admission
+        assert 7 not in beats.silent(now)
+
+
+def test_every_socket_is_read_once_a_round() -> None:
+    with watched(8, rounds=4) as (beats, _):
+        read: list[int] = []
+        for _ in range(4):
+            read += beats.look()[1]
+        assert sorted(read) == sorted(_fd(beats, k) for k in range(8))
+        again = [fd for _ in range(4) for fd in beats.look()[1]]
+        assert sorted(again) == sorted(read)
+
+
+def test_a_socket_read_always_is_read_at_every_arrival_and_only_then() -> None:
+    with watched(3, rounds=1000) as (beats, peers):
+        bellless = _fd(beats, 1)
+        beats.read_always(bellless)
+        assert beats.reads_always(bellless)
+        assert beats.look()[1] == set()  # nothing arrived; no round due yet
+        for peer in peers:
+            peer.send(b"\0" * 9)
+        assert beats.look()[1] == {bellless} | _round(beats, 1)
+        assert beats.look()[1] == _round(beats, 2)  # nothing arrived since
+        beats.remove(bellless)
+        assert not beats.reads_always(bellless)
+
+
+def _fd(beats: BeatSockets[int], owner: int) -> int:
+    return next(fd for fd, k in beats._owners.items() if k == owner)
+
+
+def _round(beats: BeatSockets[int], k: int) -> set[int]:
+    return set(beats._rounds[k])
