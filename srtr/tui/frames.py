@@ -47,19 +47,28 @@ class FrameReader:
 
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
+        if self._built is not None:
+            vm.warm(self._built)  # once the first frame is up: its rows, for a sort or filter
         started = time.monotonic()
         self.source.state_due = started >= self._next_state_at
         poll = self.source.poll()
         state = poll.state or self.state
+        # What changed is relative to the state read before, which the last frame shows.
+        shown = None if self._built is None else self._built.state
+        changed = poll.changed if self.state is not None and shown is self.state.doc else None
         if poll.state is not None:
             self.state = poll.state
         if state is None or (poll.state is None and not rebuild_anyway):
             return poll, None
         watched = self._watch_controller
         alive = controller_beats(self._run_dir, time.time()) if watched else True
+        self._built = vm.frame(
+            state.doc, now, controller_alive=alive, previous=self._built, changed=changed
+        )
         if poll.state is not None:
-            self.probe_failures = vm.remember_probe_failures(self.probe_failures, state.instances)
-        self._built = vm.frame(state.doc, now, controller_alive=alive, previous=self._built)
+            built = self._built.instances
+            looked = built.values() if changed is None else [built[n] for n in changed]
+            self.probe_failures = vm.remember_probe_failures(self.probe_failures, looked)
         # Freeing a 4,096-row frame takes milliseconds: hold the last few here so that the
         # last reference to an old frame is dropped in this thread, not in the UI's.
         self._retired.append(self._built)

@@ -285,6 +285,8 @@ class Poll:
     """What changed since the previous poll."""
 
     state: RunState | None = None  # a new snapshot, or None when unchanged
+    # The instances `state` changed since the previous one (None: unknown, maybe all).
+    changed: frozenset[str] | None = None
     events: list[EventDoc] = field(default_factory=list)
     log: LogChunk | None = None
     error: str = ""
@@ -314,6 +316,7 @@ class RunSource:
         out = Poll()
         try:
             out.state = self._read_state() if self.state_due else None
+            out.changed = self._state.changed if out.state is not None else None
         except StateFileError as exc:
             out.error = f"cannot read state.json: {exc}"
         for line in self._events.read():

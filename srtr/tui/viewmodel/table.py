@@ -24,7 +24,7 @@ class RowIndex:
     """Rows by instance name, their order under a sort column and the subset a filter shows."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, InstanceRow] = {}
+        self.rows: Mapping[str, InstanceRow] = {}
         self.column: int | None = None
         self.reverse = False
         self.filter = Filter()
@@ -37,13 +37,13 @@ class RowIndex:
 
     def replace(self, rows: Mapping[str, InstanceRow]) -> None:
         """Start over with `rows` (in state order): a new instance set."""
-        self.rows = rows if isinstance(rows, dict) else dict(rows)  # never changed here
+        self.rows = rows  # never changed here
         self._seq = {name: i for i, name in enumerate(self.rows)}
         self._resort()
 
     def update(self, rows: Mapping[str, InstanceRow], changed: Iterable[str]) -> None:
         """`rows` differ from the current ones only in `changed` (same names, same order)."""
-        self.rows = rows if isinstance(rows, dict) else dict(rows)
+        self.rows = rows
         for name in changed:
             old = self._entry[name]
             new = self._make(name)
