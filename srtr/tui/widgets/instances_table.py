@@ -84,6 +84,7 @@ class InstancesTable(VirtualTable):
         self._index = RowIndex()
         self._widths = [len(label) for _, label in COLUMNS]
         self._last_selected: str | None = None
+        self._ages_drawn: list[str] = []  # the AGE cells on screen at the last tick
         self.now = 0.0  # the clock of the last frame: AGE is drawn from it
 
     def on_mount(self) -> None:
@@ -132,6 +133,11 @@ class InstancesTable(VirtualTable):
             self.now = now
         selected = self.selected
         same = rows is self._index.rows  # the same snapshot again (ages tick): nothing moved
+        if same and changed is not None and not changed:
+            ages = self._ages_in_view()
+            if ages == self._ages_drawn:
+                return  # not one cell on screen would change: no redraw
+            self._ages_drawn = ages
         if changed is None or (not same and rows.keys() != self._index.rows.keys()):
             self._index.replace(rows)
             self._fit(widths) if widths else self._fit_widths(rows.values())
@@ -187,6 +193,16 @@ class InstancesTable(VirtualTable):
         self._settle(selected)
 
     # -- drawing ------------------------------------------------------------------------
+
+    def _ages_in_view(self) -> list[str]:
+        """The AGE cells of the rows on screen (time passing changes those alone)."""
+        top = round(self.scroll_y)
+        out = []
+        for position in range(top, min(top + self.page + 1, self.row_count)):
+            row = self._index.rows[self._index.name_at(position)]
+            started = row.started
+            out.append("" if started is None else age_since(started, row.ended or self.now))
+        return out
 
     def row_cells(self, position: int) -> list[Text]:
         row = self._index.rows[self._index.name_at(position)]
