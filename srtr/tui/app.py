@@ -115,6 +115,7 @@ class SrtrApp(App[int]):
         self.exit_after = exit_after
         self.check_controller = check_controller
         self.source = source or RunSource(run_dir)
+        self.source.events_kept = EVENTS_KEPT
         # Under `srtr up` (a job task) the controller is this very process: it runs.
         watched = check_controller and job is None
         self._reader = FrameReader(self.source, run_dir, watch_controller=watched, state=state)

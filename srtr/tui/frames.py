@@ -47,11 +47,14 @@ class FrameReader:
 
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
-        if self._built is not None:
-            vm.warm(self._built)  # once the first frame is up: its rows, for a sort or filter
         started = time.monotonic()
         self.source.state_due = started >= self._next_state_at
         poll = self.source.poll()
+        if poll.state is None and self.source.state_due and self._built is not None:
+            # Once the state holds still: every row built, for a sort or a filter to read
+            # (not while it changes: each change would be built twice, and the job wants
+            # the process's time then).
+            vm.warm(self._built)
         state = poll.state or self.state
         # What changed is relative to the state read before, which the last frame shows.
         shown = None if self._built is None else self._built.state

@@ -30,7 +30,8 @@ class Rows(Mapping[str, InstanceRow]):
 
     The rows of successive snapshots share one cache: a row stays while its instance's
     document is the same (the very object, as the state follower's copies share unchanged
-    records, or an equal one).
+    records, or an equal one). `every()` gives them all as a plain dict, for the loops of a
+    sort or a filter.
     """
 
     def __init__(
@@ -38,21 +39,26 @@ class Rows(Mapping[str, InstanceRow]):
         docs: Mapping[str, Doc],
         now: float,
         cache: dict[str, tuple[Doc, InstanceRow]] | None = None,
-        missing: set[str] | None = None,
+        valid: dict[str, InstanceRow] | None = None,
     ) -> None:
         self._docs = docs
         self._now = now
         # Filled from the reading thread and the UI's: a row built twice is the same row.
         self._cache: dict[str, tuple[Doc, InstanceRow]] = {} if cache is None else cache
-        self._missing = missing  # the rows that may not be built (None: any of them)
+        self._valid: dict[str, InstanceRow] = {} if valid is None else valid  # this snapshot's
 
     def __getitem__(self, name: str) -> InstanceRow:
+        row = self._valid.get(name)
+        if row is not None:
+            return row
         doc = self._docs[name]
         kept = self._cache.get(name)
         if kept is not None and (kept[0] is doc or kept[0] == doc):
-            return kept[1]
-        row = instance_row(doc, self._now)
-        self._cache[name] = (doc, row)
+            row = kept[1]
+        else:
+            row = instance_row(doc, self._now)
+            self._cache[name] = (doc, row)
+        self._valid[name] = row
         return row
 
     def __iter__(self) -> Iterator[str]:
@@ -65,17 +71,24 @@ class Rows(Mapping[str, InstanceRow]):
         return name in self._docs
 
     def warm(self) -> None:
-        """Build every row not built yet (at once when none may be missing: a poll asks
-        every 0.25 s)."""
-        for name in self._docs if self._missing is None else list(self._missing):
-            if name in self._docs:
+        """Build every row not built yet (at once when all are: a poll asks every 0.25 s)."""
+        if len(self._valid) >= len(self._docs):
+            return
+        for name in self._docs:
+            if name not in self._valid:
                 self[name]
-        self._missing = set()
+
+    def every(self) -> dict[str, InstanceRow]:
+        """Every row (in no particular order): a plain dict, for a loop over them all."""
+        self.warm()
+        return self._valid
 
     def updated(self, docs: Mapping[str, Doc], changed: Iterable[str], now: float) -> Rows:
         """The rows of `docs`, which differ from this one's only in `changed`."""
-        missing = None if self._missing is None else self._missing | set(changed)
-        return Rows(docs, now, self._cache, missing)
+        valid = dict(self._valid)
+        for name in changed:
+            valid.pop(name, None)
+        return Rows(docs, now, self._cache, valid)
 
 
 def text_widths(docs: Collection[Doc], widths: tuple[int, ...] | None = None) -> tuple[int, ...]:

@@ -138,7 +138,8 @@ class InstancesTable(VirtualTable):
             if ages == self._ages_drawn:
                 return  # not one cell on screen would change: no redraw
             self._ages_drawn = ages
-        if changed is None or (not same and rows.keys() != self._index.rows.keys()):
+        # A frame's `changed` implies the same names; a count that differs is a bug's guard.
+        if changed is None or (not same and len(rows) != len(self._index.rows)):
             self._index.replace(rows)
             self._fit(widths) if widths else self._fit_widths(rows.values())
         elif changed:
