@@ -94,7 +94,9 @@ def frame(
         old = previous.grid
         if old.columns == grid.columns and old.rows.keys() == grid.rows.keys():
             grid_changes = diff_grid(old.rows, grid.rows)
-    gated = frozenset(_gated(instances, instances))
+    gated = frozenset(
+        str(i["name"]) for i in docs if i.get("probe_gate") and i.get("probe_message")
+    )
     tally = Tally.of(docs)
     return Frame(
         header=_header(state, now, controller_alive, instances, gated),

@@ -5,6 +5,7 @@ instance from one count to another."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from srtr.store.rundir import ready_now
 from srtr.tui.viewmodel.phases import SEVERITY, Doc
@@ -21,10 +22,17 @@ class Tally:
 
     @classmethod
     def of(cls, instances: Iterable[Doc]) -> Tally:
-        tally = cls()
+        counts: dict[Group, list[Any]] = {}  # [ready, total, phases]: one pass, no copies
         for inst in instances:
-            tally._add(inst, 1)
-        return tally
+            group = _group(inst)
+            entry = counts.get(group)
+            if entry is None:
+                entry = counts[group] = [0, 0, {}]
+            phase = str(inst.get("phase", ""))
+            entry[0] += ready_now(inst)
+            entry[1] += 1
+            entry[2][phase] = entry[2].get(phase, 0) + 1
+        return cls({group: (e[0], e[1], e[2]) for group, e in counts.items()})
 
     def moved(self, before: Iterable[Doc], after: Iterable[Doc]) -> Tally:
         """This tally with the instances `before` replaced by `after` (their new documents)."""
