@@ -157,6 +157,10 @@ def _known(state: Doc, now: float, previous: Frame, changed: frozenset[str]) -> 
         return None
     rows = previous.rows
     rows = rows.updated(instances, changed, now) if isinstance(rows, Rows) else Rows(instances, now)
+    for name in changed:
+        # Built now, a few per change, rather than all at once when the job settles: that
+        # would be seconds of the process's time just when it should be idle.
+        rows[name]
     grid = node_grid(state, previous.grid, touched, instances)
     gated = (previous.gated - changed) | frozenset(_gated(instances, changed))
     tally = previous.tally.moved((old[n] for n in by_name), by_name.values())
