@@ -199,7 +199,9 @@ def _keystrokes(job: TuiJob) -> dict[str, float]:
     first = detail_title(job.screen.text())
     out["cursor_ms"] = _answer(job, "j", lambda s: detail_title(s) not in (None, first), "j")
     job.key("/")
-    job.screen.wait(lambda s: "filter" in s.lower(), 10, "the filter bar")
+    # The bar itself (its placeholder), not the footer's "/ Filter", which is always there:
+    # keys typed before the bar has the focus would be lost.
+    job.screen.wait(lambda s: "words match any column" in s, 10, "the filter bar")
     # Every rider's rows (sorted by name: side1's on top); the keystroke measured then
     # narrows them to side3's, which were not on screen before it.
     job.key("side")

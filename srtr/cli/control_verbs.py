@@ -81,17 +81,21 @@ def cmd_control(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
-    read_run(run_dir)  # a clear error for a path that is not a run dir
     try:
         from srtr.tui.launch import attach
+        from srtr.tui.source import RunSource
         from srtr.tui.themes import ThemeError, resolve
     except ImportError as exc:
         raise bad("srtr tui", f"the TUI is not available: {exc}") from None
+    # A clear error for a path that is not a run dir, read by the TUI's own reader: a big
+    # job's state (tens of MB) is parsed once, and is the TUI's first frame.
+    source = RunSource(run_dir)
+    state = read_run(run_dir, lambda _: source.first_state())
     try:
         resolve(args.theme)
     except ThemeError as exc:
         raise bad("srtr tui", str(exc)) from None
-    return attach(run_dir, theme=args.theme)
+    return attach(run_dir, theme=args.theme, source=source, state=state)
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ Shared here, apart from any verb, so that verb modules import it and never each 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,12 +17,13 @@ if TYPE_CHECKING:
     from srtr.store.rundir import RunState
 
 
-def read_run(run_dir: Path) -> RunState:
-    """`run_dir`'s state.json. Raises RecipeError (exit 2) when it cannot be read."""
+def read_run(run_dir: Path, reader: Callable[[Path], RunState] | None = None) -> RunState:
+    """`run_dir`'s state.json (read by `reader`, else `read_state`). Raises RecipeError
+    (exit 2) when it cannot be read."""
     from srtr.store.rundir import StateFileError, read_state
 
     try:
-        return read_state(run_dir)
+        return (reader or read_state)(run_dir)
     except StateFileError as exc:
         if exc.missing:
             raise bad(str(run_dir), "no state.json here; is this a run dir of `srtr up`?") from None

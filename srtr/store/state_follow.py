@@ -5,19 +5,29 @@ reads once, too much for a reader that polls a big job every second (a 60 MB sna
 again for each line the controller appends). `StateFollower` reads state.json whole only when
 it was replaced (a small job's every write, a big job's compaction) and otherwise only the
 delta log's lines appended since its last read, applied to a copy that shares unchanged
-records with the previous document.
+records with the previous document. It says which instances those lines changed
+(`changed`), so that a view of 80,000 rows redraws the few that did.
+
+It parses with orjson, the garbage collector paused: a 60 MB snapshot is the first thing
+the TUI waits for.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from srtr.store.rundir import STATE_FILE, RunState, read_state
-from srtr.store.state_delta import DELTA_FILE, applied_copy
+import orjson
+
+from srtr.store.rundir import STATE_FILE, RunState, StateFileError, read_lines
+from srtr.store.state_delta import DELTA_FILE, SEQ, apply_deltas, item_key, snapshot_seq
 
 Stamp = tuple[int, int, int]
+Doc = dict[str, Any]
 
 
 class StateFollower:
@@ -29,6 +39,13 @@ class StateFollower:
         self._state: RunState | None = None
         self._seq: int | None = None  # a snapshot's last change applied (None: a whole file)
         self._offset = 0  # the delta log's bytes applied
+        # Where each record of a list section sits (by `item_key`), kept across reads: the
+        # log only merges into records or appends them, so positions hold until a section
+        # is replaced whole.
+        self._indexes: dict[str, dict[str, int]] = {}
+        # The instances whose records the last read changed or added; None when it read
+        # state.json whole or replaced the instances whole (anything may have changed).
+        self.changed: frozenset[str] | None = None
 
     def read(self) -> RunState | None:
         """The state if it changed since the last read; None if it did not, or there is no
@@ -48,9 +65,9 @@ class StateFollower:
         # The log's size before the snapshot is read: lines appended after are read next
         # time (and skipped there if this reading applied them already).
         offset = _size(self.run_dir / DELTA_FILE)
-        state = read_state(self.run_dir)
+        state = _parse(self.run_dir)
         self._snapshot, self._state, self._offset = stamp, state, offset
-        self._seq = state.seq
+        self._seq, self._indexes, self.changed = state.seq, {}, None
         return state
 
     def _appended(self) -> RunState | None:
@@ -64,13 +81,112 @@ class StateFollower:
         if not whole:
             return None
         self._offset += len(whole)
-        doc = cast(dict[str, Any], self._state.doc)
-        new, seq = applied_copy(doc, self._seq, whole.splitlines())
+        new, changed = dict(self._state.doc), _Changes()
+        copied: set[str] = set()
+        seq = self._seq
+        for delta in _following(seq, whole.splitlines()):
+            self._apply(new, delta, copied, changed)
+            seq = delta[SEQ]
         if seq == self._seq:
             return None
-        self._seq = seq
+        self._seq, self.changed = seq, changed.frozen()
         self._state = RunState.from_doc(new, self.run_dir / STATE_FILE, seq)
         return self._state
+
+    def _apply(self, doc: Doc, delta: Doc, copied: set[str], changed: _Changes) -> None:
+        """Apply one delta to the copy `doc`, as `state_delta.apply_deltas` does in place:
+        each list section it touches is copied once, each record it changes is new."""
+        sets = delta.get("set")
+        if isinstance(sets, dict):
+            for section, value in sets.items():
+                doc[section] = value
+                copied.add(section)  # a new list: the copy's own
+                self._indexes.pop(section, None)
+                if section == "instances":
+                    changed.whole = True
+        items = delta.get("items")
+        if not isinstance(items, dict):
+            return
+        for section, records in items.items():
+            if section not in copied:
+                doc[section] = list(doc.get(section, []))
+                copied.add(section)
+            current = doc[section]
+            index = self._indexes.get(section)
+            if index is None:
+                index = self._indexes[section] = {item_key(r): i for i, r in enumerate(current)}
+            for record in records:
+                key = item_key(record)
+                at = index.get(key)
+                if at is None:
+                    index[key] = len(current)
+                    current.append(record)
+                else:
+                    current[at] = {**current[at], **record}
+                if section == "instances":
+                    changed.names.add(key)
+
+
+class _Changes:
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.whole = False
+
+    def frozen(self) -> frozenset[str] | None:
+        return None if self.whole else frozenset(self.names)
+
+
+def _parse(run_dir: Path) -> RunState:
+    """`rundir.read_state`, parsed with orjson."""
+    path = run_dir / STATE_FILE
+    try:
+        with _collector_paused():
+            doc = orjson.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise StateFileError(path, str(exc), missing=True) from None
+    except (OSError, ValueError) as exc:
+        raise StateFileError(path, str(exc)) from None
+    state = RunState.from_doc(doc, path)
+    seq = snapshot_seq(doc)
+    if seq is None:
+        return state
+    lines = read_lines(run_dir / DELTA_FILE)
+    return RunState(state.doc, apply_deltas(cast(Doc, state.doc), seq, lines))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a document of millions of objects is built: each
+    pass would walk all those built so far, for nothing (a parsed document has no cycles),
+    and the passes double the parse's time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _following(seq: int, lines: Iterable[bytes]) -> Iterator[Doc]:
+    """The deltas among `lines` that follow change `seq`, in order, as
+    `state_delta.apply_deltas` takes them: lines the state includes already are skipped, and a
+    line that is not whole JSON or a gap in the sequence ends the reading."""
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            delta = orjson.loads(line)
+        except ValueError:
+            return
+        if not isinstance(delta, dict) or not isinstance(delta.get(SEQ), int):
+            return
+        if delta[SEQ] <= seq:
+            continue
+        if delta[SEQ] != seq + 1:
+            return
+        yield delta
+        seq = delta[SEQ]
 
 
 def _size(path: Path) -> int:

@@ -115,6 +115,7 @@ class SrtrApp(App[int]):
         self.exit_after = exit_after
         self.check_controller = check_controller
         self.source = source or RunSource(run_dir)
+        self.source.events_kept = EVENTS_KEPT
         # Under `srtr up` (a job task) the controller is this very process: it runs.
         watched = check_controller and job is None
         self._reader = FrameReader(self.source, run_dir, watch_controller=watched, state=state)
@@ -272,7 +273,7 @@ class SrtrApp(App[int]):
         self.query_one(PoolsPanel).show(frame.pools, frame.others)
         self.query_one(NodeGridTable).show(frame.grid, frame.grid_changes)
         table = self.query_one(InstancesTable)
-        table.apply(frame.rows, frame.changed, self.clock())
+        table.apply(frame.rows, frame.changed, self.clock(), frame.widths)
         if frame.ended and not was_ended:
             self._select_worst(frame)
         if table.row_count == 0:
@@ -311,7 +312,7 @@ class SrtrApp(App[int]):
 
     def _select_worst(self, frame: vm.Frame) -> None:
         """The job ended: put the cursor on the instance that failed it, if one did."""
-        name = frame.header.cause_instance or vm.worst_instance(frame.rows.values())
+        name = frame.header.cause_instance or vm.worst_doc(frame.instances.values())
         if name is not None:
             self._choose(name)
 

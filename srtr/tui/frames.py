@@ -50,16 +50,28 @@ class FrameReader:
         started = time.monotonic()
         self.source.state_due = started >= self._next_state_at
         poll = self.source.poll()
+        if poll.state is None and self.source.state_due and self._built is not None:
+            # Once the state holds still: every row built, for a sort or a filter to read
+            # (not while it changes: each change would be built twice, and the job wants
+            # the process's time then).
+            vm.warm(self._built)
         state = poll.state or self.state
+        # What changed is relative to the state read before, which the last frame shows.
+        shown = None if self._built is None else self._built.state
+        changed = poll.changed if self.state is not None and shown is self.state.doc else None
         if poll.state is not None:
             self.state = poll.state
         if state is None or (poll.state is None and not rebuild_anyway):
             return poll, None
         watched = self._watch_controller
         alive = controller_beats(self._run_dir, time.time()) if watched else True
+        self._built = vm.frame(
+            state.doc, now, controller_alive=alive, previous=self._built, changed=changed
+        )
         if poll.state is not None:
-            self.probe_failures = vm.remember_probe_failures(self.probe_failures, state.instances)
-        self._built = vm.frame(state.doc, now, controller_alive=alive, previous=self._built)
+            built = self._built.instances
+            looked = built.values() if changed is None else [built[n] for n in changed]
+            self.probe_failures = vm.remember_probe_failures(self.probe_failures, looked)
         # Freeing a 4,096-row frame takes milliseconds: hold the last few here so that the
         # last reference to an old frame is dropped in this thread, not in the UI's.
         self._retired.append(self._built)

@@ -22,7 +22,7 @@ from typing import Any
 
 from srtr.runtime import detach
 from srtr.runtime.control import ControlError, send
-from srtr.store.rundir import StateFileError
+from srtr.store.rundir import RunState, StateFileError
 from srtr.tui import job_end
 from srtr.tui.app import SrtrApp
 from srtr.tui.source import RunSource
@@ -77,12 +77,20 @@ def detach_lines(run_dir: Path, pid: int) -> list[str]:
     ]
 
 
-def attach(run_dir: Path, *, theme: str | None = None) -> int:
+def attach(
+    run_dir: Path,
+    *,
+    theme: str | None = None,
+    source: RunSource | None = None,
+    state: RunState | None = None,
+) -> int:
     """`srtr tui RUN_DIR`: watch and drive a running job, or read a finished one (read-only:
-    the post-mortem). 2 when the run dir has no readable state.json."""
-    source = RunSource(run_dir)
+    the post-mortem). 2 when the run dir has no readable state.json. `source` and `state`:
+    a reader of `run_dir` and the state it read already (the CLI checks the run dir so)."""
+    source = source or RunSource(run_dir)
     try:
-        state = source.first_state()  # a clear error for a run dir with no readable state
+        # A clear error for a run dir with no readable state.
+        state = state or source.first_state()
     except StateFileError as exc:
         print(f"srtr tui: cannot read {exc.path}: {exc}", file=sys.stderr)
         return EXIT_GONE

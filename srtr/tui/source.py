@@ -285,6 +285,8 @@ class Poll:
     """What changed since the previous poll."""
 
     state: RunState | None = None  # a new snapshot, or None when unchanged
+    # The instances `state` changed since the previous one (None: unknown, maybe all).
+    changed: frozenset[str] | None = None
     events: list[EventDoc] = field(default_factory=list)
     log: LogChunk | None = None
     error: str = ""
@@ -308,15 +310,22 @@ class RunSource:
         self._log: LogFollower | None = None
         # Cleared by a reader that wants state.json less often than every poll (its cost).
         self.state_due = True
+        # A reader that keeps only the last N events: a poll parses no more than those (a
+        # big job's start appends hundreds of thousands).
+        self.events_kept: int | None = None
 
     def poll(self) -> Poll:
         """What changed (state.json only if `state_due`; else it waits for a later poll)."""
         out = Poll()
         try:
             out.state = self._read_state() if self.state_due else None
+            out.changed = self._state.changed if out.state is not None else None
         except StateFileError as exc:
             out.error = f"cannot read state.json: {exc}"
-        for line in self._events.read():
+        lines = self._events.read()
+        if self.events_kept is not None:
+            lines = lines[-self.events_kept :]  # the older ones would be dropped unseen
+        for line in lines:
             event = parse_event(line)
             if event is not None:  # else not a whole event (a writer killed mid-line)
                 out.events.append(event)

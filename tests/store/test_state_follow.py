@@ -37,6 +37,7 @@ def test_a_big_jobs_changes_are_read_from_the_new_lines_and_share_the_rest(
         follower = StateFollower(tmp_path)
         first = follower.read()
         assert first is not None and first.doc == read_state(tmp_path).doc
+        assert follower.changed is None  # read whole: anything may have changed
         assert follower.read() is None  # nothing new
         before = _instances(first)
 
@@ -48,6 +49,9 @@ def test_a_big_jobs_changes_are_read_from_the_new_lines_and_share_the_rest(
         assert second is not None and second.doc == read_state(tmp_path).doc
         assert (tmp_path / "state.json").stat().st_ino == snapshot.st_ino  # only the log grew
         after = _instances(second)
+        # The instances it says changed are exactly those whose records differ.
+        assert follower.changed == {n for n in after if after[n] != before[n]}
+        assert "service_web" in follower.changed
         assert after["service_web"] is not before["service_web"]
         assert after["service_web"]["phase"] != before["service_web"]["phase"]
         unchanged = [n for n in before if before[n] == after[n]]

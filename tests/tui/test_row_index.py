@@ -113,3 +113,34 @@ def test_what_the_index_shows_equals_a_full_sort_and_filter(
     index.set_filter(vm.Filter.parse(later_flt))
     index.sort(column, not reverse)
     assert index.names() == full(rows, index)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 11), st.sampled_from(PHASES), st.booleans()),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_a_frame_told_what_changed_equals_one_built_from_scratch(
+    edits: list[tuple[int, str, bool]],
+) -> None:
+    """The reader names the instances that changed (`changed`): the frame built from that
+    alone shows what a frame built from the whole state shows."""
+    items = docs(12)
+    built = vm.frame(state(items), NOW)
+    vm.warm(built)
+    for at, phase, ready in edits:
+        items = list(items)
+        items[at] = {**items[at], "phase": phase, "ready": ready}
+        told = vm.frame(state(items), NOW, previous=built, changed=frozenset({f"i{at}"}))
+        fresh = vm.frame(state(items), NOW)
+        assert told.changed == {f"i{at}"}
+        assert {n: r.cells for n, r in told.rows.items()} == {
+            n: r.cells for n, r in fresh.rows.items()
+        }
+        assert told.pools == fresh.pools and told.others == fresh.others
+        assert dict(told.grid.rows) == dict(fresh.grid.rows)
+        assert told.header == fresh.header
+        built = told

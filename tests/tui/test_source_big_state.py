@@ -42,3 +42,18 @@ def test_a_change_only_the_delta_log_holds_is_seen(tmp_path: Path) -> None:
         assert changed is not None and _phase(changed, "service_web") != "Running"
 
     asyncio.run(body())
+
+
+def test_a_reader_that_keeps_the_last_events_parses_no_more_than_those(tmp_path: Path) -> None:
+    (tmp_path / "events.jsonl").write_text(
+        "".join(
+            f'{{"ts": {n}, "type": "Normal", "reason": "Launched", "object": "i{n}"}}\n'
+            for n in range(50)
+        )
+    )
+    source = RunSource(tmp_path)
+    source.events_kept = 5
+    assert [e["object"] for e in source.poll().events] == [f"i{n}" for n in range(45, 50)]
+    with (tmp_path / "events.jsonl").open("a") as handle:
+        handle.write('{"ts": 50, "type": "Normal", "reason": "Launched", "object": "i50"}\n')
+    assert [e["object"] for e in source.poll().events] == ["i50"]  # then every new one

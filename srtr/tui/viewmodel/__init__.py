@@ -25,7 +25,7 @@ from srtr.store.status import ALIVE as ALIVE_PHASES
 from srtr.store.status import JOB_ENDED
 from srtr.tui.viewmodel.detail import DetailView, detail, remember_probe_failures
 from srtr.tui.viewmodel.events import EventLine, event_lines
-from srtr.tui.viewmodel.frame import Frame, frame
+from srtr.tui.viewmodel.frame import Frame, frame, warm
 from srtr.tui.viewmodel.grid import (
     EMPTY_CELL,
     GridCell,
@@ -69,6 +69,7 @@ from srtr.tui.viewmodel.rows import (
     instance_rows,
     ordered,
     sort_changed,
+    worst_doc,
     worst_instance,
 )
 from srtr.tui.viewmodel.text import age_since, end_cut, fmt_age, fmt_exit, last_exit, middle_cut
@@ -133,5 +134,7 @@ __all__ = [
     "split_at_last_marker",
     "teardown",
     "text_width",
+    "warm",
+    "worst_doc",
     "worst_instance",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from srtr.tui.viewmodel.phases import PHASE_GLYPH, PHASE_SHORT, PHASE_STYLE, SEVERITY, Doc
@@ -36,9 +36,51 @@ class NodeGrid:
     """One row per node: its role, the owner (or other non-rider instances), one per rider."""
 
     columns: tuple[str, ...]  # after NODE and ROLE: "owner", then rider service names
-    rows: dict[str, tuple[GridCell, ...]] = field(default_factory=dict)
+    rows: Mapping[str, tuple[GridCell, ...]] = field(default_factory=dict)
     # The instances on each node (names), so that a change redraws only its node's row.
     members: dict[str, list[str]] = field(default_factory=dict)
+
+
+class GridRows(Mapping[str, tuple[GridCell, ...]]):
+    """The grid's rows by node name, each built when first read (the page on screen) and
+    kept: 10,000 nodes are not walked for a frame that shows 40 of them."""
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Doc],
+        riders: Sequence[str],
+        instances: Mapping[str, Doc],
+        members: Mapping[str, list[str]],
+        built: dict[str, tuple[GridCell, ...]] | None = None,
+    ) -> None:
+        self._nodes, self._riders = nodes, riders
+        self._instances, self._members = instances, members
+        self._built: dict[str, tuple[GridCell, ...]] = {} if built is None else built
+
+    def __getitem__(self, name: str) -> tuple[GridCell, ...]:
+        row = self._built.get(name)
+        if row is None:
+            docs = (self._instances[m] for m in self._members.get(name, []))
+            row = self._built[name] = _row(self._nodes[name], self._riders, docs)
+        return row
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
+    def updated(
+        self, nodes: Mapping[str, Doc], instances: Mapping[str, Doc], touched: Iterable[str]
+    ) -> GridRows:
+        """The rows of the same nodes and placement, with those of `touched` built again."""
+        built = dict(self._built)
+        for name in touched:
+            built.pop(name, None)
+        return GridRows(nodes, self._riders, instances, self._members, built)
 
 
 def _cell(members: Sequence[Doc]) -> GridCell:
@@ -75,37 +117,43 @@ def _row(node: Doc, riders: Sequence[str], members: Iterable[Doc]) -> tuple[Grid
 
 
 def node_grid(
-    state: Doc, previous: NodeGrid | None = None, touched: Iterable[str] | None = None
+    state: Doc,
+    previous: NodeGrid | None = None,
+    touched: Iterable[str] | None = None,
+    instances: Mapping[str, Doc] | None = None,
 ) -> NodeGrid:
     """The grid of `state`; with `previous` (of the same nodes, riders and instance
-    placement) only the rows of the `touched` nodes are built again."""
+    placement) only the rows of the `touched` nodes are built again. `instances`: the
+    state's instances by name, if the caller has them already."""
     riders = _riders(state)
-    instances = {str(i["name"]): i for i in state.get("instances", [])}
+    if instances is None:
+        instances = {str(i["name"]): i for i in state.get("instances", [])}
     nodes = {str(n["name"]): n for n in state.get("nodes", [])}
-    if previous is not None and touched is not None and previous.columns == ("owner", *riders):
-        rows = dict(previous.rows)
-        for name in touched:
-            if name in rows:
-                docs = (instances[m] for m in previous.members.get(name, []))
-                rows[name] = _row(nodes[name], riders, docs)
-        return NodeGrid(previous.columns, rows, previous.members)
+    old = previous.rows if previous is not None else None
+    if isinstance(old, GridRows) and touched is not None and previous is not None:
+        if previous.columns == ("owner", *riders):
+            return NodeGrid(
+                previous.columns, old.updated(nodes, instances, touched), previous.members
+            )
     members: dict[str, list[str]] = {}
     for name, inst in instances.items():
         members.setdefault(str(inst.get("node", "")), []).append(name)
-    rows = {
-        name: _row(node, riders, (instances[m] for m in members.get(name, [])))
-        for name, node in nodes.items()
-    }
-    return NodeGrid(("owner", *riders), rows, members)
+    return NodeGrid(("owner", *riders), GridRows(nodes, riders, instances, members), members)
 
 
 def diff_grid(
-    old: Mapping[str, tuple[GridCell, ...]], new: Mapping[str, tuple[GridCell, ...]]
+    old: Mapping[str, tuple[GridCell, ...]],
+    new: Mapping[str, tuple[GridCell, ...]],
+    nodes: Iterable[str] | None = None,
 ) -> list[tuple[str, int, GridCell]]:
-    """Changed grid cells, for nodes present in both (node sets change only on rebuild)."""
+    """Changed grid cells, for nodes present in both (node sets change only on rebuild);
+    among `nodes` only, when the caller knows that no other row changed."""
     out: list[tuple[str, int, GridCell]] = []
-    for node, cells in new.items():
+    for node in new if nodes is None else nodes:
+        cells = new.get(node)
         before = old.get(node)
+        if cells is None:
+            continue
         if before is None or before == cells:
             continue
         out.extend(

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import hostlist
 
 from srtr.store.rundir import ready_now
 from srtr.store.status import Phase
 from srtr.tui.viewmodel.phases import PHASE_STYLE, SEVERITY, Doc
+from srtr.tui.viewmodel.tally import Tally
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,48 +69,22 @@ def _scale(view: object) -> str:
     return text
 
 
-def _tally(instances: Iterable[Doc], key: Callable[[Doc], Hashable]) -> dict[Any, ServiceCount]:
-    """Ready, total and the worst phase per `key` of the instances (None: left out), in one
-    pass: a job of 80,000 instances is counted on every snapshot."""
-    tally: dict[Any, list[Any]] = {}  # key: [ready, total, worst severity, worst phase]
-    for inst in instances:
-        group = key(inst)
-        if group is None:
-            continue
-        counts = tally.get(group)
-        if counts is None:
-            counts = tally[group] = [0, 0, -1, ""]
-        phase = str(inst.get("phase", ""))
-        counts[1] += 1
-        if ready_now(inst):
-            counts[0] += 1
-        severity = SEVERITY.get(phase, 10)
-        if severity > counts[2]:
-            counts[2], counts[3] = severity, phase
-    return {group: ServiceCount("", c[0], c[1], c[3]) for group, c in tally.items()}
-
-
 @functools.lru_cache(maxsize=32)
 def _hostlist(nodes: tuple[str, ...]) -> str:
     """`node[1-10000]`: a pool's nodes rarely change, and compressing 10,000 names is slow."""
     return str(hostlist.collect_hostlist(list(nodes)))
 
 
-def _pool_key(inst: Doc) -> tuple[str, str, str] | None:
-    if not inst.get("pool"):
-        return None
-    return (str(inst["pool"]), str(inst.get("kind")), str(inst.get("service")))
-
-
-def _named(name: str, count: ServiceCount | None) -> ServiceCount:
+def _named(name: str, count: tuple[int, int, str] | None) -> ServiceCount:
     if count is None:
         return ServiceCount(name, 0, 0, "")
-    return ServiceCount(name, count.ready, count.total, count.worst)
+    return ServiceCount(name, *count)
 
 
-def pools(state: Doc) -> list[PoolView]:
-    """`train 2/2 ready` per pool, with its riders listed under it."""
-    by_pool = _tally(state.get("instances", []), _pool_key)
+def pools(state: Doc, tally: Tally | None = None) -> list[PoolView]:
+    """`train 2/2 ready` per pool, with its riders listed under it. `tally`: the state's
+    instances counted already (else they are counted here)."""
+    by_pool = (tally or Tally.of(state.get("instances", []))).counts()
     views = []
     for pool in state.get("pools", []):
         name = str(pool["name"])
@@ -130,11 +104,7 @@ def pools(state: Doc) -> list[PoolView]:
     return views
 
 
-def other_services(state: Doc) -> list[ServiceCount]:
+def other_services(state: Doc, tally: Tally | None = None) -> list[ServiceCount]:
     """Services outside pools (engine workers, frontend, benchmark, plain services)."""
-
-    def service(inst: Doc) -> str | None:
-        return None if inst.get("pool") else str(inst.get("service"))
-
-    counts = _tally(state.get("instances", []), service)
-    return [_named(name, count) for name, count in counts.items()]
+    counts = (tally or Tally.of(state.get("instances", []))).counts()
+    return [_named(group[2], count) for group, count in counts.items() if not group[0]]

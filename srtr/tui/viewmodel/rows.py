@@ -229,10 +229,19 @@ FAILED_PHASES = frozenset({"Failed", "Lost"})
 def worst_instance(rows: Iterable[InstanceRow]) -> str | None:
     """The instance to look at first when a job has ended: the first Failed (or Lost) one,
     in state order; None when none failed."""
-    worst: InstanceRow | None = None
-    for row in rows:
-        if row.phase not in FAILED_PHASES:
+    return _worst((row.name, row.phase) for row in rows)
+
+
+def worst_doc(instances: Iterable[Doc]) -> str | None:
+    """`worst_instance` read from the instances' documents (no row built for it)."""
+    return _worst((str(inst["name"]), str(inst.get("phase", ""))) for inst in instances)
+
+
+def _worst(phases: Iterable[tuple[str, str]]) -> str | None:
+    worst: tuple[str, str] | None = None
+    for name, phase in phases:
+        if phase not in FAILED_PHASES:
             continue
-        if worst is None or SEVERITY.get(row.phase, 0) > SEVERITY.get(worst.phase, 0):
-            worst = row
-    return None if worst is None else worst.name
+        if worst is None or SEVERITY.get(phase, 0) > SEVERITY.get(worst[1], 0):
+            worst = (name, phase)
+    return None if worst is None else worst[0]

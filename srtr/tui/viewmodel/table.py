@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from srtr.tui.viewmodel.rows import Filter, InstanceRow
+from srtr.tui.viewmodel.rowset import Rows
 
 Entry = tuple[Any, int, str]  # (sort value, state index, name)
 
@@ -24,7 +25,7 @@ class RowIndex:
     """Rows by instance name, their order under a sort column and the subset a filter shows."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, InstanceRow] = {}
+        self.rows: Mapping[str, InstanceRow] = {}
         self.column: int | None = None
         self.reverse = False
         self.filter = Filter()
@@ -37,23 +38,32 @@ class RowIndex:
 
     def replace(self, rows: Mapping[str, InstanceRow]) -> None:
         """Start over with `rows` (in state order): a new instance set."""
-        self.rows = rows if isinstance(rows, dict) else dict(rows)  # never changed here
+        self.rows = rows  # never changed here
         self._seq = {name: i for i, name in enumerate(self.rows)}
         self._resort()
 
     def update(self, rows: Mapping[str, InstanceRow], changed: Iterable[str]) -> None:
         """`rows` differ from the current ones only in `changed` (same names, same order)."""
-        self.rows = rows if isinstance(rows, dict) else dict(rows)
+        self.rows = rows
+        visible = self._visible
         for name in changed:
             old = self._entry[name]
             new = self._make(name)
-            row = self.rows[name]
-            _remove(self._sorted, old)
-            insort(self._sorted, new)
-            self._entry[name] = new
-            _remove(self._visible, old)
-            if self.filter.matches(row):
-                insort(self._visible, new)
+            moved = new != old  # never, in state order: a row keeps its place
+            if moved:
+                _remove(self._sorted, old)
+                insort(self._sorted, new)
+                self._entry[name] = new
+            # (Without a filter the row itself is not read: it is built when drawn.)
+            shown = not self.filter or self.filter.matches(self.rows[name])
+            at = bisect_left(visible, old)
+            was = at < len(visible) and visible[at] == old
+            if was and shown and not moved:
+                continue  # thousands of rows change at once: no list is moved for these
+            if was:
+                del visible[at]
+            if shown:
+                insort(visible, new)
 
     def sort(self, column: int | None, reverse: bool) -> None:
         if column != self.column:
@@ -98,19 +108,21 @@ class RowIndex:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _make(self, name: str) -> Entry:
-        value = None if self.column is None else self.rows[name].sort[self.column]
+    def _make(self, name: str, rows: Mapping[str, InstanceRow] | None = None) -> Entry:
+        value = None if self.column is None else (rows or self.rows)[name].sort[self.column]
         return (value, self._seq[name], name)
 
     def _resort(self) -> None:
-        self._entry = {name: self._make(name) for name in self.rows}
+        rows = _every(self.rows) if self.column is not None else self.rows
+        self._entry = {name: self._make(name, rows) for name in self.rows}
         self._sorted = sorted(self._entry.values()) if self.column is not None else []
         if self.column is None:
             self._sorted = list(self._entry.values())  # already in state order
         self._refilter()
 
     def _refilter(self) -> None:
-        flt, rows = self.filter, self.rows
+        flt = self.filter
+        rows = _every(self.rows) if flt else self.rows
         if not flt:
             self._visible = list(self._sorted)
         else:
@@ -121,3 +133,9 @@ def _remove(entries: list[Entry], entry: Entry) -> None:
     at = bisect_left(entries, entry)
     if at < len(entries) and entries[at] == entry:
         del entries[at]
+
+
+def _every(rows: Mapping[str, InstanceRow]) -> Mapping[str, InstanceRow]:
+    """`rows` as a plain dict when they are built on demand (`Rows`): a loop over all of
+    them then costs a dict's lookups, not a method call each."""
+    return rows.every() if isinstance(rows, Rows) else rows

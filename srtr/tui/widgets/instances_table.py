@@ -84,6 +84,7 @@ class InstancesTable(VirtualTable):
         self._index = RowIndex()
         self._widths = [len(label) for _, label in COLUMNS]
         self._last_selected: str | None = None
+        self._ages_drawn: list[str] = []  # the AGE cells on screen at the last tick
         self.now = 0.0  # the clock of the last frame: AGE is drawn from it
 
     def on_mount(self) -> None:
@@ -115,27 +116,35 @@ class InstancesTable(VirtualTable):
 
     def apply(
         self,
-        rows: dict[str, InstanceRow],
+        rows: Mapping[str, InstanceRow],
         changed: frozenset[str] | None = None,
         now: float | None = None,
+        widths: tuple[int, ...] | None = None,
     ) -> None:
         """Show `rows` (all instances, in state order).
 
         `changed` names the rows that differ from the previous call (None: unknown, or
         another set of instances: start over). A frame's `changed` is relative to the
         previous frame, which is what this table shows, since the App applies every frame
-        in order.
+        in order. `widths`: the widest text of each column (`viewmodel.text_widths`), if
+        known: else the rows are read for it.
         """
         if now is not None:
             self.now = now
         selected = self.selected
         same = rows is self._index.rows  # the same snapshot again (ages tick): nothing moved
-        if changed is None or (not same and rows.keys() != self._index.rows.keys()):
+        if same and changed is not None and not changed:
+            ages = self._ages_in_view()
+            if ages == self._ages_drawn:
+                return  # not one cell on screen would change: no redraw
+            self._ages_drawn = ages
+        # A frame's `changed` implies the same names; a count that differs is a bug's guard.
+        if changed is None or (not same and len(rows) != len(self._index.rows)):
             self._index.replace(rows)
-            self._fit_widths(rows.values())
+            self._fit(widths) if widths else self._fit_widths(rows.values())
         elif changed:
             self._index.update(rows, changed)
-            self._fit_widths(rows[name] for name in changed)
+            self._fit(widths) if widths else self._fit_widths(rows[name] for name in changed)
         self._settle(selected)
 
     def set_filter(self, text: str) -> None:
@@ -186,6 +195,16 @@ class InstancesTable(VirtualTable):
 
     # -- drawing ------------------------------------------------------------------------
 
+    def _ages_in_view(self) -> list[str]:
+        """The AGE cells of the rows on screen (time passing changes those alone)."""
+        top = round(self.scroll_y)
+        out = []
+        for position in range(top, min(top + self.page + 1, self.row_count)):
+            row = self._index.rows[self._index.name_at(position)]
+            started = row.started
+            out.append("" if started is None else age_since(started, row.ended or self.now))
+        return out
+
     def row_cells(self, position: int) -> list[Text]:
         row = self._index.rows[self._index.name_at(position)]
         cells = [self._build(i, text) for i, text in enumerate(row.cells)]
@@ -220,11 +239,18 @@ class InstancesTable(VirtualTable):
 
     def _fit_widths(self, rows: Iterable[InstanceRow]) -> None:
         """Widen the columns whose new cells are wider (they never shrink while a job runs)."""
-        widths = list(self._widths)
+        widths = [0] * len(COLUMNS)
         for row in rows:
             for index, cell in enumerate(row.cells):
-                if len(cell) > widths[index]:
-                    widths[index] = min(len(cell), MAX_WIDTH.get(index, len(cell)))
+                widths[index] = max(widths[index], len(cell))
+        self._fit(tuple(widths))
+
+    def _fit(self, texts: tuple[int, ...]) -> None:
+        """Widen the columns whose texts (`texts`, their widest) are wider."""
+        widths = list(self._widths)
+        for index, width in enumerate(texts):
+            if width > widths[index]:
+                widths[index] = min(width, MAX_WIDTH.get(index, width))
         if widths != self._widths:
             self._widths = widths
             self._set_columns()

@@ -42,6 +42,8 @@ class NodeGridTable(VirtualTable):
         """Show `grid` (`changes`, its cells that differ from the previous grid, are not
         needed: only the lines on screen are drawn, from the grid itself)."""
         old = self._grid
+        if grid is old:
+            return  # the same snapshot again (ages tick): nothing in the grid moved
         self._grid = grid
         if old is not None and old.columns == grid.columns and old.rows.keys() == grid.rows.keys():
             self.refresh()
