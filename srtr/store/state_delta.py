@@ -49,7 +49,7 @@ def apply_deltas(doc: dict[str, Any], seq: int, lines: Iterable[str | bytes]) ->
     change applied (see `_following` for which lines apply)."""
     indexes: dict[str, dict[str, int]] = {}
     for delta in _following(seq, lines):
-        _apply(doc, delta, indexes)
+        apply_one(doc, delta, indexes)
         seq = delta[SEQ]
     return seq
 
@@ -79,30 +79,34 @@ def _following(seq: int, lines: Iterable[str | bytes]) -> Iterator[dict[str, Any
         seq = delta[SEQ]
 
 
-def _apply(
+def apply_one(
     doc: dict[str, Any],
     delta: dict[str, Any],
     indexes: dict[str, dict[str, int]],
     copied: set[str] | None = None,
-) -> None:
+    changed: set[str] | None = None,
+) -> bool:
     """Apply one delta to `doc`: in place, or (`copied`: the sections this copy owns
-    already) copying each list section it touches once and each record it changes."""
+    already) copying each list section it touches once and each record it changes. The
+    names of the instances it changes go to `changed`; True: it replaced them all."""
+    whole = False
     sets = delta.get("set")
     if isinstance(sets, dict):
         for section, value in sets.items():
             doc[section] = value
             indexes.pop(section, None)  # a list replaced whole: its index is stale
+            whole = whole or section == "instances"
             if copied is not None:
                 copied.add(section)  # a new list: the copy's own
     fields = delta.get("fields")
     if isinstance(fields, dict):
-        for section, changed in fields.items():
+        for section, named in fields.items():
             old = doc.get(section)
-            if isinstance(old, dict) and isinstance(changed, dict):
-                doc[section] = {**old, **changed}  # a new object: a copy shares the old one
+            if isinstance(old, dict) and isinstance(named, dict):
+                doc[section] = {**old, **named}  # a new object: a copy shares the old one
     items = delta.get("items")
     if not isinstance(items, dict):
-        return
+        return whole
     for section, records in items.items():
         if copied is not None and section not in copied:
             doc[section] = list(doc.get(section, []))
@@ -121,6 +125,9 @@ def _apply(
                 current[at].update(record)
             else:
                 current[at] = {**current[at], **record}
+            if changed is not None and section == "instances":
+                changed.add(key)
+    return whole
 
 
 def applied_copy(
@@ -134,6 +141,6 @@ def applied_copy(
     copied: set[str] = set()
     indexes: dict[str, dict[str, int]] = {}
     for delta in _following(seq, lines):
-        _apply(out, delta, indexes, copied)
+        apply_one(out, delta, indexes, copied)
         seq = delta[SEQ]
     return out, seq

@@ -24,7 +24,7 @@ from typing import Any, cast
 import orjson
 
 from srtr.store.rundir import STATE_FILE, RunState, StateFileError, read_lines
-from srtr.store.state_delta import DELTA_FILE, SEQ, apply_deltas, item_key, snapshot_seq
+from srtr.store.state_delta import DELTA_FILE, SEQ, apply_deltas, apply_one, snapshot_seq
 
 Stamp = tuple[int, int, int]
 Doc = dict[str, Any]
@@ -94,37 +94,10 @@ class StateFollower:
         return self._state
 
     def _apply(self, doc: Doc, delta: Doc, copied: set[str], changed: _Changes) -> None:
-        """Apply one delta to the copy `doc`, as `state_delta.apply_deltas` does in place:
-        each list section it touches is copied once, each record it changes is new."""
-        sets = delta.get("set")
-        if isinstance(sets, dict):
-            for section, value in sets.items():
-                doc[section] = value
-                copied.add(section)  # a new list: the copy's own
-                self._indexes.pop(section, None)
-                if section == "instances":
-                    changed.whole = True
-        items = delta.get("items")
-        if not isinstance(items, dict):
-            return
-        for section, records in items.items():
-            if section not in copied:
-                doc[section] = list(doc.get(section, []))
-                copied.add(section)
-            current = doc[section]
-            index = self._indexes.get(section)
-            if index is None:
-                index = self._indexes[section] = {item_key(r): i for i, r in enumerate(current)}
-            for record in records:
-                key = item_key(record)
-                at = index.get(key)
-                if at is None:
-                    index[key] = len(current)
-                    current.append(record)
-                else:
-                    current[at] = {**current[at], **record}
-                if section == "instances":
-                    changed.names.add(key)
+        """Apply one delta to the copy `doc`: each list section it touches is copied once,
+        each record it changes is new, and the instances it changes are named."""
+        if apply_one(doc, delta, self._indexes, copied, changed.names):
+            changed.whole = True
 
 
 class _Changes:
