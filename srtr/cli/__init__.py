@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -69,6 +70,7 @@ def _exit_now(code: int) -> NoReturn:
     which a verb that only prints needs. Only from the console script (`argv` None): tests
     call `main` in-process. Nothing of `plan` or `up` registers atexit work; both streams
     are flushed here, where a closed reader is still quiet (`main`'s EPIPE handling)."""
+    logging.shutdown()  # `up`'s srtr.log handler: flushed and closed, as at a normal exit
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
