@@ -30,6 +30,7 @@ from srtr.controllers.context import (
     pool_key,
     probe_key,
 )
+from srtr.controllers.pace import wake
 from srtr.reconciler.workqueue import Result
 from srtr.resources.objects import InstanceSpec
 from srtr.store.store import Phase, UserAction
@@ -68,11 +69,11 @@ def observe(ctx: Ctx, obs: Observation) -> None:
 
 def _enqueue_related(ctx: Ctx, spec: InstanceSpec) -> None:
     ctx.queue.add(instance_key(spec.name))
-    ctx.queue.add(JOB)
+    wake(ctx, JOB)
     if spec.pool:
-        ctx.queue.add(pool_key(spec.pool))
+        wake(ctx, pool_key(spec.pool))
     if ctx.store.job.teardown_requested:
-        ctx.queue.add(TEARDOWN)
+        wake(ctx, TEARDOWN)
 
 
 async def reconcile(ctx: Ctx, name: str) -> Result | None:
@@ -94,7 +95,7 @@ async def reconcile(ctx: Ctx, name: str) -> Result | None:
         return None
     if status.exited:
         result = _after_exit(ctx, spec)
-        ctx.queue.add(JOB)  # the job decides on the instance's new phase
+        wake(ctx, JOB)  # the job decides on the instance's new phase
         return result
     if status.phase is Phase.LOST:
         return None
@@ -238,13 +239,13 @@ async def _await_launch(ctx: Ctx, spec: InstanceSpec, launch: LaunchSpec) -> Non
     finally:
         ctx.launches.end(spec.name)
         if ctx.store.job.teardown_requested:
-            ctx.queue.add(TEARDOWN)  # it waits for every launch in flight
+            wake(ctx, TEARDOWN)  # it waits for every launch in flight
 
 
 def _launch_failed(ctx: Ctx, spec: InstanceSpec, exc: LaunchError) -> None:
     ctx.store.launch_failed(spec.name, str(exc))
     ctx.queue.add(instance_key(spec.name))
-    ctx.queue.add(JOB)
+    wake(ctx, JOB)
     _wake_gang(ctx, spec)
 
 
@@ -273,9 +274,9 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
         # The last launch in flight wakes the job: its reconcile looks at every instance,
         # and once per answer it was most of a 10,000-node stage's launch. An answer in
         # flight still ends in this step or in `_launch_failed`, which both queue it.
-        ctx.queue.add(JOB)
+        wake(ctx, JOB)
     if spec.pool:
-        ctx.queue.add(pool_key(spec.pool))
+        wake(ctx, pool_key(spec.pool))
     _wake_gang(ctx, spec)
 
 

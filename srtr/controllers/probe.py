@@ -20,6 +20,7 @@ import signal
 from srtr.controllers import decisions, health_decisions
 from srtr.controllers.context import JOB, Ctx, liveness_key, pool_key, probe_key
 from srtr.controllers.job import begin_teardown
+from srtr.controllers.pace import wake
 from srtr.reconciler.workqueue import Result
 from srtr.resources.objects import InstanceSpec
 from srtr.store.store import Phase
@@ -84,10 +85,10 @@ async def _attempt(ctx: Ctx, spec: InstanceSpec, attempt: int) -> None:
 
 
 def _readiness_changed(ctx: Ctx, spec: InstanceSpec) -> None:
-    ctx.queue.add(JOB)
+    wake(ctx, JOB)
     ctx.queue.add("exporters")  # a Ready instance's metrics are a scrape target
     if spec.pool:
-        ctx.queue.add(pool_key(spec.pool))
+        wake(ctx, pool_key(spec.pool))
 
 
 def _watch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
