@@ -83,7 +83,9 @@ class CoalescedReader:
             self._loop = asyncio.get_running_loop()
             self._loop.add_writer(self._epoll.fileno(), _never)  # the MOD above
             self._loop.add_reader(self._epoll.fileno(), self._arrived)
-            self._signalled = _ring_on_sigurg(self._loop, self)
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                self._loop.add_signal_handler(signal.SIGURG, self._rang)
+                self._signalled = True
         if events & select.EPOLLPRI and self._signalled:
             fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
             self._urgent_epoll.register(fd, select.EPOLLPRI)
@@ -114,7 +116,7 @@ class CoalescedReader:
             self._loop.remove_reader(self._epoll.fileno())
             self._loop.remove_writer(self._epoll.fileno())
             if self._signalled:
-                _unring(self._loop, self)
+                self._loop.remove_signal_handler(signal.SIGURG)
         self._sinks.clear()
         self._epoll.close()
         self._urgent_epoll.close()
@@ -185,40 +187,6 @@ class CoalescedReader:
             return False
         sink.buffer_updated(nbytes)
         return nbytes == len(self._buffers[0])
-
-
-# The readers each loop rings on SIGURG: one handler per loop, as a loop has one per signal.
-_RINGING: dict[asyncio.AbstractEventLoop, set[CoalescedReader]] = {}
-
-
-def _ring_on_sigurg(loop: asyncio.AbstractEventLoop, reader: CoalescedReader) -> bool:
-    """Call `reader._rang` on SIGURG from now on; False where the loop takes no signals."""
-    readers = _RINGING.get(loop)
-    if readers is None:
-        readers = set()
-
-        def rang() -> None:
-            for each in list(readers):
-                each._rang()
-
-        try:
-            loop.add_signal_handler(signal.SIGURG, rang)
-        except (ValueError, RuntimeError, NotImplementedError):
-            return False
-        _RINGING[loop] = readers
-    readers.add(reader)
-    return True
-
-
-def _unring(loop: asyncio.AbstractEventLoop, reader: CoalescedReader) -> None:
-    readers = _RINGING.get(loop)
-    if readers is None:
-        return
-    readers.discard(reader)
-    if not readers:
-        del _RINGING[loop]
-        with contextlib.suppress(RuntimeError):  # the loop is closed already
-            loop.remove_signal_handler(signal.SIGURG)
 
 
 def _never() -> None:

@@ -99,43 +99,6 @@ def test_a_doorbell_rings_by_sigurg_and_its_socket_is_read_in_a_batch() -> None:
     asyncio.run(main())
 
 
-def test_two_readers_in_one_loop_both_hear_their_doorbells() -> None:
-    """A loop has one handler per signal: every reader's doorbells still reach it."""
-
-    async def main() -> None:
-        buffers = [bytearray(4096), bytearray(4096)]
-        readers = [CoalescedReader(b, lambda: False, window=0.01) for b in buffers]
-        lsock = socket.create_server(("127.0.0.1", 0))
-        made = []
-        for _ in readers:
-            theirs = socket.create_connection(lsock.getsockname())
-            ours, _ = lsock.accept()
-            ours.setblocking(False)
-            made.append((ours, theirs))
-        sinks = [Sink(b) for b in buffers]
-        try:
-            for reader, (ours, _), sink in zip(readers, made, sinks, strict=True):
-                reader.add(ours.fileno(), sink, select.EPOLLPRI | select.EPOLLRDHUP)
-            for k, (_, theirs) in enumerate(made):
-                theirs.send(b"to reader %d\n" % k)
-                theirs.send(b"\x01", socket.MSG_OOB)
-            await wait_for(lambda: all(s.received for s in sinks), within=10)
-            assert [s.received for s in sinks] == [b"to reader 0\n", b"to reader 1\n"]
-            readers[0].close()  # the other one still hears its doorbells
-            made[1][1].send(b"again\n")
-            made[1][1].send(b"\x01", socket.MSG_OOB)
-            await wait_for(lambda: sinks[1].received.endswith(b"again\n"), within=10)
-        finally:
-            for reader in readers:
-                reader.close()
-            for ours, theirs in made:
-                ours.close()
-                theirs.close()
-            lsock.close()
-
-    asyncio.run(main())
-
-
 def test_while_an_answer_is_awaited_lines_are_read_without_a_window() -> None:
     async def main() -> None:
         buffer = bytearray(4096)
