@@ -6,7 +6,6 @@ Real sockets (socketpairs) on a real event loop; no clock is faked."""
 from __future__ import annotations
 
 import asyncio
-import select
 import socket
 import struct
 from collections.abc import Iterator
@@ -61,40 +60,6 @@ def test_lines_that_arrive_together_are_read_in_one_batch() -> None:
             await wait_for(lambda: sinks[0].received.endswith(b"again\n"), within=10)
             assert reader.batches == 2
             reader.close()
-
-    asyncio.run(main())
-
-
-def test_a_doorbell_rings_by_sigurg_and_its_socket_is_read_in_a_batch() -> None:
-    """An agent's socket is watched for urgent data (its doorbell) and its end only: the
-    doorbell reaches the loop as SIGURG (the kernel's signal to the socket's owner), not
-    through the loop's epoll, which every arrival of plain bytes would wake in the kernel.
-    The bytes before the doorbell are read with it, in one batch."""
-
-    async def main() -> None:
-        buffer = bytearray(4096)
-        reader = CoalescedReader(buffer, lambda: False, window=0.01)
-        lsock = socket.create_server(("127.0.0.1", 0))
-        theirs = socket.create_connection(lsock.getsockname())
-        ours, _ = lsock.accept()
-        ours.setblocking(False)
-        sink = Sink(buffer)
-        try:
-            reader.add(ours.fileno(), sink, select.EPOLLPRI | select.EPOLLRDHUP)
-            assert reader._signalled  # asyncio.run's loop is in the main thread
-            theirs.send(b"\x00" * 9)  # a heartbeat's size of plain bytes: no doorbell
-            theirs.send(b"a message\n")
-            theirs.send(b"\x01", socket.MSG_OOB)
-            await wait_for(lambda: sink.received.endswith(b"a message\n"), within=10)
-            assert sink.received == b"\x00" * 9 + b"a message\n"
-            assert reader.batches == 1
-            theirs.close()  # its end still wakes the loop, through the epoll
-            await wait_for(lambda: sink.ends, within=10)
-            assert sink.ends == [None]
-        finally:
-            reader.close()
-            for s in (ours, theirs, lsock):
-                s.close()
 
     asyncio.run(main())
 
