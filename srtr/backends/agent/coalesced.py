@@ -16,17 +16,6 @@ The sockets stay owned by their asyncio transports (which still write, and close
 their reading moves here. Level-triggered epoll: a socket with more than one buffer's worth
 waiting is simply read again at the next batch.
 
-Urgent data (the agents' doorbells) is not watched through that epoll: every arrival of
-plain bytes on a socket wakes its epoll waiters with EPOLLPRI among the events (the kernel's
-`sock_def_readable`), so an epoll watching for urgent data inside the loop's woke the loop's
-thread in the kernel at each heartbeat burst, to find nothing (~500 times a second at 800
-agents, two thirds of the idle controller's CPU, in the kernel). The kernel signals urgent
-data itself: SIGURG to the socket's owner (`F_SETOWN`), which the loop takes as any signal,
-and a second epoll, for urgent data only and outside the loop's, says which sockets have it.
-Its hang-ups stay in the first (an arrival's wake-up does not carry them, so it filters
-those out). Where the loop cannot take signals (not in the main thread), the first epoll
-watches urgent data as before.
-
 The loop stops watching the epoll for each window and watches it again after. Removed and
 added back, the epoll would join the loop's anew each time, and the kernel's loop and path
 checks on that join walk every socket inside (a fifth of an idle controller's CPU at 1,024
@@ -39,10 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 import select
-import signal
 from collections.abc import Callable
 from typing import Protocol
 
@@ -69,8 +56,6 @@ class CoalescedReader:
         self._urgent = urgent
         self._window = window
         self._epoll = select.epoll()
-        self._urgent_epoll = select.epoll()  # urgent data, found on SIGURG (above)
-        self._signalled = False  # whether the loop takes SIGURG for it
         self._sinks: dict[int, Sink] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batch: asyncio.TimerHandle | None = None
@@ -83,13 +68,6 @@ class CoalescedReader:
             self._loop = asyncio.get_running_loop()
             self._loop.add_writer(self._epoll.fileno(), _never)  # the MOD above
             self._loop.add_reader(self._epoll.fileno(), self._arrived)
-            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-                self._loop.add_signal_handler(signal.SIGURG, self._rang)
-                self._signalled = True
-        if events & select.EPOLLPRI and self._signalled:
-            fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
-            self._urgent_epoll.register(fd, select.EPOLLPRI)
-            events &= ~select.EPOLLPRI
         self._epoll.register(fd, events)
         self._sinks[fd] = sink
 
@@ -103,8 +81,6 @@ class CoalescedReader:
         if self._sinks.pop(fd, None) is not None:
             with contextlib.suppress(OSError):
                 self._epoll.unregister(fd)
-            with contextlib.suppress(OSError):
-                self._urgent_epoll.unregister(fd)
 
     def close(self) -> None:
         if self._epoll.closed:
@@ -115,11 +91,8 @@ class CoalescedReader:
         if self._loop is not None:
             self._loop.remove_reader(self._epoll.fileno())
             self._loop.remove_writer(self._epoll.fileno())
-            if self._signalled:
-                self._loop.remove_signal_handler(signal.SIGURG)
         self._sinks.clear()
         self._epoll.close()
-        self._urgent_epoll.close()
 
     def _arrived(self) -> None:
         assert self._loop is not None
@@ -128,17 +101,6 @@ class CoalescedReader:
             return
         self._loop.remove_reader(self._epoll.fileno())
         self._batch = self._loop.call_later(self._window, self._read_batch)
-
-    def _rang(self) -> None:
-        """SIGURG: a doorbell rang on some socket (which: `_urgent_epoll`)."""
-        assert self._loop is not None
-        if self._epoll.closed:
-            return
-        if self._urgent():
-            self._read()
-        elif self._batch is None:
-            self._loop.remove_reader(self._epoll.fileno())
-            self._batch = self._loop.call_later(self._window, self._read_batch)
 
     def _read_batch(self) -> None:
         assert self._loop is not None
@@ -150,11 +112,7 @@ class CoalescedReader:
 
     def _read(self) -> None:
         """Read once from every socket with something to read."""
-        most = max(1, len(self._sinks))
-        ready = self._epoll.poll(0, most)
-        if self._signalled:
-            ready += self._urgent_epoll.poll(0, most)
-        for fd, events in ready:
+        for fd, events in self._epoll.poll(0, max(1, len(self._sinks))):
             if not self._read_one(fd) and events & select.EPOLLPRI:
                 # A read stops short at an urgent byte's mark: the next one passes it (and
                 # so ends the urgency, or the loop would wake for it again).
