@@ -22,12 +22,13 @@ The guard's mirror (`Mirror`) gets the same: the snapshot, then each delta line 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
+
+import orjson
 
 from srtr.store.persist import AppendFile, WallClock, instance_record, write_atomic
 from srtr.store.rundir import STATE_FILE
@@ -62,8 +63,10 @@ class Mirror(Protocol):
     def append(self, text: str) -> None: ...
 
 
-# One encoder for every record: json.dumps with separators builds a new one per call.
-_dumps = json.JSONEncoder(separators=(",", ":")).encode
+def _dumps(value: Any) -> str:
+    """Compact JSON: orjson's, ~5x the stdlib's speed on a big job's 80,000 records (the last
+    write of its teardown serializes them all)."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def compose(head: dict[str, Any], instances: list[str], seq: int | None = None) -> str:

@@ -373,7 +373,8 @@ class AgentBackend(ProbesOnAgents):
             if node not in (None, state.info.name) or state.conn is not None:
                 continue  # a connected agent's end is seen on its connection
             if state.lost is None and state.failed is None:
-                log.warning("agents: no agent on %s: %s", state.info.name, why)
+                if not self._closing:  # at the job's end every agent's exit is expected
+                    log.warning("agents: no agent on %s: %s", state.info.name, why)
                 state.failed = why
                 state.ready.set()
 
