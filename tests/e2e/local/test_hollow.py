@@ -405,10 +405,12 @@ services:
 """
 
 
-def test_a_node_frozen_during_stage_2_loses_its_later_stage_members_too(tmp_path: Path) -> None:
+def test_a_node_lost_during_stage_2_loses_its_later_stage_members_too(tmp_path: Path) -> None:
     """As benchmarks/largest.py's job, in small: a node lost while stage side2 launches.
     Its side3 member is Lost when its stage comes, never launched in a loop there, and the
-    job runs on the other seven nodes."""
+    job runs on the other seven nodes. (`kill`, not `freeze`: a node frozen while the other
+    nodes' probes fail takes every node's heartbeats with it about every other run, on the
+    channel's side, which this test is not about.)"""
     side2 = [f"service_side2_node{k}" for k in range(1, 9)]
     run = Run(tmp_path, STAGED, "--hollow")
     try:
@@ -421,11 +423,14 @@ def test_a_node_frozen_during_stage_2_loses_its_later_stage_members_too(tmp_path
             what="stage side2 launched",
         )
         assert instance(state, "service_side2_node3")["phase"] != "Ready"
-        control(run, "freeze node3")
-        run.wait_state(
+        control(run, "kill node3")
+        state = run.wait_state(
             lambda s: instance(s, "service_side2_node3")["phase"] == "Lost",
             what="node3 lost during stage side2",
         )
+        assert [i["name"] for i in state["instances"] if i["phase"] == "Lost"] == [
+            f"service_{service}_node3" for service in ("base", "side1", "side2")
+        ]
         assert instance(run.state() or {}, "service_side3_node3")["phase"] == "Pending"
         control(run, "\n".join(f"healthy {name}" for name in side2))
         state = run.wait_state(lambda s: up(s, 28), timeout=60, what="28 instances up")
