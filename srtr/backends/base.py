@@ -150,6 +150,20 @@ class LaunchError(Exception):
     """
 
 
+class NodeLostError(LaunchError):
+    """The instance's node is lost: nothing starts there again. Controllers count the
+    instance lost with its node (as if it had been running there), not an exit with code
+    127 that its restart policy would retry on the same dead node.
+
+    `fenced_in`: for a launch that was in flight when its node was cut off, the seconds
+    until that node's agent has stopped whatever it started (as `Observation.extra`'s).
+    """
+
+    def __init__(self, message: str, *, fenced_in: float | None = None) -> None:
+        super().__init__(message)
+        self.fenced_in = fenced_in
+
+
 def host_has_program(what: str, name: str) -> bool:
     """`Backend.has_program` as this host answers it (the controller's host: where the local
     backend runs everything, and what a cluster's nodes are taken to share)."""

@@ -17,6 +17,7 @@ from srtr.backends.base import (
     LaunchSpec,
     Listener,
     NodeInfo,
+    NodeLostError,
     Observation,
     ObservationKind,
 )
@@ -35,6 +36,7 @@ class FakeBackend:
         self.live: dict[str, LaunchSpec] = {}
         self.ignore_term: set[str] = set()
         self.fail_launch: set[str] = set()
+        self.down: set[str] = set()  # nodes lost by `node_down`: nothing starts there
         # Programs the nodes lack (`has_program`), and every program asked about.
         self.missing_programs: set[str] = set()
         self.looked: list[tuple[str, str]] = []
@@ -48,6 +50,8 @@ class FakeBackend:
         self._listener = listener
 
     async def launch(self, spec: LaunchSpec) -> int:
+        if spec.node in self.down:
+            raise NodeLostError(f"cannot start {spec.name!r}: node {spec.node} is DOWN")
         if spec.name in self.fail_launch:
             raise LaunchError(f"cannot start {spec.argv[0]!r}: scripted failure")
         self.launches.append(spec)
@@ -85,6 +89,13 @@ class FakeBackend:
                 extra={} if fenced_in is None else {"fenced_in": f"{fenced_in:.3f}"},
             )
         )
+
+    def node_down(self, node: str, *, fenced_in: float | None = None) -> None:
+        """Lose `node` as the agent backend does: every live attempt there is LOST, and a
+        launch there fails from now on (`NodeLostError`)."""
+        self.down.add(node)
+        for name in [n for n, spec in self.live.items() if spec.node == node]:
+            self.lose(name, fenced_in=fenced_in)
 
     async def signal(self, name: str, signum: int) -> None:
         self.signals.append((name, signum))

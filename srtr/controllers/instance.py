@@ -11,7 +11,13 @@ import asyncio
 import itertools
 import logging
 
-from srtr.backends.base import LaunchError, LaunchSpec, Observation, ObservationKind
+from srtr.backends.base import (
+    LaunchError,
+    LaunchSpec,
+    NodeLostError,
+    Observation,
+    ObservationKind,
+)
 from srtr.controllers import (
     decisions,
     dependencies,
@@ -243,9 +249,25 @@ async def _await_launch(ctx: Ctx, spec: InstanceSpec, launch: LaunchSpec) -> Non
 
 
 def _launch_failed(ctx: Ctx, spec: InstanceSpec, exc: LaunchError) -> None:
+    if isinstance(exc, NodeLostError):
+        _lost_at_launch(ctx, spec, exc)
+        return
     ctx.store.launch_failed(spec.name, str(exc))
     ctx.queue.add(instance_key(spec.name))
     wake(ctx, JOB)
+    _wake_gang(ctx, spec)
+
+
+def _lost_at_launch(ctx: Ctx, spec: InstanceSpec, exc: NodeLostError) -> None:
+    """Its node is lost (a later stage's member, or a restart, on a node lost meanwhile):
+    the instance is lost with it, as its members that ran there were, and waits for a
+    spare as they do (`replacement`). Not an exit with code 127: its restart policy would
+    retry it on the dead node at once and for ever."""
+    extra = {} if exc.fenced_in is None else {"fenced_in": f"{exc.fenced_in:.3f}"}
+    attempt = ctx.store.status[spec.name].attempt
+    observe(
+        ctx, Observation(ObservationKind.LOST, spec.name, attempt, message=str(exc), extra=extra)
+    )
     _wake_gang(ctx, spec)
 
 

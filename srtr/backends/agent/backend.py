@@ -51,6 +51,7 @@ from srtr.backends.base import (
     LaunchSpec,
     Listener,
     NodeInfo,
+    NodeLostError,
     Observation,
     ObservationKind,
     host_has_program,
@@ -136,6 +137,7 @@ class AgentBackend(ProbesOnAgents):
         self._watched = Watched()  # probes the agents run in a loop (`watch`)
         self._on_step: set[str] = set()  # names whose current attempt is an srun step
         self._graces: dict[str, float] = {}  # the grace each agent was given (its fence)
+        self._max_grace = p.DEFAULT_GRACE
         self._closing = False
         self._no_agents = asyncio.Event()  # set while no agent is connected
         self._connected_hint = ""  # a node found connected (`_note_connections`)
@@ -175,7 +177,7 @@ class AgentBackend(ProbesOnAgents):
     async def launch(self, spec: LaunchSpec) -> int:
         state = self._nodes.get(spec.node)
         if state is not None and state.lost is not None:
-            raise LaunchError(f"cannot start {spec.name!r} on {spec.node}: {state.lost}")
+            raise NodeLostError(f"cannot start {spec.name!r} on {spec.node}: {state.lost}")
         if self._steps is not None and self.launcher_of(spec) is Launcher.STEP:
             if spec.node in self._growth.grown:
                 raise LaunchError(
@@ -187,6 +189,7 @@ class AgentBackend(ProbesOnAgents):
                 return await self._steps.launch(spec)
         self._on_step.discard(spec.name)
         self._graces[spec.name] = spec.stop_grace_seconds
+        self._max_grace = max(self._max_grace, spec.stop_grace_seconds)
         conn = await self._agent_of(spec.node, spec.name)
         reply = await self._ask(conn, spec)
         if isinstance(reply, p.LaunchFailed):
@@ -397,8 +400,10 @@ class AgentBackend(ProbesOnAgents):
             self._respawn(node, f"it has no agent: {state.failed}")  # a node that joins late
         if state.conn is None and state.lost is None and state.failed is None:
             await wait_connected([state])
+        if state.lost is not None:
+            raise NodeLostError(f"cannot start {name!r} on {node}: {state.lost}")
         if state.conn is None:
-            why = state.lost or state.failed or "the job is ending"
+            why = state.failed or "the job is ending"
             raise LaunchError(f"cannot start {name!r} on {node}: {why}")
         return state.conn
 
@@ -483,15 +488,19 @@ class AgentBackend(ProbesOnAgents):
             state.conn.send(p.Shutdown(why))
             state.conn = None
         self._seal()
-        self._answers.fail(node, f"node {node} was lost while we waited: {why}")
         state.cut_off = heard is not None
         lease = self._server.lease if self._server is not None else 0.0
+        lost_in_flight = f"node {node} was lost while we waited: {why}"
         if heard is None or lease <= 0:
+            self._answers.fail(node, lost_in_flight, lost=True)
             self._end_live(node, ObservationKind.LOST, why)
             return
         names = self._live.on(node)
         grace = max((self._graces.get(n, p.DEFAULT_GRACE) for n in names), default=0.0)
         fenced_in = max(0.0, heard + lease + grace + FENCE_MARGIN - time.monotonic())
+        # A launch in flight there may have started too: the largest grace given bounds its.
+        in_flight = max(0.0, heard + lease + self._max_grace + FENCE_MARGIN - time.monotonic())
+        self._answers.fail(node, lost_in_flight, lost=True, fenced_in=in_flight)
         log.warning(
             "agents: the agent of %s fences its %d instance(s) itself within %.1fs "
             "(lease %gs + grace %gs after its last word)",

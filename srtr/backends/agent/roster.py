@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.channel import Connection
-from srtr.backends.base import LaunchError, NodeInfo
+from srtr.backends.base import LaunchError, NodeInfo, NodeLostError
 
 CONNECT_TIMEOUT = 60.0  # for the agents to dial in after they were started
 
@@ -90,7 +90,7 @@ class Answers:
 
         Raises:
             TimeoutError: no answer in time.
-            LaunchError: the node was lost, or its agent died, meanwhile (`fail`).
+            LaunchError: its agent died meanwhile (`fail`); NodeLostError: its node was lost.
         """
         seq = next(self._seq)
         future: asyncio.Future[p.Message] = asyncio.get_running_loop().create_future()
@@ -107,8 +107,12 @@ class Answers:
         if held is not None and not held[1].done():
             held[1].set_result(message)
 
-    def fail(self, node: str, why: str) -> None:
-        """Every request to `node`'s agent fails: it will not answer."""
+    def fail(
+        self, node: str, why: str, *, lost: bool = False, fenced_in: float | None = None
+    ) -> None:
+        """Every request to `node`'s agent fails: it will not answer (`lost`: ever again;
+        `fenced_in`: what it may have started stops within that many seconds)."""
         for where, future in list(self._waiting.values()):
             if where == node and not future.done():
-                future.set_exception(LaunchError(why))
+                error = NodeLostError(why, fenced_in=fenced_in) if lost else LaunchError(why)
+                future.set_exception(error)

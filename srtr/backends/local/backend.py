@@ -32,10 +32,10 @@ from pathlib import Path
 from srtr.backends.base import (
     Capabilities,
     Identity,
-    LaunchError,
     LaunchSpec,
     Listener,
     NodeInfo,
+    NodeLostError,
     Observation,
     ObservationKind,
     host_has_program,
@@ -178,7 +178,7 @@ class LocalBackend:
                 message is also appended to the log when the log could be opened).
         """
         if spec.node in self._lost_nodes:
-            raise LaunchError(f"cannot start {spec.name!r}: node {spec.node} is lost")
+            raise NodeLostError(f"cannot start {spec.name!r}: node {spec.node} is lost")
         if self._node_tmp is None or spec.node in self._added:
             return self._groups.start(spec).pid
         await self._node_tmp.prepare(spec.node)

@@ -23,7 +23,14 @@ from srtr.backends.agent import channel
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.backend import MAX_RESPAWNS, AgentBackend, AgentProber
 from srtr.backends.agent.starters import LocalAgents
-from srtr.backends.base import LaunchError, LaunchSpec, NodeInfo, Observation, ObservationKind
+from srtr.backends.base import (
+    LaunchError,
+    LaunchSpec,
+    NodeInfo,
+    NodeLostError,
+    Observation,
+    ObservationKind,
+)
 from srtr.net import certs
 from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
 from tests.support.e2e_util import cmdlines_with, processes_with
@@ -320,7 +327,7 @@ def test_a_killed_agent_loses_its_node_and_takes_its_instances(tmp_path: Path) -
         assert h.backend.running() == {"bystander"}
         try:
             await h.launch("victim", ["sleep", "1000"], node=2, attempt=1)
-        except LaunchError as exc:
+        except NodeLostError as exc:  # lost with its node: not an exit its policy retries
             assert "lost" in str(exc)
         else:
             raise AssertionError("a lost node must refuse launches")
@@ -356,7 +363,7 @@ def test_a_dead_agent_is_replaced_until_its_nodes_budget_is_spent(tmp_path: Path
         assert not h.seen("bystander", ObservationKind.EXITED)
         try:
             await h.launch("victim", ["sleep", "1000"], node=2, attempt=MAX_RESPAWNS + 1)
-        except LaunchError as exc:
+        except NodeLostError as exc:
             assert "lost" in str(exc)
         else:
             raise AssertionError("a lost node must refuse launches")
@@ -379,6 +386,28 @@ def test_a_silent_agent_loses_its_node_within_three_seconds(tmp_path: Path) -> N
             os.kill(agent, signal.SIGCONT)
         # Woken up, it reads the Shutdown it was sent and kills what it started.
         await wait_for(lambda: not _alive(pid), 5, "the victim to be killed by its agent")
+
+    run(tmp_path, body)
+
+
+def test_a_launch_in_flight_to_a_node_lost_meanwhile_fails_as_lost(tmp_path: Path) -> None:
+    """A silent agent that has not answered a launch: once its node is lost, the launch
+    fails as lost (not an exit its restart policy retries), fenced as its instances are:
+    the agent may have started it before it went silent."""
+
+    async def body(h: Harness) -> None:
+        await h.launch("victim", ["sleep", "1000"], node=2)
+        agent = h.backend.agent_pid("node2")
+        assert agent is not None
+        os.kill(agent, signal.SIGSTOP)
+        try:
+            with pytest.raises(NodeLostError, match="was lost while we waited") as caught:
+                await h.launch("late", ["sleep", "1000"], node=2)
+            assert caught.value.fenced_in is not None and caught.value.fenced_in > 0
+            lost = await h.wait_seen("victim", ObservationKind.LOST)
+            assert caught.value.fenced_in >= float(lost.extra["fenced_in"]) - 0.1
+        finally:
+            os.kill(agent, signal.SIGCONT)
 
     run(tmp_path, body)
 
