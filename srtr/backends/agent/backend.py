@@ -1,10 +1,9 @@
 """The agent backend: instances run under a node agent on each node (`srtr up --launcher agent`).
 
-`AgentBackend` is a `Backend` like the others. On the first launch it opens the agents'
-channel (`channel.AgentServer`) and has its `Starter` start one agent per node (local: a
-process each; SLURM: one srun step for the allocation). A launch is one `Launch` message to
-the node's agent and its `Launched` answer (the pid); a signal is one `Signal` message; exits
-come back as `Exited`. Instances that SLURM itself must set up (a container, `srun_options`,
+On the first launch `AgentBackend` opens the agents' channel (`channel.AgentServer`) and
+has its `Starter` start one agent per node (local: a process each; SLURM: one srun step for
+the allocation). A launch is a `Launch` message to the node's agent and its `Launched`
+answer (the pid); a signal is a `Signal` message; exits come back as `Exited`. Instances that SLURM itself must set up (a container, `srun_options`,
 `cpus_per_task`, `cpu_bind`: `resources.launchers`) keep their own srun step through the
 SLURM backend it composes (`steps`).
 
@@ -15,8 +14,8 @@ node lost while its agent may live on (silent: a partition; or down in SLURM's e
 still run them until its agent's lease runs out and its grace passes: the LOST
 observation says by when (`extra["fenced_in"]`, seconds), and `replace_lost` waits for it.
 
-Adoption (`adopt=True`, `srtr up --adopt`: the agents of a crashed controller rejoin) is
-`adoption.py`'s; nodes that join after the start (a grow request) are `growth.py`'s.
+Adoption (`srtr up --adopt`: a crashed controller's agents rejoin) is `adoption.py`'s;
+nodes that join after the start (a grow request) are `growth.py`'s.
 
 `AgentProber` (`probing.py`) runs readiness probes on the instance's node, by its agent.
 """
@@ -376,7 +375,7 @@ class AgentBackend(ProbesOnAgents):
             if node not in (None, state.info.name) or state.conn is not None:
                 continue  # a connected agent's end is seen on its connection
             if state.lost is None and state.failed is None:
-                if not self._closing:  # at the job's end every agent's exit is expected
+                if not self._closing:  # at the job's end, an exit is no news
                     log.warning("agents: no agent on %s: %s", state.info.name, why)
                 state.failed = why
                 state.ready.set()
