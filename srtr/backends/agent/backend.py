@@ -3,9 +3,9 @@
 On the first launch `AgentBackend` opens the agents' channel (`channel.AgentServer`) and
 has its `Starter` start one agent per node (local: a process each; SLURM: one srun step for
 the allocation). A launch is a `Launch` message to the node's agent and its `Launched`
-answer (the pid); a signal is a `Signal` message; exits come back as `Exited`. Instances that SLURM itself must set up (a container, `srun_options`,
-`cpus_per_task`, `cpu_bind`: `resources.launchers`) keep their own srun step through the
-SLURM backend it composes (`steps`).
+answer (the pid); a signal is a `Signal` message; exits come back as `Exited`. What SLURM
+must set up itself (a container, `srun_options`, `cpus_per_task`, `cpu_bind`:
+`resources.launchers`) keeps its own srun step through the SLURM backend inside (`steps`).
 
 Node loss: an agent whose connection ends, or that is silent for `channel.SILENCE` seconds,
 or whose node SLURM reports down, takes its node with it: every instance there is reported
