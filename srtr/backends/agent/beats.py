@@ -5,7 +5,11 @@ wakes the event loop: every agent's socket sits, besides the batch reader's epol
 wakes the loop for a message's doorbell only), in an epoll of its own, edge-triggered, that
 only `look` polls, on the watcher's ticks (`channel`, "Heartbeats"). Edge-triggered, the
 kernel reports each socket once per look however many bytes came, and whether or not the
-earlier ones were read.
+earlier ones were read, but only if some are still unread at the look: the kernel checks
+the socket again as it reports it. A socket whose new bytes were all read before the look
+(the batch reader reads a message on its doorbell, and the heartbeat before it with it) is
+not reported, so each read counts as hearing its socket (`heard`): a node answering every
+second would be silent to the looks alone.
 
 Why not the batch reader's epoll (`coalesced`), which the loop watches: that epoll leaves the
 loop's for each batch window and joins it again after, and joining one epoll to another
@@ -36,7 +40,7 @@ T = TypeVar("T")
 
 
 class _Generation:
-    """The sockets heard at one look (or admitted between two), and when."""
+    """The sockets heard at one look (or between two: admitted, or read), and when."""
 
     __slots__ = ("fds", "number", "when")
 
@@ -57,7 +61,7 @@ class BeatSockets(Generic[T]):
         self._generations: deque[_Generation] = deque()  # oldest first
         self._when: dict[int, float] = {}  # generation number -> its time (the kept ones)
         self._number = 0
-        self._admitting: _Generation | None = None  # the newest, if admissions' own
+        self._between: _Generation | None = None  # the newest, if heard between looks
         # The sockets read at a look: round k's at looks k, k + rounds, ...
         self._rounds: list[dict[int, None]] = [{} for _ in range(max(1, rounds))]
         self._round_of: dict[int, int] = {}
@@ -72,12 +76,7 @@ class BeatSockets(Generic[T]):
         """Watch `fd` (a non-blocking socket) from now on, for `owner`; heard now."""
         self._epoll.register(fd, _EDGE)
         self._owners[fd] = owner
-        now = time.monotonic()
-        gen = self._admitting
-        if gen is None:
-            gen = self._admitting = self._new(now)
-        gen.when = self._when[gen.number] = now  # not earlier than any admission in it
-        gen.fds[fd] = self._last[fd] = gen.number
+        self.heard(fd)
         turn = self._turn = (self._turn + 1) % len(self._rounds)  # rounds of even sizes
         self._rounds[turn][fd] = None
         self._round_of[fd] = turn
@@ -90,6 +89,18 @@ class BeatSockets(Generic[T]):
             self._always.pop(fd, None)
             with contextlib.suppress(OSError):
                 self._epoll.unregister(fd)
+
+    def heard(self, fd: int) -> None:
+        """`fd` is heard now, between looks: admitted, or read (a read takes the bytes a look
+        would have reported: edge-triggered, a look reports only sockets still readable)."""
+        if fd not in self._owners:
+            return
+        now = time.monotonic()
+        gen = self._between
+        if gen is None:
+            gen = self._between = self._new(now)
+        gen.when = self._when[gen.number] = now  # not earlier than anything heard in it
+        gen.fds[fd] = self._last[fd] = gen.number
 
     def read_always(self, fd: int) -> None:
         """Read `fd` at every look that finds bytes arrived on it, not once a round."""
@@ -156,11 +167,11 @@ class BeatSockets(Generic[T]):
         gen = _Generation(self._number, now)
         self._generations.append(gen)
         self._when[gen.number] = now
-        self._admitting = None
+        self._between = None
         return gen
 
     def _forget_oldest(self) -> None:
         gen = self._generations.popleft()
         self._when.pop(gen.number, None)
-        if gen is self._admitting:
-            self._admitting = None
+        if gen is self._between:
+            self._between = None

@@ -21,10 +21,11 @@ Heartbeats: a frame a second between the stream's records on the agent's one con
 ONE descriptor per agent, so 10,000 agents fit a host's 20,000 (`FDS_PER_AGENT`). A
 heartbeat never wakes the loop: the watcher sees it arrive in an epoll of its own (`beats`)
 at its next look, and the connection counts as heard at that look (never earlier than the
-bytes came, which the lease below needs), so a silent agent is lost at most SILENCE + WATCH
-after its last heartbeat. The socket itself is read once every READ_PERIOD, a slice of the
-connections at each look: docs/agents.md, "One connection per agent", has the design, its
-figures and its limits.
+bytes came, which the lease below needs), or when a read took its bytes before that look
+(a look reports only the sockets still holding some), so a silent agent is lost at most
+SILENCE + WATCH after its last heartbeat. The socket itself is read once every READ_PERIOD,
+a slice of the connections at each look: docs/agents.md, "One connection per agent", has
+the design, its figures and its limits.
 
 The lease, kept by TCP: an agent whose heartbeats the controller's kernel has stopped
 acknowledging for LEASE seconds fences itself (`node`, "The lease"), so the controller knows,
@@ -409,6 +410,10 @@ class _AgentProtocol(asyncio.BufferedProtocol):
                     conn, f"its connection carried a forged heartbeat: {exc}", silent=True
                 )
             return
+        if self._watched:
+            # Heard now: the watcher's look, edge-triggered, would not report the bytes this
+            # read took (a heartbeat read with the message after it, on its doorbell).
+            self._server.beats.heard(self._fd)
         if conn is not None:
             conn.beats += self._frames.beats - before
             if stream and self._server.draining and self._watched:

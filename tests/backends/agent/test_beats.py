@@ -5,6 +5,7 @@ Real sockets (socketpairs); the cut-offs are the looks' own times, no clock is f
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +59,28 @@ def test_a_socket_is_heard_at_the_look_that_saw_its_bytes() -> None:
         # Old looks forgotten: the silent one's time is kept until it is removed.
         beats.forget(now)
         assert beats.heard_at(_fd(beats, 0)) == now
+
+
+def test_a_socket_read_before_the_look_is_heard_at_its_read() -> None:
+    """Edge-triggered, a look reports only the sockets that still hold bytes: a heartbeat
+    the batch reader took with a message (on its doorbell) before the look is not reported.
+    The read itself counts (`heard`), or an agent whose every heartbeat came with a message
+    would be silent."""
+    with watched(2) as (beats, peers):
+        fd = _fd(beats, 0)
+        peers[0].send(b"\0" * 9)
+        os.read(fd, 64)  # another reader takes the bytes before the watcher looks
+        before, _ = beats.look()
+        assert 0 in beats.silent(before + 1e-3)  # the look did not see them
+        beats.heard(fd)
+        heard = beats.heard_at(fd)
+        assert heard is not None and heard > before
+        later, _ = beats.look()
+        assert beats.silent(heard) == [1]
+        assert beats.silent(later + 1e-3) == [1, 0]  # heard at its read, not at a look
+        beats.remove(fd)
+        beats.heard(fd)  # a read racing its removal: nothing is heard of a socket not watched
+        assert beats.heard_at(fd) is None
 
 
 def test_a_stalled_watcher_counts_everyone_heard() -> None:

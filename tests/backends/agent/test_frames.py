@@ -15,6 +15,7 @@ import pytest
 from srtr.backends.agent import frames
 from srtr.backends.agent import protocol as p
 from srtr.backends.agent.channel import AgentServer, Connection
+from srtr.backends.agent.dial import Wire
 from srtr.backends.base import ObservationKind
 from tests.backends.agent.test_backend import Harness, run
 from tests.support.e2e_util import wait_for_async as wait_for
@@ -209,6 +210,41 @@ def test_a_message_without_its_doorbell_is_found_and_its_connection_read_at_ever
         finally:
             writer.close()
             quiet.close()
+            await server.close()
+
+    asyncio.run(main())
+
+
+def test_an_agent_whose_heartbeats_come_with_its_messages_is_not_silent() -> None:
+    """While a launch is awaited, a message is read as its doorbell rings, and with it the
+    heartbeat just before it: gone before the watcher's next look, which (edge-triggered)
+    then reports nothing on that socket. The read counts as hearing the agent, or a node
+    that answers every second would be lost as silent (as 257 of 4,000 hollow nodes were
+    in a launch)."""
+
+    async def main() -> None:
+        handler = _Handler()
+        handler.awaiting = lambda: True  # type: ignore[method-assign]
+        server = AgentServer("token", handler, heartbeat=0.2, silence=0.5, read_period=60)
+        await server.start("127.0.0.1")
+        _, writer, key = await _admitted(server)
+        wire = Wire(writer, key.hex())
+        try:
+            await wait_for(lambda: handler.conns, within=10, what="the agent")
+            conn = handler.conns[0]
+            # Each period a heartbeat, then a message and its doorbell, for 6 silences.
+            for _ in range(30):
+                wire.beat()
+                writer.write(p.encode(p.Bye()))
+                wire.ring()
+                await asyncio.sleep(0.1)
+            await wait_for(
+                lambda: len(handler.messages) == 30 or handler.ends, within=10, what="the messages"
+            )
+            assert handler.ends == [] and not conn.gone
+            assert conn.beats == 30
+        finally:
+            writer.close()
             await server.close()
 
     asyncio.run(main())
