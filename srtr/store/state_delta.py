@@ -17,9 +17,10 @@ snapshot and its log into the current document. Pure: no files here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+import orjson
 
 DELTA_FILE = "state.delta.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -46,15 +47,15 @@ def snapshot_seq(doc: dict[str, Any]) -> int | None:
 
 def apply_deltas(doc: dict[str, Any], seq: int, lines: Iterable[str | bytes]) -> int:
     """Apply the log's lines that follow change `seq` to `doc` in place; return the last
-    change applied (see `_following` for which lines apply)."""
+    change applied (see `following` for which lines apply)."""
     indexes: dict[str, dict[str, int]] = {}
-    for delta in _following(seq, lines):
+    for delta in following(seq, lines):
         apply_one(doc, delta, indexes)
         seq = delta[SEQ]
     return seq
 
 
-def _following(seq: int, lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
+def following(seq: int, lines: Iterable[str | bytes]) -> Iterator[dict[str, Any]]:
     """The deltas among `lines` that follow change `seq`, in order.
 
     Lines the snapshot includes already (a log older than a compaction) are skipped. A line
@@ -66,7 +67,7 @@ def _following(seq: int, lines: Iterable[str | bytes]) -> Iterator[dict[str, Any
         if not line.strip():
             continue
         try:
-            delta = json.loads(line)
+            delta = orjson.loads(line)
         except ValueError:
             return
         if not isinstance(delta, dict) or not isinstance(delta.get(SEQ), int):
@@ -140,7 +141,7 @@ def applied_copy(
     out = dict(doc)
     copied: set[str] = set()
     indexes: dict[str, dict[str, int]] = {}
-    for delta in _following(seq, lines):
+    for delta in following(seq, lines):
         apply_one(out, delta, indexes, copied)
         seq = delta[SEQ]
     return out, seq

@@ -8,23 +8,18 @@ delta log's lines appended since its last read, applied to a copy that shares un
 records with the previous document. It says which instances those lines changed
 (`changed`), so that a view of 80,000 rows redraws the few that did.
 
-It parses with orjson, the garbage collector paused: a 60 MB snapshot is the first thing
-the TUI waits for.
+A replaced snapshot is read by `rundir.read_state` (orjson, the garbage collector paused),
+and new lines are taken by `state_delta.following`, as every reader takes them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import orjson
-
-from srtr.store.rundir import STATE_FILE, RunState, StateFileError, read_lines
-from srtr.store.state_delta import DELTA_FILE, SEQ, apply_deltas, apply_one, snapshot_seq
+from srtr.store.rundir import STATE_FILE, RunState, read_state
+from srtr.store.state_delta import DELTA_FILE, SEQ, apply_one, following
 
 Stamp = tuple[int, int, int]
 Doc = dict[str, Any]
@@ -65,7 +60,7 @@ class StateFollower:
         # The log's size before the snapshot is read: lines appended after are read next
         # time (and skipped there if this reading applied them already).
         offset = _size(self.run_dir / DELTA_FILE)
-        state = _parse(self.run_dir)
+        state = read_state(self.run_dir)
         self._snapshot, self._state, self._offset = stamp, state, offset
         self._seq, self._indexes, self.changed = state.seq, {}, None
         return state
@@ -84,7 +79,7 @@ class StateFollower:
         new, changed = dict(self._state.doc), _Changes()
         copied: set[str] = set()
         seq = self._seq
-        for delta in _following(seq, whole.splitlines()):
+        for delta in following(seq, whole.splitlines()):
             self._apply(new, delta, copied, changed)
             seq = delta[SEQ]
         if seq == self._seq:
@@ -107,59 +102,6 @@ class _Changes:
 
     def frozen(self) -> frozenset[str] | None:
         return None if self.whole else frozenset(self.names)
-
-
-def _parse(run_dir: Path) -> RunState:
-    """`rundir.read_state`, parsed with orjson."""
-    path = run_dir / STATE_FILE
-    try:
-        with _collector_paused():
-            doc = orjson.loads(path.read_bytes())
-    except FileNotFoundError as exc:
-        raise StateFileError(path, str(exc), missing=True) from None
-    except (OSError, ValueError) as exc:
-        raise StateFileError(path, str(exc)) from None
-    state = RunState.from_doc(doc, path)
-    seq = snapshot_seq(doc)
-    if seq is None:
-        return state
-    lines = read_lines(run_dir / DELTA_FILE)
-    return RunState(state.doc, apply_deltas(cast(Doc, state.doc), seq, lines))
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a document of millions of objects is built: each
-    pass would walk all those built so far, for nothing (a parsed document has no cycles),
-    and the passes double the parse's time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _following(seq: int, lines: Iterable[bytes]) -> Iterator[Doc]:
-    """The deltas among `lines` that follow change `seq`, in order, as
-    `state_delta.apply_deltas` takes them: lines the state includes already are skipped, and a
-    line that is not whole JSON or a gap in the sequence ends the reading."""
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            delta = orjson.loads(line)
-        except ValueError:
-            return
-        if not isinstance(delta, dict) or not isinstance(delta.get(SEQ), int):
-            return
-        if delta[SEQ] <= seq:
-            continue
-        if delta[SEQ] != seq + 1:
-            return
-        yield delta
-        seq = delta[SEQ]
 
 
 def _size(path: Path) -> int:
