@@ -43,13 +43,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -94,6 +97,32 @@ class SimulatedAttempt:
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
+# Simulated exits end a slice per turn of the loop, in the order they were due: a teardown's
+# 80,000 SIGTERMs ended in one turn held every node's heartbeat back ~3 s, and the
+# controller lost thousands of them as silent. (A real node's agent is a process of its own.)
+ENDS_PER_TURN = 500
+_ENDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, deque[Callable[[], None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _end_soon(loop: asyncio.AbstractEventLoop, end: Callable[[], None]) -> None:
+    queue = _ENDS.get(loop)
+    if queue is None:
+        queue = _ENDS[loop] = deque()
+        loop.call_soon(_end_some, loop, queue)
+    queue.append(end)
+
+
+def _end_some(loop: asyncio.AbstractEventLoop, queue: deque[Callable[[], None]]) -> None:
+    for _ in range(min(ENDS_PER_TURN, len(queue))):
+        queue.popleft()()
+    if queue:
+        loop.call_soon(_end_some, loop, queue)
+    else:
+        del _ENDS[loop]
+
+
 def _status(signum: int) -> ExitStatus:
     try:
         name = signal.Signals(signum).name
@@ -136,7 +165,7 @@ class SimulatedProcesses:
         loop = asyncio.get_running_loop()
         if signum != signal.SIGTERM or attempt.on_term == "die":
             # Later, as a reaped process is seen later: never inside the signal's handling.
-            loop.call_soon(self._end, attempt, _status(signum))
+            _end_soon(loop, functools.partial(self._end, attempt, _status(signum)))
         elif attempt.on_term != "ignore" and attempt.timer is None:
             seconds = _seconds(attempt.on_term)
             done = ExitStatus(0, None, "exited with code 0")
