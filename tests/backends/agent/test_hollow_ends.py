@@ -20,7 +20,14 @@ def test_a_burst_of_sigterms_ends_every_attempt_in_order_over_several_turns(
     other: list[int] = []
 
     async def body() -> None:
-        procs = SimulatedProcesses("node1", lambda a, status: ended.append(a.name), _no_env)
+        all_ended = asyncio.Event()
+
+        def on_exit(attempt: Any, status: Any) -> None:
+            ended.append(attempt.name)
+            if len(ended) == count:
+                all_ended.set()
+
+        procs = SimulatedProcesses("node1", on_exit, _no_env)
         names = [f"i{k}" for k in range(count)]
         for name in names:
             procs.start(LaunchSpec(name, "node1", "127.0.0.2", ("x",), {}, tmp_path / name))
@@ -28,8 +35,7 @@ def test_a_burst_of_sigterms_ends_every_attempt_in_order_over_several_turns(
             procs.signal(name, signal.SIGTERM)
         # What the loop had to do besides (a heartbeat's timer): it runs before the last end.
         asyncio.get_running_loop().call_soon(lambda: other.append(len(ended)))
-        while len(ended) < count:
-            await asyncio.sleep(0)
+        await asyncio.wait_for(all_ended.wait(), timeout=30)
         assert ended == names
         assert procs.names() == set()
 
