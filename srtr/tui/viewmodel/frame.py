@@ -94,9 +94,7 @@ def frame(
         old = previous.grid
         if old.columns == grid.columns and old.rows.keys() == grid.rows.keys():
             grid_changes = diff_grid(old.rows, grid.rows)
-    gated = frozenset(
-        str(i["name"]) for i in docs if i.get("probe_gate") and i.get("probe_message")
-    )
+    gated = frozenset(_gated(instances, instances))
     tally = Tally.of(docs)
     return Frame(
         header=_header(state, now, controller_alive, instances, gated),
