@@ -49,14 +49,21 @@ def _write(h: Harness, writer: StateWriter) -> None:
     writer.write(dict(head(h.store, backend="fake", controller_pid=1)), h.store)
 
 
-async def _big(tmp_path: Path) -> tuple[Harness, StateWriter]:
-    """The job settled and written once by a writer in its big-job mode (limit 1 byte),
-    summary.json written at every write."""
+async def _big(tmp_path: Path, **options: Any) -> tuple[Harness, StateWriter]:
+    """The job settled and written once (and read back) by a writer in its big-job mode
+    (limit 1 byte), summary.json written at every write; `options` for the writer."""
     h = Harness(JOB, tmp_path)
-    writer = StateWriter(tmp_path, limit=1, summary_period=0)
+    writer = StateWriter(tmp_path, **({"limit": 1, "summary_period": 0} | options))
     await h.settle()
-    _write(h, writer)
+    _check(h, writer, tmp_path)
     return h, writer
+
+
+async def _web_failed(h: Harness, writer: StateWriter, run_dir: Path) -> None:
+    """WEB exits 3 (the job's first failure); the change written and read back."""
+    h.exit(WEB, 3)
+    await h.settle()
+    _check(h, writer, run_dir)
 
 
 def _expected(h: Harness) -> Any:
@@ -131,9 +138,7 @@ def test_a_big_job_appends_deltas_that_read_back_as_the_whole_document(tmp_path:
 def test_a_changed_job_field_is_that_field_not_the_whole_job(tmp_path: Path) -> None:
     async def body() -> None:
         h, writer = await _big(tmp_path)
-        h.exit(WEB, 3)  # the job's first failure: its cause
-        await h.settle()
-        _check(h, writer, tmp_path)
+        await _web_failed(h, writer, tmp_path)  # the job's first failure: its cause
         delta = json.loads((tmp_path / DELTA_FILE).read_text().splitlines()[-1])
         assert "set" not in delta and list(delta["fields"]) == ["job"]
         assert "cause" in delta["fields"]["job"] and "name" not in delta["fields"]["job"]
@@ -144,9 +149,7 @@ def test_a_changed_job_field_is_that_field_not_the_whole_job(tmp_path: Path) -> 
 def test_the_summary_counts_what_the_instances_say(tmp_path: Path) -> None:
     async def body() -> None:
         h, writer = await _big(tmp_path)
-        h.exit(WEB, 3)
-        await h.settle()
-        _write(h, writer)
+        await _web_failed(h, writer, tmp_path)
         summary = read_summary(tmp_path)
         assert summary is not None and summary["instance_count"] == 7
         by_service = {s["service"]: s for s in summary["services"]}
@@ -160,13 +163,8 @@ def test_the_summary_counts_what_the_instances_say(tmp_path: Path) -> None:
 
 def test_the_threshold_both_ways(tmp_path: Path) -> None:
     async def body() -> None:
-        h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1)
-        await h.settle()
-        _check(h, writer, tmp_path)
-        h.exit(WEB, 3)
-        await h.settle()
-        _check(h, writer, tmp_path)
+        h, writer = await _big(tmp_path)
+        await _web_failed(h, writer, tmp_path)
         assert (tmp_path / DELTA_FILE).exists() and (tmp_path / SUMMARY_FILE).exists()
         writer.limit = 1 << 20  # the job is small again (a live edit shrank it)
         writer.invalidate()
@@ -193,13 +191,8 @@ def test_a_new_writer_removes_an_old_jobs_log_and_summary(tmp_path: Path) -> Non
 
 def test_a_torn_last_line_is_ignored(tmp_path: Path) -> None:
     async def body() -> None:
-        h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1)
-        await h.settle()
-        _check(h, writer, tmp_path)
-        h.exit(WEB, 3)
-        await h.settle()
-        _check(h, writer, tmp_path)
+        h, writer = await _big(tmp_path)
+        await _web_failed(h, writer, tmp_path)
         good = read_state(tmp_path).doc
         log = tmp_path / DELTA_FILE
         log.write_text(log.read_text() + '{"seq":99,"set":{"job":{"phase":"Fail')  # cut short
@@ -242,15 +235,10 @@ def test_the_log_is_synced_after_its_period_not_compacted(tmp_path: Path) -> Non
     synced: list[int] = []
 
     async def body() -> None:
-        h = Harness(JOB, tmp_path)
-        writer = StateWriter(tmp_path, limit=1, sync_period=60, clock=lambda: now[0])
+        h, writer = await _big(tmp_path, sync_period=60, clock=lambda: now[0])
         sync = writer.log.sync
         writer.log.sync = lambda: synced.append(len((tmp_path / DELTA_FILE).read_text()))  # type: ignore[method-assign]
-        await h.settle()
-        _check(h, writer, tmp_path)
-        h.exit(WEB, 3)
-        await h.settle()
-        _check(h, writer, tmp_path)
+        await _web_failed(h, writer, tmp_path)
         assert (tmp_path / DELTA_FILE).exists() and not synced
         now[0] = 61
         await h.advance(2)
@@ -383,9 +371,7 @@ def test_the_guards_mirror_reads_a_big_job_as_the_run_dir_does(tmp_path: Path) -
 def test_the_last_write_leaves_a_whole_current_snapshot(tmp_path: Path) -> None:
     async def body() -> None:
         h, writer = await _big(tmp_path)
-        h.exit(WEB, 3)
-        await h.settle()
-        _write(h, writer)
+        await _web_failed(h, writer, tmp_path)
         assert (tmp_path / DELTA_FILE).exists()
         writer.finish()
         _write(h, writer)  # nothing changed since: the snapshot is rewritten all the same
@@ -401,9 +387,7 @@ def test_the_guard_without_a_mirror_sees_a_change_that_only_the_log_has(tmp_path
         h, writer = await _big(tmp_path)
         last = guard._LastState(tmp_path)
         assert last.refresh() is not None
-        h.exit(WEB, 3)
-        await h.settle()
-        _write(h, writer)  # a delta: state.json itself is unchanged
+        await _web_failed(h, writer, tmp_path)  # a delta: state.json itself is unchanged
         state = last.refresh()
         assert state is not None and state.doc == _expected(h)
 
