@@ -40,7 +40,7 @@ from srtr.controllers.pace import wake
 from srtr.reconciler.workqueue import Result
 from srtr.resources.objects import InstanceSpec
 from srtr.store.store import Phase, UserAction
-from srtr.store.write_faults import log_or_null
+from srtr.store.write_faults import open_log
 
 # Ended for good, and a user's restart may start them again (a Lost one's node is gone).
 RESTARTABLE = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED})
@@ -182,11 +182,8 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
         # A teardown, a user's stop or an edit may have come meanwhile: decide again, with
         # this key still held, so that no other launch takes the slot first.
         return await reconcile(ctx, spec.name)
-    log_path = ctx.run_dir / spec.log
-    try:
-        log_offset = log_path.stat().st_size  # log probes read this attempt's output only
-    except OSError:
-        log_offset = 0
+    # a log never stops a launch; log probes read this attempt's output only
+    log_path, log_offset = open_log(store.write_faults, ctx.run_dir / spec.log)
     for launched in list(store.unidentified):  # the launch before this one, by now exec'd
         alive = store.status[launched].alive
         store.identified(launched, ctx.backend.identity(launched) if alive else None)
@@ -203,7 +200,7 @@ async def _launch(ctx: Ctx, spec: InstanceSpec) -> Result | None:
             {**dict(spec.env), **dict(spec.export_env), "SRTR_RUN_DIR": ctx.run_dir_path},
             restarts,
         ),
-        log_path=log_or_null(store.write_faults, log_path),  # a log never stops a launch
+        log_path=log_path,
         attempt=attempt,
         preamble=spec.preamble,
         shell=spec.shell,

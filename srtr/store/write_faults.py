@@ -140,25 +140,37 @@ class WriteFaults:
 _GOES_ON = "the job goes on (its state is kept in memory); retrying"
 
 
-def log_or_null(faults: WriteFaults, path: Path) -> Path:
-    """An instance's log, or /dev/null when it cannot be opened (reported as a fault).
+def open_log(faults: WriteFaults, path: Path) -> tuple[Path, int]:
+    """An instance's log and its size now (where this attempt's output begins), or
+    /dev/null when it cannot be opened (reported as a fault).
 
     srtr's files never decide whether an instance runs: an attempt whose log cannot be
     opened (a read-only run dir) runs with its output discarded rather than failing to
-    launch. A vanished logs/ is recreated first.
+    launch. A vanished logs/ is recreated first. One open answers both questions: a stage
+    of 10,000 launches opens 10,000 logs.
     """
+    size = 0
 
     def touch() -> None:
+        nonlocal size
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW  # no link
         try:
             fd = os.open(path, flags, 0o644)
         except FileNotFoundError:  # logs/ vanished; a vanished run dir is `restore_run_dir`'s
             path.parent.mkdir(exist_ok=True)
             fd = os.open(path, flags, 0o644)
-        os.close(fd)
+        try:
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
 
     consequence = (
         f"this attempt of {path.stem}, as any other whose log cannot be opened, runs with "
         "its output discarded"
     )
-    return path if faults.attempt(INSTANCE_LOGS, touch, consequence) else Path(os.devnull)
+    if faults.attempt(INSTANCE_LOGS, touch, consequence):
+        return path, size
+    try:
+        return Path(os.devnull), path.stat().st_size  # its output so far, if it can be read
+    except OSError:
+        return Path(os.devnull), 0
