@@ -184,13 +184,25 @@ class EventFile:
         self.log = EventLog(ctx.run_dir / "events.jsonl", ctx.store.write_faults)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._retry: asyncio.TimerHandle | None = None
+        self._soon = False  # a write is due at the end of this loop turn
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.ctx.store.subscribe_events(self._on_event)
 
     def _on_event(self, event: Event) -> None:
-        self.log(event)
+        if self._loop is None:
+            self.log(event)
+            return
+        # Written at the end of this loop turn, with the turn's other events: one write.
+        self.log.add(event)
+        if not self._soon:
+            self._soon = True
+            self._loop.call_soon(self._write_soon)
+
+    def _write_soon(self) -> None:
+        self._soon = False
+        self.log.flush()
         self._arm()
 
     def _arm(self) -> None:

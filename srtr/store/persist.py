@@ -17,11 +17,11 @@ the events it could not write in memory, in order, and appends them once it can.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from collections import deque
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii as _str
 from pathlib import Path
 from typing import Any, cast
 
@@ -364,29 +364,36 @@ class EventLog:
         self._flushing = False
 
     def __call__(self, event: Event) -> None:
+        self.add(event)
+        self.flush()
+
+    def add(self, event: Event) -> None:
+        """Queue `event` for the next `flush()` (the runtime's: once per loop turn, so a
+        stage's 10,000 Launched events take a few writes, not 10,000)."""
         if len(self.pending) < self.limit:
             self.pending.append(event)
         else:
             if not self.dropped:
                 self._dropped_since = event.ts
             self.dropped += 1
-        self.flush()
 
     def flush(self) -> bool:
-        """Write what waits; True when nothing waits any more."""
+        """Write what waits (in one write); True when nothing waits any more."""
         if self._flushing:
             return False  # an event recorded while writing: the loop below takes it
         self._flushing = True
         try:
             while True:
                 while self.pending:
-                    line = json.dumps(event_doc(self.pending[0])) + "\n"
+                    count = len(self.pending)
+                    data = b"".join(map(_event_line, self.pending))
                     try:
-                        self.file.write(line.encode("utf-8"))
+                        self.file.write(data)
                     except OSError as exc:
                         self.faults.failed(self.TARGET, exc, _KEPT)
                         return False
-                    self.pending.popleft()
+                    for _ in range(count):
+                        self.pending.popleft()
                 self._report_dropped()
                 self.faults.ok(self.TARGET)  # may record (and so queue) one more event
                 if not self.pending:
@@ -401,6 +408,17 @@ class EventLog:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _event_line(event: Event) -> bytes:
+    """`json.dumps(event_doc(event))` and a newline, byte for byte (readers may grep the
+    spaced form), built from its six fields at a fraction of the encoder's cost."""
+    text = _str
+    return (
+        f'{{"ts": {float(event.ts)!r}, "type": {text(str(event.type))}, '
+        f'"reason": {text(event.reason)}, "object": {text(event.object)}, '
+        f'"message": {text(event.message)}, "generation": {int(event.generation)}}}\n'
+    ).encode()
 
 
 _KEPT = "events are kept in memory and appended in order once it can be written"
