@@ -39,7 +39,14 @@ from srtr.backends.agent.channel import FDS_PER_AGENT, LEASE, AgentServer, Conne
 from srtr.backends.agent.growth import Growth
 from srtr.backends.agent.probe_requests import ProbesOnAgents
 from srtr.backends.agent.probing import AgentProber as AgentProber
-from srtr.backends.agent.roster import Answers, Live, LiveAttempts, NodeState, wait_connected
+from srtr.backends.agent.roster import (
+    Answers,
+    Live,
+    LiveAttempts,
+    NodeState,
+    Presence,
+    wait_connected,
+)
 from srtr.backends.agent.starter_base import EXIT_WAIT, EXIT_WAIT_AFTER_GOODBYES, Starter
 from srtr.backends.agent.watched import Watched
 from srtr.backends.base import (
@@ -139,11 +146,9 @@ class AgentBackend(ProbesOnAgents):
         self._max_grace = p.DEFAULT_GRACE
         self._closing = False
         self._no_agents = asyncio.Event()  # set while no agent is connected
-        self._connected_hint = ""  # a node found connected (`_note_connections`)
+        self._presence = Presence(self._nodes, self._no_agents)
         self._adoption = Adoption(self._nodes, self._start_agents, self._lose)
-        self._growth = Growth(
-            self._nodes, starter, self._start_agents, self._note_connections, grown
-        )
+        self._growth = Growth(self._nodes, starter, self._start_agents, self._presence.note, grown)
         # Told when a grow job's agent dialled in: its provider looks at its queue sooner.
         self.on_admitted: Callable[[], None] | None = None
 
@@ -276,7 +281,7 @@ class AgentBackend(ProbesOnAgents):
             state.ready.set()
             if state.conn is not None:
                 state.conn.send(p.Shutdown("the job ended"))
-        self._note_connections()
+        self._presence.note()
         within = EXIT_WAIT
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT):
@@ -355,7 +360,7 @@ class AgentBackend(ProbesOnAgents):
         where the starter can, a new agent takes its place. A silent one is a lost node."""
         state = self._nodes.get(conn.node)
         if state is None:  # its node went back to its provider (`remove_nodes`)
-            self._note_connections()
+            self._presence.note()
             return
         if state.conn is conn:
             state.conn = None
@@ -366,7 +371,7 @@ class AgentBackend(ProbesOnAgents):
                 # its instances' leaders died with it.
                 heard = conn.last_seen if silent else None
                 self._lose(conn.node, f"node {conn.node} was lost: {why}", heard=heard)
-        self._note_connections()
+        self._presence.note()
 
     # -- the starter's events -------------------------------------------------------------
 
@@ -542,20 +547,6 @@ class AgentBackend(ProbesOnAgents):
                     extra=extra or {},
                 )
             )
-
-    def _note_connections(self) -> None:
-        """Set `_no_agents` once no agent is connected. Asked at every agent's end: a
-        teardown's 10,000 ends would each scan the nodes, so the last connected node found
-        is looked at first, and a scan starts from the end (agents end in about the order
-        they began, so the last one found stays connected the longest)."""
-        hint = self._nodes.get(self._connected_hint)
-        if hint is not None and hint.conn is not None:
-            return
-        for name, state in reversed(self._nodes.items()):
-            if state.conn is not None:
-                self._connected_hint = name
-                return
-        self._no_agents.set()
 
     def _deliver(self, observation: Observation) -> None:
         # Later, not now: a launch whose answer just arrived resumes first (its task was

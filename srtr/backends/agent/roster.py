@@ -62,6 +62,44 @@ class LiveAttempts(dict[str, Live]):
         return sorted(self._by_node.get(node, ()))
 
 
+class Presence:
+    """Sets `none_left` once no node's agent is connected.
+
+    Asked at every agent's end, and a teardown's 10,000 ends come hundreds to a loop turn
+    (a pass over the nodes for each was most of the controller's share of it): one look
+    per turn, which starts at the last connected node found, and then from the end (agents
+    end in about the order they began)."""
+
+    def __init__(self, nodes: dict[str, NodeState], none_left: asyncio.Event) -> None:
+        self._nodes = nodes
+        self._none_left = none_left
+        self._hint = ""  # a node found connected by the last look
+        self._due = False  # a look is due this loop turn
+
+    def note(self) -> None:
+        """An agent may have ended: look once this loop turn (now, outside a loop)."""
+        if self._due:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._look()
+            return
+        self._due = True
+        loop.call_soon(self._look)
+
+    def _look(self) -> None:
+        self._due = False
+        hint = self._nodes.get(self._hint)
+        if hint is not None and hint.conn is not None:
+            return
+        for name, state in reversed(self._nodes.items()):
+            if state.conn is not None:
+                self._hint = name
+                return
+        self._none_left.set()
+
+
 async def wait_connected(states: Sequence[NodeState]) -> None:
     """Wait until each of `states` is connected, lost or failed; one whose agent did not
     connect within `CONNECT_TIMEOUT` has failed."""
