@@ -79,7 +79,7 @@ class ExitRecord(TypedDict, total=False):
     reason: str
 
 
-@dataclass
+@dataclass(slots=True)  # 80,000 of them: each job-wide look reads them all
 class InstanceStatus:
     """What srtr has observed of one instance. Mutated only through the Store.
 
