@@ -321,10 +321,10 @@ def unstartable(specs: Specs, statuses: Statuses, desired: AbstractSet[str]) -> 
     # The job's reconcile asks this on every change: one pass that keeps only the few
     # instances that could not start; their services' other instances are looked at then.
     failing: dict[str, list[str]] = {}
-    for name in desired:
-        status = statuses[name]
-        if status.exit_code in _NEVER_RAN and could_not_start(specs[name], status):
-            failing.setdefault(specs[name].service, []).append(name)
+    for name, status in statuses.items():  # no lookup per instance (80,000 a look)
+        if status.exit_code in _NEVER_RAN and name in desired:
+            if could_not_start(specs[name], status):
+                failing.setdefault(specs[name].service, []).append(name)
     if not failing:
         return None
     started = {
@@ -478,8 +478,9 @@ def critical_failure(
     """
     # The job's reconcile asks this on every change: one pass, no sort of every instance.
     first: tuple[float, str] | None = None
+    ended = (Phase.LOST, Phase.FAILED)  # looked up once, not twice per instance
     for name, status in statuses.items():
-        if status.phase is not Phase.LOST and status.phase is not Phase.FAILED:
+        if status.phase not in ended:
             continue
         spec = specs[name]
         if name not in desired or not spec.critical:

@@ -37,6 +37,8 @@ def late_setup_gate(
     (a grow, a replacement, a bigger pool). Its instances there wait for it
     (`decisions.next_stage` holds a late member until the earlier stages' late members are
     up); one that exits non-zero or outlives its timeout fails the job as at first launch."""
+    if not any(status.late for status in statuses.values()):
+        return setup_gate([], now=now)  # no edit added members: no lookup per instance
     members = [
         (specs[name], statuses[name])
         for stage in stages
