@@ -38,6 +38,9 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.load_cert_chain(cert, key)
+    # No session tickets: no client resumes a session (each agent dials once; a control
+    # client per command), and a job's 10,000 joins would each encrypt and send two.
+    context.num_tickets = 0
     return context
 
 
