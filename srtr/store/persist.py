@@ -25,7 +25,7 @@ from json.encoder import encode_basestring_ascii as _str
 from pathlib import Path
 from typing import Any, cast
 
-from srtr.resources.objects import InstanceSpec, PoolSpec
+from srtr.resources.objects import InstanceSpec, NodeSpec, PoolSpec
 from srtr.resources.render import mask
 from srtr.store import causes
 from srtr.store.rundir import (
@@ -34,6 +34,7 @@ from srtr.store.rundir import (
     ExporterDoc,
     InstanceDoc,
     JobDoc,
+    NodeDoc,
     PoolDoc,
     StateDoc,
 )
@@ -85,7 +86,7 @@ def head(
             controller_pid=controller_pid,
             slurm_job_id=slurm_job_id,
         ),
-        "nodes": [{"name": n.name, "ip": n.ip, "state": n.role} for n in desired.nodes.allocation],
+        "nodes": _node_docs(desired.nodes.allocation),
         "pools": [pool_doc(store, p) for p in desired.pools],
         "instances": [],
         "recipe": store.recipe.to_json(),
@@ -101,6 +102,18 @@ def head(
     if store.grow.enabled:  # a section of its own, beside the modelled ones
         cast(dict[str, Any], doc)["grow"] = store.grow.to_json()
     return doc
+
+
+_NODE_DOCS: list[tuple[tuple[NodeSpec, ...], list[NodeDoc]]] = []
+
+
+def _node_docs(allocation: tuple[NodeSpec, ...]) -> list[NodeDoc]:
+    """state.json's `nodes`: the same records for as long as the allocation is the same
+    (every write of a big job built 10,000 and compared them with the last ones)."""
+    if not _NODE_DOCS or _NODE_DOCS[0][0] is not allocation:
+        docs: list[NodeDoc] = [{"name": n.name, "ip": n.ip, "state": n.role} for n in allocation]
+        _NODE_DOCS[:] = [(allocation, docs)]
+    return list(_NODE_DOCS[0][1])  # a list of its own: a caller may add to it
 
 
 def instance_record(store: Store, name: str, wall: Wall | None = None) -> InstanceDoc:

@@ -49,12 +49,12 @@ class LiveAttempts(dict[str, Live]):
         old = self.get(name)
         if old is not None:
             self._by_node[old.node].discard(name)
-        super().__setitem__(name, live)
+        dict.__setitem__(self, name, live)  # not super(): one per launch and per exit
         self._by_node.setdefault(live.node, set()).add(name)
 
     def __delitem__(self, name: str) -> None:
         live = self[name]
-        super().__delitem__(name)
+        dict.__delitem__(self, name)
         self._by_node[live.node].discard(name)
 
     def on(self, node: str) -> list[str]:
