@@ -105,7 +105,10 @@ async def wait_connected(states: Sequence[NodeState]) -> None:
     connect within `CONNECT_TIMEOUT` has failed."""
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT):
-            await asyncio.gather(*(state.ready.wait() for state in states))
+            if len(states) == 1:  # each of a first stage's launches: no task to gather
+                await states[0].ready.wait()
+            else:
+                await asyncio.gather(*(state.ready.wait() for state in states))
     except TimeoutError:
         for state in states:
             if state.conn is None and state.failed is None:
