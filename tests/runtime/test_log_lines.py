@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
 from srtr.reconciler.clock import FakeClock
 from srtr.resources.expand import local_allocation
 from srtr.resources.planning import plan_text_source
-from srtr.runtime.run_files import FaultReportingHandler
+from srtr.runtime.run_files import FaultReportingHandler, LogFile, _asctime
 from srtr.store.persist import AppendFile
 from srtr.store.store import Store
 
@@ -55,3 +58,38 @@ def test_a_turns_lines_are_one_write_and_close_writes_the_rest(
         logger.removeHandler(handler)
         handler.close()
     assert path.read_text().endswith("line 2\nlast\n")
+
+
+def test_an_events_stamp_is_loggings_asctime() -> None:
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    for now in (1796005640.0, 1796005640.5679, 1796005641.999, 1700000000.0001):
+        record = logging.LogRecord("srtr", logging.INFO, "", 0, "m", None, None)
+        record.created = now
+        record.msecs = int((now - int(now)) * 1000) + 0.0  # as LogRecord computes it
+        assert _asctime(now) == formatter.formatTime(record)
+
+
+def test_events_and_log_records_share_srtr_log_in_order(tmp_path: Path) -> None:
+    store = _store()
+    (tmp_path / "logs").mkdir()
+    files = LogFile(cast(Any, SimpleNamespace(store=store, run_dir=tmp_path)))
+
+    async def body() -> None:
+        await files.start()
+        store.record("instance/a", "Launched", "on node1 (pid 7)")
+        logging.getLogger("srtr").info("agents: the agent of %s is connected", "node1")
+        store.record("job", "Tick", "é", warning=True)
+        await files.stop()
+        store.record("job", "Late", "after the log closed")  # dropped, not reopened
+
+    asyncio.run(body())
+    lines = (tmp_path / "logs" / "srtr.log").read_text().splitlines()
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+    expected = [
+        r"INFO Normal Launched instance/a: on node1 \(pid 7\)",
+        r"INFO agents: the agent of node1 is connected",
+        r"INFO Warning Tick job: é",
+    ]
+    assert len(lines) == 3
+    for line, rest in zip(lines, expected, strict=True):
+        assert re.fullmatch(f"{stamp} {rest}", line), line
