@@ -39,6 +39,7 @@ from srtr.store.rundir import (
     machine_id,
 )
 from srtr.store.state_log import StateWriter
+from srtr.store.store import JobPhase
 
 if TYPE_CHECKING:
     from srtr.runtime.job_options import JobOptions
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Coalesce bursts (a stage of 4,096 launches) into one state.json write per period.
 PERSIST_PERIOD = 0.2
+ENDED = (JobPhase.SUCCEEDED, JobPhase.FAILED)
 WRITE_SPACING = 8  # the pause after a state.json write, in units of that write's time
 
 
@@ -116,6 +118,7 @@ class StateFile:
         self._saved_generation = 0
         self._last_write = 0.0
         self._stopped = False
+        self._ended = False  # the job's end was written (`_on_change`)
         faults = ctx.store.write_faults
         self.writer = StateWriter(ctx.run_dir, restore=faults.restore_run_dir)
 
@@ -141,6 +144,16 @@ class StateFile:
         self._on_change()
 
     def _on_change(self) -> None:
+        if not self._ended and self.ctx.store.job.phase in ENDED:
+            # Over: its last state now, while the agents say goodbye (a big job's whole
+            # state.json is seconds of CPU), not after them; `stop` writes again only if
+            # something changed since.
+            self._ended = True
+            self.writer.finish()
+            if self._pending is not None:
+                self._pending.cancel()
+            self._pending = asyncio.get_running_loop().call_later(0, self.write)
+            return
         self._schedule(PERSIST_PERIOD)
 
     def _schedule(self, period: float) -> None:
