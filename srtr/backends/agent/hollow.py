@@ -129,6 +129,7 @@ def _end_some(loop: asyncio.AbstractEventLoop, queue: deque[Callable[[], None]])
         del _ENDS[loop]
 
 
+@functools.cache  # one per signal: a teardown asks for it 80,000 times at 10,000 x 8
 def _status(signum: int) -> ExitStatus:
     try:
         name = signal.Signals(signum).name
