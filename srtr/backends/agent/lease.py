@@ -141,7 +141,16 @@ class Lease:
 
     def _woken(self) -> None:
         self._wake = None
-        self._step(beat=False)
+        self.step(beat=False)
+
+    def step(self, beat: bool) -> None:
+        """`_step`, its error ending this lease's `beat` (as when each lease had a task of
+        its own), not the heartbeats of the other leases of its timer."""
+        try:
+            self._step(beat)
+        except Exception as exc:
+            if self._done is not None and not self._done.done():
+                self._done.set_exception(exc)
 
     def _acknowledged(self) -> bool:
         """Whether the controller's host acknowledged every heartbeat sent so far."""
@@ -251,7 +260,7 @@ class _Ticker:
         self._schedule()  # first: a lease's deadline is compared with the next tick
         for lease in list(self.leases):
             if lease in self.leases:  # not removed by an earlier one's step
-                lease._step(beat=True)
+                lease.step(beat=True)
 
 
 _TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Ticker]] = (

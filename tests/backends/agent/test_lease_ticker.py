@@ -165,3 +165,27 @@ def test_each_lease_fences_on_its_own_when_its_beats_stop_being_acknowledged() -
         await _stop(tasks, leases)
 
     asyncio.run(body())
+
+
+class _Broken(_Wire):
+    def beat(self) -> None:
+        raise RuntimeError("a bug in one agent's heartbeat")
+
+
+def test_an_error_in_one_leases_heartbeat_ends_its_session_not_the_others_heartbeats() -> None:
+    count = 6
+
+    async def body() -> None:
+        server = _Server(count)
+        leases = await server.agents(length=30.0)
+        tasks = [asyncio.create_task(lease.beat(PERIOD)) for lease in leases]
+        await server.until(1)
+        assert leases[2].beats is not None
+        leases[2].wire = _Broken(leases[2].beats)  # type: ignore[assignment]
+        done, _ = await asyncio.wait([tasks[2]], timeout=10)
+        assert done and isinstance(tasks[2].exception(), RuntimeError)
+        others = range(3, count)  # those after it in the timer's turn
+        await server.until(max(server.heard[k] for k in others) + 3, among=others)
+        await _stop(tasks, leases)
+
+    asyncio.run(body())
