@@ -22,9 +22,9 @@ import asyncio
 import fcntl
 import logging
 import signal
-import sys
 import termios
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -32,6 +32,8 @@ from srtr.backends.agent import protocol as p
 from srtr.backends.agent.dial import Wire
 
 log = logging.getLogger("srtr.agent")
+
+_ZERO = bytes(4)  # TIOCOUTQ's answer when every byte sent was acknowledged
 
 
 class _Attempt(Protocol):
@@ -67,6 +69,12 @@ class Lease:
         self.gave_up = False  # no word for the lease and the adopt window: stop for good
         self.graces: dict[str, float] = {}  # each live instance's SIGTERM-to-SIGKILL
         self.muted = False  # sends no heartbeat (hollow mode's frozen node)
+        self._done: asyncio.Future[str] | None = None  # `beat`'s end: why the session ends
+        self._sent: float | None = None  # when the last heartbeat went
+        self._ticker: _Ticker | None = None
+        self._wake: asyncio.TimerHandle | None = None  # a deadline before the next heartbeat
+        self._fd_of: asyncio.StreamWriter | None = None  # whose socket `_fd` is
+        self._fd = -1
 
     def granted(self, length: float, since: float) -> None:
         """A controller welcomed us: a lease of `length` seconds runs from `since`
@@ -79,35 +87,70 @@ class Lease:
     async def beat(self, period: float) -> str:
         """Send heartbeats and keep the lease: fence when it runs out, and return (ending
         the session) once the fence is done and the adopt window passed with no word."""
-        # On whole periods of the wall clock, as every other node does: the controller then
-        # sees the heartbeats of many nodes per wake-up, not one (channel.py, "Heartbeats").
-        sent: float | None = None  # when the last heartbeat went
-        due = time.monotonic()
-        while True:
-            now = time.monotonic()
-            if sent is not None and self._acknowledged():
-                self._renewed(sent)
-            if now >= due:
-                if self._write_beat():
-                    sent = now
-                due = now + period - time.time() % period
-            wake = due
-            if self.length > 0:
-                expires = self.since + self.length
-                if now < expires:
-                    wake = min(wake, expires)
-                else:
-                    if self.fenced is None:
-                        self._fence(now - self.since)
-                    ends = max(expires + self._window, self._fenced_until)
-                    if now >= ends:
-                        self.gave_up = True
-                        return (
-                            f"no word from the controller for {now - self.since:.1f}s "
-                            f"(lease {self.length:g}s, then the adopt window)"
-                        )
-                    wake = min(wake, ends)
-            await asyncio.sleep(max(0.0, wake - time.monotonic()))
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        self._sent = None
+        ticker = _Ticker.of(loop, period)
+        self._ticker = ticker
+        ticker.add(self)
+        try:
+            self._step(beat=True)  # the session's first heartbeat goes at once
+            return await self._done
+        finally:
+            ticker.remove(self)
+            self._ticker = None
+            if self._wake is not None:
+                self._wake.cancel()
+                self._wake = None
+
+    def _step(self, beat: bool) -> None:
+        """Renew the lease if the last heartbeat was acknowledged, send one if `beat`, and
+        fence or give up when the lease ran out; a timer of its own only for a deadline
+        that falls before the next heartbeat."""
+        now = time.monotonic()
+        if self._sent is not None and self._acknowledged():
+            self._renewed(self._sent)
+        if beat and self._write_beat():
+            self._sent = now
+        if self.length <= 0 or self._done is None or self._done.done():
+            return
+        expires = self.since + self.length
+        wake = expires
+        if now >= expires:
+            if self.fenced is None:
+                self._fence(now - self.since)
+            wake = max(expires + self._window, self._fenced_until)
+            if now >= wake:
+                self.gave_up = True
+                self._done.set_result(
+                    f"no word from the controller for {now - self.since:.1f}s "
+                    f"(lease {self.length:g}s, then the adopt window)"
+                )
+                return
+        self._wake_at(wake)
+
+    def _wake_at(self, when: float) -> None:
+        ticker = self._ticker
+        if ticker is None or when >= ticker.next:
+            return  # the next heartbeat's step comes first
+        if self._wake is not None:
+            if self._wake.when() == when:
+                return
+            self._wake.cancel()
+        self._wake = ticker.loop.call_at(when, self._woken)
+
+    def _woken(self) -> None:
+        self._wake = None
+        self.step(beat=False)
+
+    def step(self, beat: bool) -> None:
+        """`_step`, its error ending this lease's `beat` (as when each lease had a task of
+        its own), not the heartbeats of the other leases of its timer."""
+        try:
+            self._step(beat)
+        except Exception as exc:
+            if self._done is not None and not self._done.done():
+                self._done.set_exception(exc)
 
     def _acknowledged(self) -> bool:
         """Whether the controller's host acknowledged every heartbeat sent so far."""
@@ -116,12 +159,12 @@ class Lease:
         # queue, which TIOCOUTQ below sees.
         if beats is None or beats.is_closing() or beats.transport.get_write_buffer_size():
             return False
-        sock = beats.get_extra_info("socket")
+        if self._fd_of is not beats:  # the fd is the transport's until it is closing
+            self._fd_of, self._fd = beats, beats.get_extra_info("socket").fileno()
         try:
-            unacked = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+            return fcntl.ioctl(self._fd, termios.TIOCOUTQ, _ZERO) == _ZERO
         except OSError:
             return False
-        return int.from_bytes(unacked, sys.byteorder) == 0
 
     def _renewed(self, sent: float) -> None:
         """A heartbeat sent at `sent` was acknowledged: the lease runs from then."""
@@ -173,3 +216,53 @@ class Lease:
         except OSError:
             return False
         return True
+
+
+class _Ticker:
+    """The heartbeats of every lease of one event loop with one period: one timer on the wall
+    clock's whole periods, as every node beats (the controller then sees the heartbeats of
+    many nodes per wake-up, not one: channel.py, "Heartbeats"). A hollow process's thousands
+    of agents then cost one wake-up a period, not one task step each; a real agent's one
+    lease costs what its own timer did. Each heartbeat still goes on its own agent's socket."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, period: float) -> None:
+        self.loop = loop
+        self.period = period
+        self.leases: dict[Lease, None] = {}  # in the order they joined
+        self.next = 0.0  # the next tick's monotonic time
+        self._timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop, period: float) -> _Ticker:
+        tickers = _TICKERS.setdefault(loop, {})
+        ticker = tickers.get(period)
+        if ticker is None:
+            ticker = tickers[period] = cls(loop, period)
+        return ticker
+
+    def add(self, lease: Lease) -> None:
+        self.leases[lease] = None
+        if self._timer is None:
+            self._schedule()
+
+    def remove(self, lease: Lease) -> None:
+        self.leases.pop(lease, None)
+        if not self.leases and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            _TICKERS.get(self.loop, {}).pop(self.period, None)
+
+    def _schedule(self) -> None:
+        self.next = time.monotonic() + self.period - time.time() % self.period
+        self._timer = self.loop.call_at(self.next, self._tick)
+
+    def _tick(self) -> None:
+        self._schedule()  # first: a lease's deadline is compared with the next tick
+        for lease in list(self.leases):
+            if lease in self.leases:  # not removed by an earlier one's step
+                lease.step(beat=True)
+
+
+_TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Ticker]] = (
+    weakref.WeakKeyDictionary()
+)

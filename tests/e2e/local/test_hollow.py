@@ -448,3 +448,22 @@ def test_a_node_lost_during_stage_2_loses_its_later_stage_members_too(tmp_path: 
     finally:
         run.close()
     assert not hollow_pids(run)
+
+
+def test_a_launch_longer_than_a_hollow_agents_tls_read_reaches_it_whole(tmp_path: Path) -> None:
+    # The hollow process reads each TLS connection TLS_READ bytes at a time (not asyncio's
+    # 256 KiB): a longer message, here a Launch with a 100 KB variable, takes several reads.
+    big = "x" * 100_000
+    recipe = PAIR.replace(
+        'command: ["sleep", "infinity"]\n    nodes: 4',
+        f'command: ["sleep", "infinity"]\n    nodes: 4\n    env: {{BIG: "{big}"}}',
+    )
+    run = Run(tmp_path, recipe, "--hollow")
+    try:
+        run.wait_state(lambda s: up(s, 8), what="8 instances up")
+        log = (run.run_dir / "logs" / "service_owner_node3.out").read_text()
+        assert "service_owner_node3 attempt 0 simulated on node3" in log
+        run.signal(signal.SIGINT)
+        assert finish(run) == 130
+    finally:
+        run.close()
