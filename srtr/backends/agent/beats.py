@@ -34,7 +34,12 @@ import time
 from collections import deque
 from typing import Generic, TypeVar
 
-_EDGE = select.EPOLLIN | select.EPOLLET
+# Urgent data too: the kernel computes it for every report anyway, and a look that sees a
+# doorbell not yet read rings the batch reader (`rang`): its SIGURG may have come before
+# its byte (the urgent pointer can arrive a segment ahead of the byte it points to), and the
+# kernel does not signal the byte again when it comes.
+_EDGE = select.EPOLLIN | select.EPOLLPRI | select.EPOLLET
+_PRI = select.EPOLLPRI
 
 T = TypeVar("T")
 
@@ -68,6 +73,7 @@ class BeatSockets(Generic[T]):
         self._turn = 0
         self._looks = 0
         self._always: dict[int, None] = {}
+        self.rang = False  # the last look saw urgent data unread on some socket
 
     def __len__(self) -> int:
         return len(self._owners)
@@ -121,6 +127,8 @@ class BeatSockets(Generic[T]):
         gen = self._new(now)
         gen.fds = dict.fromkeys(heard, gen.number)
         self._last.update(gen.fds)
+        # In C: the events of a look are nearly all plain EPOLLIN, so a handful of values.
+        self.rang = any(events & _PRI for events in set(heard.values()))
         due = self._rounds[self._looks % len(self._rounds)]
         self._looks += 1
         read = due.keys() | (self._always.keys() & heard.keys())

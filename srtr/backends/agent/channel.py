@@ -322,6 +322,8 @@ class AgentServer:
         while True:
             await asyncio.sleep(period)
             now, due = self.beats.look()
+            if self.beats.rang:  # a doorbell whose byte came after its signal
+                self.reader.ring()
             self._read(due)
             if now - last > 2 * period + 0.1:
                 # We were not running: the agents' bytes may be waiting unseen.

@@ -5,7 +5,9 @@ Real sockets (socketpairs); the cut-offs are the looks' own times, no clock is f
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -133,3 +135,40 @@ def _fd(beats: BeatSockets[int], owner: int) -> int:
 
 def _round(beats: BeatSockets[int], k: int) -> set[int]:
     return set(beats._rounds[k])
+
+
+def test_a_look_sees_a_doorbell_left_unread() -> None:
+    """A doorbell's SIGURG can come before its byte (the urgent pointer a segment ahead of
+    it) and is not sent again when the byte comes: the look that sees the byte says so, and
+    the watcher rings the batch reader (`channel`)."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    theirs = socket.create_connection(lsock.getsockname())
+    ours, _ = lsock.accept()
+    ours.setblocking(False)
+    beats: BeatSockets[int] = BeatSockets()
+    try:
+        beats.add(ours.fileno(), 0)
+        theirs.send(b"\0" * 9)  # a heartbeat: no doorbell
+        beats.look()
+        assert not beats.rang
+        theirs.send(b"\x01", socket.MSG_OOB)
+        _wait_readable(ours, select.EPOLLPRI)
+        beats.look()
+        assert beats.rang
+        ours.recv(64)  # up to the mark
+        with contextlib.suppress(BlockingIOError):
+            ours.recv(64)  # past it: rung no more
+        theirs.send(b"\0" * 9)
+        _wait_readable(ours)
+        beats.look()
+        assert not beats.rang
+    finally:
+        beats.close()
+        for s in (ours, theirs, lsock):
+            s.close()
+
+
+def _wait_readable(sock: socket.socket, events: int = select.EPOLLIN) -> None:
+    with select.epoll() as ep:
+        ep.register(sock.fileno(), events)
+        assert ep.poll(10)
