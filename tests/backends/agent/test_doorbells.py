@@ -140,3 +140,27 @@ def test_a_storm_of_doorbells_loses_no_sigterm_and_no_message() -> None:
                 loop.remove_signal_handler(signal.SIGTERM)
 
     asyncio.run(main())
+
+
+def test_a_message_longer_than_the_buffer_is_read_whole_on_its_one_doorbell() -> None:
+    """A doorbell rings once: its socket is read to the urgent mark and past it in that
+    batch, however many buffers that takes (nothing would wake the loop for the rest)."""
+
+    async def main() -> None:
+        buffer = bytearray(4096)
+        reader = CoalescedReader(buffer, lambda: False, window=0.001)
+        with connections(1) as [(ours, theirs)]:
+            sink = Sink(buffer)
+            try:
+                reader.add(ours.fileno(), sink, _BELL)
+                message = b"x" * 20_000 + b"\n"
+                theirs.sendall(message)
+                theirs.send(b"\x01", socket.MSG_OOB)
+                await wait_for(lambda: _text(sink) == message, within=10)
+                theirs.send(b"a second\n")
+                theirs.send(b"\x01", socket.MSG_OOB)  # rings again: the first one was passed
+                await wait_for(lambda: _text(sink) == message + b"a second\n", within=10)
+            finally:
+                reader.close()
+
+    asyncio.run(main())
