@@ -96,11 +96,23 @@ class BeatSockets(Generic[T]):
             with contextlib.suppress(OSError):
                 self._epoll.unregister(fd)
 
-    def heard(self, fd: int) -> None:
+    def heard(self, fd: int, at: float | None = None) -> None:
         """`fd` is heard now, between looks: admitted, or read (a read takes the bytes a look
-        would have reported: edge-triggered, a look reports only sockets still readable)."""
+        would have reported: edge-triggered, a look reports only sockets still readable).
+
+        `at`: its newest bytes came no later than that (the watcher's own read, of bytes
+        that may have waited there since an earlier look): heard at the first look at or
+        after `at`, or now if none was; not at all if it was heard since. A frozen node's
+        last heartbeats, read by its round after it froze, would otherwise have been heard
+        at that read, up to a silence late."""
         if fd not in self._owners:
             return
+        if at is not None:
+            for kept in self._generations:  # a dozen: the silence's looks
+                if kept.when >= at:
+                    if self._last.get(fd, 0) < kept.number:
+                        kept.fds[fd] = self._last[fd] = kept.number
+                    return
         now = time.monotonic()
         gen = self._between
         if gen is None:

@@ -172,3 +172,22 @@ def _wait_readable(sock: socket.socket, events: int = select.EPOLLIN) -> None:
     with select.epoll() as ep:
         ep.register(sock.fileno(), events)
         assert ep.poll(10)
+
+
+def test_a_read_of_bytes_that_waited_counts_as_of_when_they_came() -> None:
+    """The watcher's read of a socket takes bytes that may have waited since an earlier
+    look: heard at the first look at or after their arrival (`at`), not at the read; not
+    again if heard since; now if they came after the newest look."""
+    with watched(1) as (beats, peers):
+        fd = _fd(beats, 0)
+        peers[0].send(b"\0" * 9)
+        first, _ = beats.look()
+        second, _ = beats.look()
+        assert beats.heard_at(fd) == first
+        beats.heard(fd, at=first - 1.0)  # came before the look that heard it
+        assert beats.heard_at(fd) == first
+        beats.heard(fd, at=(first + second) / 2)  # came between two looks
+        assert beats.heard_at(fd) == second
+        beats.heard(fd, at=second + 3600)  # after the newest look: heard now, not later
+        now = beats.heard_at(fd)
+        assert now is not None and second < now < second + 3600
