@@ -53,10 +53,14 @@ class Doorbells:
         self.rings = 0  # wake-ups handed to the loop so far
 
     def start(self) -> bool:
-        """Start the thread; False where the kernel cannot direct SIGURG at it (not Linux)."""
+        """Start the thread; False where the kernel cannot direct SIGURG at it (not Linux) or
+        no thread starts: urgent data then wakes the loop through its epoll."""
         if not sys.platform.startswith("linux"):
             return False
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:  # a process at its limit of threads
+            return False
         self._ready.wait()
         return self._tid > 0
 
