@@ -34,7 +34,12 @@ import time
 from collections import deque
 from typing import Generic, TypeVar
 
-_EDGE = select.EPOLLIN | select.EPOLLET
+# Urgent data too: the kernel computes it for every report anyway, and a look that sees a
+# doorbell not yet read rings the batch reader (`rang`): its SIGURG may have come before
+# its byte (the urgent pointer can arrive a segment ahead of the byte it points to), and the
+# kernel does not signal the byte again when it comes.
+_EDGE = select.EPOLLIN | select.EPOLLPRI | select.EPOLLET
+_PRI = select.EPOLLPRI
 
 T = TypeVar("T")
 
@@ -68,6 +73,7 @@ class BeatSockets(Generic[T]):
         self._turn = 0
         self._looks = 0
         self._always: dict[int, None] = {}
+        self.rang = False  # the last look saw urgent data unread on some socket
 
     def __len__(self) -> int:
         return len(self._owners)
@@ -90,11 +96,23 @@ class BeatSockets(Generic[T]):
             with contextlib.suppress(OSError):
                 self._epoll.unregister(fd)
 
-    def heard(self, fd: int) -> None:
+    def heard(self, fd: int, at: float | None = None) -> None:
         """`fd` is heard now, between looks: admitted, or read (a read takes the bytes a look
-        would have reported: edge-triggered, a look reports only sockets still readable)."""
+        would have reported: edge-triggered, a look reports only sockets still readable).
+
+        `at`: its newest bytes came no later than that (the watcher's own read, of bytes
+        that may have waited there since an earlier look): heard at the first look at or
+        after `at`, or now if none was; not at all if it was heard since. A frozen node's
+        last heartbeats, read by its round after it froze, would otherwise have been heard
+        at that read, up to a silence late."""
         if fd not in self._owners:
             return
+        if at is not None:
+            for kept in self._generations:  # a dozen: the silence's looks
+                if kept.when >= at:
+                    if self._last.get(fd, 0) < kept.number:
+                        kept.fds[fd] = self._last[fd] = kept.number
+                    return
         now = time.monotonic()
         gen = self._between
         if gen is None:
@@ -121,6 +139,8 @@ class BeatSockets(Generic[T]):
         gen = self._new(now)
         gen.fds = dict.fromkeys(heard, gen.number)
         self._last.update(gen.fds)
+        # In C: the events of a look are nearly all plain EPOLLIN, so a handful of values.
+        self.rang = any(events & _PRI for events in set(heard.values()))
         due = self._rounds[self._looks % len(self._rounds)]
         self._looks += 1
         read = due.keys() | (self._always.keys() & heard.keys())

@@ -322,6 +322,8 @@ class AgentServer:
         while True:
             await asyncio.sleep(period)
             now, due = self.beats.look()
+            if self.beats.rang:  # a doorbell whose byte came after its signal
+                self.reader.ring()
             self._read(due)
             if now - last > 2 * period + 0.1:
                 # We were not running: the agents' bytes may be waiting unseen.
@@ -359,6 +361,26 @@ _RECEIVED = bytearray(64 * 1024)
 _RECEIVED_VIEW = memoryview(_RECEIVED)
 
 
+# struct tcp_info: `tcpi_last_data_recv` (ms since the newest data came, counted in the
+# kernel's ticks) is the 4th u32 after 8 u8s and 9 u32s. A tick is 1-10 ms (CONFIG_HZ):
+# the margin keeps the estimate no earlier than the bytes came, as the lease needs.
+_TCP_INFO_BYTES = 60
+_LAST_DATA_RECV = 52
+_TICKS_MARGIN = 0.02
+
+
+def _newest_arrival(sock: socket.socket | None) -> float | None:
+    """When (monotonic) the newest bytes on `sock` came, at the latest; None if unknown."""
+    if sock is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+        ago_ms: int = struct.unpack_from("I", info, _LAST_DATA_RECV)[0]
+    except (OSError, struct.error):
+        return None
+    return time.monotonic() - ago_ms / 1000 + _TICKS_MARGIN
+
+
 class _AgentProtocol(asyncio.BufferedProtocol):
     """One agent's connection: the handshake, then one message a line to the handler.
 
@@ -377,6 +399,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._read_error: OSError | None = None
         self._frames = Splitter(secrets.token_bytes(KEY), tls=server.tls is not None)
         self._watched = False  # its socket is in the server's `beats`
+        self._sock: socket.socket | None = None  # while watched: for its TCP_INFO
         self._heard: float | None = None  # when `beats` last heard it, once out of it
         self.conn: Connection | None = None
 
@@ -411,9 +434,12 @@ class _AgentProtocol(asyncio.BufferedProtocol):
                 )
             return
         if self._watched:
-            # Heard now: the watcher's look, edge-triggered, would not report the bytes this
-            # read took (a heartbeat read with the message after it, on its doorbell).
-            self._server.beats.heard(self._fd)
+            # Heard: the watcher's look, edge-triggered, would not report the bytes this
+            # read took (a heartbeat read with the message after it, on its doorbell). The
+            # watcher's own read takes bytes that may have waited since an earlier look:
+            # heard as of when the newest came (TCP's record), not at the read.
+            arrived = _newest_arrival(self._sock) if self._server.draining else None
+            self._server.beats.heard(self._fd, arrived)
         if conn is not None:
             conn.beats += self._frames.beats - before
             if stream and self._server.draining and self._watched:
@@ -516,7 +542,8 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             # From now on its messages are read in batches (`coalesced`) when their doorbell
             # rings, and its heartbeats only seen arrive (`beats`): "Heartbeats" above.
             self._transport.pause_reading()
-            self._fd = self._transport.get_extra_info("socket").fileno()
+            self._sock = self._transport.get_extra_info("socket")
+            self._fd = self._sock.fileno()
             self._server.reader.add(self._fd, self, _DOORBELL)
             self._server.beats.add(self._fd, self)
             self._watched = True

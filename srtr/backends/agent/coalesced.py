@@ -16,6 +16,14 @@ The sockets stay owned by their asyncio transports (which still write, and close
 their reading moves here. Level-triggered epoll: a socket with more than one buffer's worth
 waiting is simply read again at the next batch.
 
+Urgent data (the agents' doorbells) is not watched through that epoll: every arrival of
+plain bytes wakes a socket's epoll waiters with EPOLLPRI among the events, so an epoll
+watching for urgent data inside the loop's woke the loop's thread at every heartbeat. The
+doorbells come by SIGURG to a thread of their own (`doorbells`), and a second epoll, for
+urgent data only and outside the loop's, says which sockets rang. The first keeps their
+hang-ups (an arrival's wake-up does not carry those, so it filters them out). Where the
+kernel cannot direct SIGURG at a thread, the first epoll watches urgent data as before.
+
 The loop stops watching the epoll for each window and watches it again after. Removed and
 added back, the epoll would join the loop's anew each time, and the kernel's loop and path
 checks on that join walk every socket inside (a fifth of an idle controller's CPU at 1,024
@@ -32,6 +40,8 @@ import os
 import select
 from collections.abc import Callable
 from typing import Protocol
+
+from srtr.backends.agent.doorbells import Doorbells
 
 WINDOW = 0.004  # seconds a batch stays open after its first line arrived
 
@@ -56,6 +66,9 @@ class CoalescedReader:
         self._urgent = urgent
         self._window = window
         self._epoll = select.epoll()
+        self._urgent_epoll = select.epoll()  # the sockets that rang (`Doorbells`)
+        self._bells: Doorbells | None = None  # None: urgent data is in `_epoll`
+        self._no_bells = False  # the kernel could not direct SIGURG at a thread
         self._sinks: dict[int, Sink] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._batch: asyncio.TimerHandle | None = None
@@ -68,6 +81,13 @@ class CoalescedReader:
             self._loop = asyncio.get_running_loop()
             self._loop.add_writer(self._epoll.fileno(), _never)  # the MOD above
             self._loop.add_reader(self._epoll.fileno(), self._arrived)
+        if events & select.EPOLLPRI and self._bells is None and not self._no_bells:
+            bells = Doorbells(self._loop, self.ring)
+            self._bells = bells if bells.start() else None
+            self._no_bells = self._bells is None
+        if events & select.EPOLLPRI and self._bells is not None and self._bells.own(fd):
+            self._urgent_epoll.register(fd, select.EPOLLPRI)
+            events &= ~select.EPOLLPRI
         self._epoll.register(fd, events)
         self._sinks[fd] = sink
 
@@ -81,6 +101,13 @@ class CoalescedReader:
         if self._sinks.pop(fd, None) is not None:
             with contextlib.suppress(OSError):
                 self._epoll.unregister(fd)
+            with contextlib.suppress(OSError):
+                self._urgent_epoll.unregister(fd)
+
+    @property
+    def bells(self) -> Doorbells | None:
+        """The doorbells' thread, None where urgent data wakes the loop through its epoll."""
+        return self._bells
 
     def close(self) -> None:
         if self._epoll.closed:
@@ -91,8 +118,11 @@ class CoalescedReader:
         if self._loop is not None:
             self._loop.remove_reader(self._epoll.fileno())
             self._loop.remove_writer(self._epoll.fileno())
+        if self._bells is not None:
+            self._bells.close()
         self._sinks.clear()
         self._epoll.close()
+        self._urgent_epoll.close()
 
     def _arrived(self) -> None:
         assert self._loop is not None
@@ -101,6 +131,16 @@ class CoalescedReader:
             return
         self._loop.remove_reader(self._epoll.fileno())
         self._batch = self._loop.call_later(self._window, self._read_batch)
+
+    def ring(self) -> None:
+        """Some doorbell rang (which: `_urgent_epoll`, polled by the read this schedules)."""
+        if self._loop is None or self._epoll.closed:
+            return
+        if self._urgent():
+            self._read()
+        elif self._batch is None:
+            self._loop.remove_reader(self._epoll.fileno())
+            self._batch = self._loop.call_later(self._window, self._read_batch)
 
     def _read_batch(self) -> None:
         assert self._loop is not None
@@ -112,11 +152,23 @@ class CoalescedReader:
 
     def _read(self) -> None:
         """Read once from every socket with something to read."""
-        for fd, events in self._epoll.poll(0, max(1, len(self._sinks))):
-            if not self._read_one(fd) and events & select.EPOLLPRI:
-                # A read stops short at an urgent byte's mark: the next one passes it (and
-                # so ends the urgency, or the loop would wake for it again).
+        most = max(1, len(self._sinks))
+        ready = self._epoll.poll(0, most)
+        if self._bells is not None:
+            ready += self._urgent_epoll.poll(0, most)
+        for fd, events in ready:
+            if events & select.EPOLLPRI:
+                self._past_mark(fd)
+            else:
                 self._read_one(fd)
+
+    def _past_mark(self, fd: int) -> None:
+        """Read a socket that rang up to its urgent byte's mark, where a read stops short,
+        then once more, which passes it and so ends the urgency: a doorbell left unread
+        would not ring again (its SIGURG came once), and in the loop's epoll it would wake
+        the loop again."""
+        self.drain(fd)
+        self._read_one(fd)
 
     def drain(self, fd: int, most: int = 16) -> None:
         """Read `fd` until a read does not fill the buffer (`most` reads at most), outside

@@ -5,7 +5,9 @@ Real sockets (socketpairs); the cut-offs are the looks' own times, no clock is f
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -133,3 +135,59 @@ def _fd(beats: BeatSockets[int], owner: int) -> int:
 
 def _round(beats: BeatSockets[int], k: int) -> set[int]:
     return set(beats._rounds[k])
+
+
+def test_a_look_sees_a_doorbell_left_unread() -> None:
+    """A doorbell's SIGURG can come before its byte (the urgent pointer a segment ahead of
+    it) and is not sent again when the byte comes: the look that sees the byte says so, and
+    the watcher rings the batch reader (`channel`)."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    theirs = socket.create_connection(lsock.getsockname())
+    ours, _ = lsock.accept()
+    ours.setblocking(False)
+    beats: BeatSockets[int] = BeatSockets()
+    try:
+        beats.add(ours.fileno(), 0)
+        theirs.send(b"\0" * 9)  # a heartbeat: no doorbell
+        beats.look()
+        assert not beats.rang
+        theirs.send(b"\x01", socket.MSG_OOB)
+        _wait_readable(ours, select.EPOLLPRI)
+        beats.look()
+        assert beats.rang
+        ours.recv(64)  # up to the mark
+        with contextlib.suppress(BlockingIOError):
+            ours.recv(64)  # past it: rung no more
+        theirs.send(b"\0" * 9)
+        _wait_readable(ours)
+        beats.look()
+        assert not beats.rang
+    finally:
+        beats.close()
+        for s in (ours, theirs, lsock):
+            s.close()
+
+
+def _wait_readable(sock: socket.socket, events: int = select.EPOLLIN) -> None:
+    with select.epoll() as ep:
+        ep.register(sock.fileno(), events)
+        assert ep.poll(10)
+
+
+def test_a_read_of_bytes_that_waited_counts_as_of_when_they_came() -> None:
+    """The watcher's read of a socket takes bytes that may have waited since an earlier
+    look: heard at the first look at or after their arrival (`at`), not at the read; not
+    again if heard since; now if they came after the newest look."""
+    with watched(1) as (beats, peers):
+        fd = _fd(beats, 0)
+        peers[0].send(b"\0" * 9)
+        first, _ = beats.look()
+        second, _ = beats.look()
+        assert beats.heard_at(fd) == first
+        beats.heard(fd, at=first - 1.0)  # came before the look that heard it
+        assert beats.heard_at(fd) == first
+        beats.heard(fd, at=(first + second) / 2)  # came between two looks
+        assert beats.heard_at(fd) == second
+        beats.heard(fd, at=second + 3600)  # after the newest look: heard now, not later
+        now = beats.heard_at(fd)
+        assert now is not None and second < now < second + 3600

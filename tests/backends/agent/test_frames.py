@@ -269,3 +269,39 @@ def test_heartbeats_never_wake_the_controllers_loop_and_a_message_does(tmp_path:
         assert server.reader.batches > batches
 
     run(tmp_path, body, tls=True)
+
+
+def test_a_frozen_agents_bytes_read_later_do_not_count_as_hearing_it_later() -> None:
+    """A node that froze (silent, its connection open) left heartbeats unread; the watcher's
+    read of them comes later (once a round). They count as heard when they came, not at the
+    read, or the node's loss comes up to a silence late (4.3 s, not 2.6, at 10,000 hollow
+    nodes)."""
+
+    async def main() -> None:
+        handler = _Handler()
+        server = AgentServer("token", handler, heartbeat=0.5, read_period=3600)
+        await server.start("127.0.0.1")
+        _, writer, key = await _admitted(server)
+        try:
+            await wait_for(lambda: handler.conns, within=10, what="the agent")
+            conn = handler.conns[0]
+            beats = server.beats
+            # Its round (the first: look 1 of 14,400) is past: no look reads it here.
+            await wait_for(lambda: beats._looks >= 2, within=10, what="its round")
+            looks = beats._looks
+            writer.write(frames.beat(key, 0))  # its last heartbeat: then it froze
+            await wait_for(lambda: beats._looks >= looks + 2, within=10, what="a look after")
+            heard = conn.last_seen  # the look that saw it arrive
+            await wait_for(lambda: beats._looks >= looks + 6, within=10, what="4 more looks")
+            (agent,) = beats._owners.values()
+            assert conn.beats == 0
+            server._read([agent.fd])  # its round
+            assert conn.beats == 1
+            # Heard at that look, or the one after (the arrival's estimate is kept late by
+            # the kernel's tick), not at the read, 4 looks later.
+            assert conn.last_seen < heard + 1.5 * server.period
+        finally:
+            writer.close()
+            await server.close()
+
+    asyncio.run(main())
