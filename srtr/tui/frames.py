@@ -45,6 +45,11 @@ class FrameReader:
         self._retired: deque[vm.Frame] = deque(maxlen=3)
         self._next_state_at = float("-inf")  # time.monotonic() from which to read state.json
 
+    def quiet(self) -> bool:
+        """Nothing to read (a few stats): the loop need not hand a read to the thread."""
+        self.source.state_due = time.monotonic() >= self._next_state_at
+        return self.source.unchanged()
+
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
         started = time.monotonic()
