@@ -102,9 +102,11 @@ class SrtrApp(App[int]):
         theme_name: str | None = None,
         source: RunSource | None = None,
         state: RunState | None = None,
+        on_first_frame: Callable[[], None] | None = None,
     ) -> None:
         """`source` and `state`: a reader of `run_dir` that read its state.json already,
-        and what it read (`srtr tui` checks the run dir so: a large one is parsed once)."""
+        and what it read (`srtr tui` checks the run dir so: a large one is parsed once).
+        `on_first_frame`: called once the first frame is on screen."""
         super().__init__()
         # `--theme`, else SRTR_THEME, else dark (the CLI has checked the name already).
         self.theme = themes.resolve(theme_name, self.available_themes)
@@ -122,6 +124,7 @@ class SrtrApp(App[int]):
         self.frame: vm.Frame | None = None
         self.events: deque[EventDoc] = deque(maxlen=EVENTS_KEPT)
         self.frames = 0  # frames applied: tests wait on it instead of sleeping
+        self._on_first_frame = on_first_frame
         self.last_apply_seconds = 0.0
         self._wake = asyncio.Event()
         self._banner = ""
@@ -281,6 +284,9 @@ class SrtrApp(App[int]):
             self._select(table.selected)
         self._show_detail()
         self.frames += 1
+        if self._on_first_frame is not None:
+            self._on_first_frame()
+            self._on_first_frame = None
 
     def _show_detail(self) -> None:
         want = self.source.want_log

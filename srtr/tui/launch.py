@@ -80,15 +80,20 @@ def follow_up(run_dir: Path, read: int, *, theme: str | None = None) -> int:
     # Ctrl+C is the TUI's key; a SIGINT from the terminal (before the TUI has it, or after)
     # is for the controller, which tears down as headless `srtr up` does.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # The job before its view: on a busy host the controller and its nodes get the CPU
-    # first, and the TUI what they leave (it lags; it never slows the job).
-    with contextlib.suppress(OSError):
-        os.nice(up_process.NICE)
     return asyncio.run(_follow_up(run_dir, read, theme))
 
 
+def _yield_cpu() -> None:
+    """The job before its view, once the first frame is up: on a busy host the controller
+    and its nodes get the CPU first, and the TUI what they leave (it lags; it never slows
+    the job)."""
+    with contextlib.suppress(OSError):
+        os.nice(up_process.NICE)
+
+
 async def _follow_up(run_dir: Path, read: int, theme: str | None) -> int:
-    app = SrtrApp(run_dir, job=up_process.outcome(read), theme_name=theme)
+    job = up_process.outcome(read)
+    app = SrtrApp(run_dir, job=job, theme_name=theme, on_first_frame=_yield_cpu)
     await app.run_async()
     if app.detached:
         return up_process.DETACHED

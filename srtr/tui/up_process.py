@@ -4,7 +4,8 @@ The controller runs the job exactly as headless `srtr up` does, in the parent pr
 TUI is `srtr tui RUN_DIR` started by it on the same terminal, with a private flag: the
 read end of a pipe. The TUI's work (reading state.json, building
 frames, drawing) then never holds the controller's interpreter lock nor its event loop, and
-it starts drawing while the controller is still planning the job.
+it starts (imports, draws its screen) while the controller builds the job's store and
+writes its first state.
 
 Between the two:
 - the parent writes the job's outcome on the pipe when the job ends (`tell`): its exit
