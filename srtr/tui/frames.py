@@ -50,6 +50,12 @@ class FrameReader:
         self.source.state_due = time.monotonic() >= self._next_state_at
         return self.source.unchanged()
 
+    @property
+    def warmed(self) -> bool:
+        """The last frame has every row built: a read that finds nothing new builds only
+        its header (ages tick), in microseconds."""
+        return self._built is not None and vm.warmed(self._built)
+
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
         started = time.monotonic()
