@@ -36,7 +36,7 @@ EXIT_GONE = 2
 
 def run_with_tui(run_dir: Path, job: Coroutine[Any, Any, int], *, theme: str | None = None) -> int:
     """`srtr up` on a terminal: the job runs here, headless, and the TUI in a process of its
-    own on the same terminal (`up_process`), started first; the job's code."""
+    own on the same terminal (`up_process`), started before the job; the job's code."""
     tui, write = up_process.start(run_dir, theme)
     return asyncio.run(_up(run_dir, job, tui, write))
 
@@ -65,13 +65,15 @@ async def _up(
     # The job is over: a hang-up (the kernel's, as the terminal closes) has nothing to end.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     up_process.tell(write, task)  # the TUI shows the end, then closes
-    if up_process.hung_up(await closed):
+    gone = up_process.hung_up(await closed)
+    if gone:
         detach_terminal()  # nobody to print to, and nothing may block on a dead terminal
-    else:
+    code = task.result()  # a job that raised raises here, once the terminal is back
+    if not gone:
         # The screen is gone: say on the terminal what a headless `srtr up` ends with.
         for line in job_end.summary_lines(run_dir):
             print(line, flush=True)
-    return task.result()
+    return code
 
 
 def follow_up(run_dir: Path, read: int, *, theme: str | None = None) -> int:
