@@ -69,6 +69,7 @@ from srtr.tui.widgets.pools_panel import PoolsPanel
 from srtr.tui.widgets.teardown_view import TeardownView
 
 POLL_INTERVAL = 0.25
+FIRST_LOOKS = 0.05  # s between looks for the first state.json
 EXIT_AFTER = 3.0  # seconds the final state of a finished `srtr up` job stays on screen
 NARROW_BELOW = 110  # columns: below, the pools and the node grid fold away
 SHORT_BELOW = 30  # lines: below, the detail, log and events panes get less room
@@ -236,7 +237,10 @@ class SrtrApp(App[int]):
                 if self.source.behind:
                     continue  # a fast writer: keep reading, the view lags but drops nothing
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+                # Until the first frame (the job's first state.json) a look is all a poll
+                # is: look often, and show the job as soon as it is written.
+                wait = self.poll_interval if self.frames else min(self.poll_interval, FIRST_LOOKS)
+                await asyncio.wait_for(self._wake.wait(), wait)
 
     @on(Worker.StateChanged)
     def _on_worker_state(self, event: Worker.StateChanged) -> None:
