@@ -361,6 +361,10 @@ def the_tui_of(up: PtyProgram) -> int:
     raise AssertionError("srtr up has no TUI process")
 
 
+def niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def test_the_tui_is_a_process_of_its_own_and_its_death_tears_the_job_down(
     tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
 ) -> None:
@@ -371,6 +375,8 @@ def test_the_tui_is_a_process_of_its_own_and_its_death_tears_the_job_down(
     up.wait_for_text("service_watcher_node2", "Running")
     tui = the_tui_of(up)
     assert tui != up.proc.pid
+    # Its frames are up: it yields the CPU to the job (niceness +10 over srtr up's).
+    assert niceness(tui) == niceness(up.proc.pid) + 10
     os.kill(tui, signal.SIGKILL)  # a TUI that crashed: the job must not go on unseen
     assert up.wait(60) == 143, up.text()
     assert "the TUI closed while the job runs; tearing it down" in up.raw.decode(errors="replace")
