@@ -11,7 +11,10 @@ nobody reads would block the program). Figures:
 - a keystroke's answer: from the key written to the pty to the screen showing its effect:
   `o` (sort by the next column: the heading's arrow), `j` (the cursor to the next row:
   the detail pane's title) and a `/` filter (rows of only the matching service);
-- idle CPU and RSS of the `srtr up` process once all are Running and settled.
+- idle CPU and RSS of `srtr up` once all are Running and settled: of every process it
+  runs (`up_processes`: the controller, the TUI's own process, a guard), but the simulated
+  nodes (the hollow process), whose CPU a real job spends on its compute nodes. CPU is
+  summed over them, RSS too.
 
 `measure(ctx, nodes, per_node)` is the hook a larger scenario calls; `run(ctx)` measures
 1,024 × 4 (256 × 4 with --quick). Large runs must hold the benchmark lock:
@@ -43,9 +46,11 @@ from benchmarks.common import (
     Context,
     Figure,
     Job,
+    cpu_seconds,
     idle_sample,
     make_context,
     raise_nofile,
+    rss_mb,
     srtr_argv,
     write_yaml,
 )
@@ -165,6 +170,58 @@ class TuiJob(Job):
             self.out.close()
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return found
+
+
+def up_processes(pid: int) -> list[int]:
+    """`pid` and every process under it, but the simulated nodes' (`srtr.backends.agent`)."""
+    out, todo = [], [pid]
+    while todo:
+        here = todo.pop()
+        try:
+            argv = Path(f"/proc/{here}/cmdline").read_bytes()
+            todo += _children(here)
+        except OSError:
+            continue  # gone meanwhile
+        if b"srtr.backends.agent" not in argv:
+            out.append(here)
+    return out
+
+
+def idle_of_up(pid: int, seconds: float) -> dict[str, float]:
+    """`idle_sample` summed over `up_processes(pid)` (as found when the sample starts)."""
+    pids = up_processes(pid)
+    start = {p: cpu_seconds(p) for p in pids}
+    t0 = time.monotonic()
+    samples = [idle_sample(p, seconds) for p in pids[:1]]
+    elapsed = time.monotonic() - t0
+    cpu = sum(_cpu_or(p, start[p]) - start[p] for p in pids)
+    out = dict(samples[0])
+    out["cpu_percent"] = 100 * cpu / elapsed
+    out["rss_mb"] = sum(_rss_or_zero(p) for p in pids)
+    out["processes"] = float(len(pids))
+    return out
+
+
+def _cpu_or(pid: int, default: float) -> float:
+    try:
+        return cpu_seconds(pid)
+    except OSError:
+        return default
+
+
+def _rss_or_zero(pid: int) -> float:
+    try:
+        return rss_mb(pid)
+    except (OSError, KeyError):
+        return 0.0
+
+
 def _rows_shown(screen: str) -> bool:
     return "NAME" in screen and re.search(r"\bservice_\w+_node\d+", screen) is not None
 
@@ -243,10 +300,10 @@ def measure(ctx: Context, nodes: int, per_node: int, *, headless: bool = False) 
             f"{out['tui_running_s']:.1f}s with the TUI on"
         )
         time.sleep(3)  # the last state.json write and its frame pass
-        out["idle"] = idle_sample(tui.pid, 10.0)
+        out["idle"] = idle_of_up(tui.pid, 10.0)
         ctx.log(
             f"tui_scale: idle {out['idle']['cpu_percent']:.1f}% CPU, "
-            f"RSS {out['idle']['rss_mb']:.0f} MB"
+            f"RSS {out['idle']['rss_mb']:.0f} MB ({out['idle']['processes']:.0f} processes)"
         )
         out.update(_keystrokes(tui))
         ctx.log(
@@ -294,7 +351,7 @@ def measure_view(ctx: Context, template: Path, nodes: int, per_node: int) -> dic
     with TuiJob(template, run_dir, argv=argv) as tui:
         out["first_frame_s"] = tui.screen.wait(_rows_shown, 600, "the first rows")
         time.sleep(2)
-        out["idle"] = idle_sample(tui.pid, 10.0)
+        out["idle"] = idle_of_up(tui.pid, 10.0)
         out.update(_keystrokes(tui))
     ctx.log(
         f"tui_scale: srtr tui on {nodes * per_node:,} instances: first frame "

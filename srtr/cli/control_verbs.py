@@ -36,6 +36,8 @@ def add_verbs(verbs: Any) -> None:
         help="dark (default), light, terminal (its own colours), or a Textual theme; "
         "default $SRTR_THEME",
     )
+    # Private: `srtr up` starts its TUI so (srtr.tui.up_process), not a user.
+    tui.add_argument("--up-fd", type=int, help=argparse.SUPPRESS)
     tui.set_defaults(func=cmd_tui)
 
     down = verbs.add_parser("down", help="ask a running `srtr up` to tear down gracefully")
@@ -81,6 +83,10 @@ def cmd_control(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
+    if args.up_fd is not None:  # the TUI of `srtr up`: the run dir may not exist yet
+        from srtr.tui.launch import follow_up
+
+        return follow_up(run_dir, args.up_fd, theme=args.theme)
     try:
         from srtr.tui.launch import attach
         from srtr.tui.source import RunSource

@@ -56,6 +56,17 @@ class StateFollower:
             return None  # a whole state.json, unchanged
         return self._appended()
 
+    def unchanged(self) -> bool:
+        """Whether a read now would find nothing new: two stats, nothing read (a poller
+        that finds the run dir holding still does no more)."""
+        try:
+            st = os.stat(self.run_dir / STATE_FILE)
+        except FileNotFoundError:
+            return True
+        if self._state is None or (st.st_ino, st.st_mtime_ns, st.st_size) != self._snapshot:
+            return False
+        return self._seq is None or _size(self.run_dir / DELTA_FILE) == self._offset
+
     def _whole(self, stamp: Stamp) -> RunState:
         # The log's size before the snapshot is read: lines appended after are read next
         # time (and skipped there if this reading applied them already).

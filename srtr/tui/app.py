@@ -2,20 +2,22 @@
 
 The App reads snapshots and sends intents, nothing else, so that a viewer can never change
 the job but through the intents the job itself checks:
-- a worker polls the run dir (`source.RunSource`) every 0.25 s in a thread and turns what
-  changed into a `viewmodel.Frame` there (`frames.FrameReader`); the App only hands the
-  frame to its widgets, which write changed cells only;
+- a worker looks at the run dir every 0.25 s (a few stats); when a file changed, or once a
+  second (ages tick), a thread reads it (`source.RunSource`) and turns what changed into a
+  `viewmodel.Frame` (`frames.FrameReader`); the App only hands the frame to its widgets,
+  which write changed cells only;
 - keys become intents (`srtr.runtime.control.send`, over the job's control channel: TLS
-  from any host, the 0600 socket on the controller's own, also when the job runs in this
-  very process), the destructive ones after a confirmation.
+  from any host, the 0600 socket on the controller's own, also for the TUI of `srtr up`),
+  the destructive ones after a confirmation.
 
 The keys are in `keys.py`, what the intent keys ask before they send, in `intents.py`; what
 happens when the job of `srtr up` ends, in `job_end.py`.
 
 Decisions:
-- In `srtr up` the job runs in the App's event loop. When it ends, the final state stays
-  on screen for EXIT_AFTER seconds and the App exits with the job's code, unless the user
-  is reading (`job_end.py`). If the terminal is lost, `srtr up` behaves as on SIGHUP.
+- In `srtr up` the job runs in the parent process (`up_process.py`); `job` resolves with
+  its code when it ends. The final state then stays on screen for EXIT_AFTER seconds and
+  the App exits with the job's code, unless the user is reading (`job_end.py`). If the
+  terminal is lost, `srtr up` behaves as on SIGHUP.
 - Ctrl+C opens the teardown confirmation; a second Ctrl+C confirms it (headless Ctrl+C
   tears down at once). While tearing down, Ctrl+C asks to kill, and again confirms.
   Restart, stop, teardown and kill always ask; a pending recipe edit is applied with `a`
@@ -26,8 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
+import functools
 import sys
 import time
 from collections import deque
@@ -68,6 +69,7 @@ from srtr.tui.widgets.pools_panel import PoolsPanel
 from srtr.tui.widgets.teardown_view import TeardownView
 
 POLL_INTERVAL = 0.25
+FIRST_LOOKS = 0.05  # s between looks for the first state.json
 EXIT_AFTER = 3.0  # seconds the final state of a finished `srtr up` job stays on screen
 NARROW_BELOW = 110  # columns: below, the pools and the node grid fold away
 SHORT_BELOW = 30  # lines: below, the detail, log and events panes get less room
@@ -81,7 +83,7 @@ Clock = Callable[[], float]
 
 
 class SrtrApp(App[int]):
-    """Watch and drive one run dir. `job` is the running job's task in `srtr up` mode."""
+    """Watch and drive one run dir. `job` is the running job's outcome in `srtr up` mode."""
 
     CSS_PATH = "app.tcss"
     TITLE = "srtr"
@@ -94,7 +96,7 @@ class SrtrApp(App[int]):
         self,
         run_dir: Path,
         *,
-        job: asyncio.Task[int] | None = None,
+        job: asyncio.Future[int] | None = None,
         clock: Clock = time.time,
         poll_interval: float = POLL_INTERVAL,
         exit_after: float = EXIT_AFTER,
@@ -102,9 +104,11 @@ class SrtrApp(App[int]):
         theme_name: str | None = None,
         source: RunSource | None = None,
         state: RunState | None = None,
+        on_first_frame: Callable[[], None] | None = None,
     ) -> None:
         """`source` and `state`: a reader of `run_dir` that read its state.json already,
-        and what it read (`srtr tui` checks the run dir so: a large one is parsed once)."""
+        and what it read (`srtr tui` checks the run dir so: a large one is parsed once).
+        `on_first_frame`: called once the first frame is on screen."""
         super().__init__()
         # `--theme`, else SRTR_THEME, else dark (the CLI has checked the name already).
         self.theme = themes.resolve(theme_name, self.available_themes)
@@ -122,6 +126,7 @@ class SrtrApp(App[int]):
         self.frame: vm.Frame | None = None
         self.events: deque[EventDoc] = deque(maxlen=EVENTS_KEPT)
         self.frames = 0  # frames applied: tests wait on it instead of sleeping
+        self._on_first_frame = on_first_frame
         self.last_apply_seconds = 0.0
         self._wake = asyncio.Event()
         self._banner = ""
@@ -150,17 +155,15 @@ class SrtrApp(App[int]):
     def terminal_lost(self) -> None:
         """The terminal hung up or stopped taking output: nobody can see or drive this App.
 
-        `srtr up` then behaves as on SIGHUP, whatever told us first: the job tears down as
-        a headless one does on a hang-up and `srtr up` exits 129. A viewer (`srtr tui`)
-        just leaves.
+        It leaves at once. Under `srtr up` its exit status says so (`up_process.GONE`),
+        and `srtr up` then behaves as on SIGHUP, whatever told us first: the job tears
+        down as a headless one does on a hang-up and `srtr up` exits 129. A viewer
+        (`srtr tui`) just leaves.
         """
         if self._terminal_gone:
             return
         self._terminal_gone = True
         detach_terminal()
-        if self.job is not None and not self.job.done():
-            os.kill(os.getpid(), signal.SIGHUP)  # the runner's handler: teardown, exit 129
-            return
         self.exit(self._exit_code())
 
     # -- layout -------------------------------------------------------------------------
@@ -222,14 +225,22 @@ class SrtrApp(App[int]):
             now = self.clock()
             # Ages tick even when nothing changed: rebuild the frame once a second.
             rebuild_anyway = time.monotonic() - last_frame_at >= 1.0
-            poll, frame = await asyncio.to_thread(self._reader.read, now, rebuild_anyway)
-            if frame is not None:
-                last_frame_at = time.monotonic()
-            self._apply(poll, frame, now)
-            if self.source.behind:
-                continue  # a fast writer: keep reading, the view lags but drops nothing
+            quiet = self._reader.quiet()
+            if rebuild_anyway or not quiet:
+                read = functools.partial(self._reader.read, now, rebuild_anyway)
+                # Nothing new and every row built: the ages' frame costs less than a hop.
+                cheap = quiet and self._reader.warmed
+                poll, frame = read() if cheap else await asyncio.to_thread(read)
+                if frame is not None:
+                    last_frame_at = time.monotonic()
+                self._apply(poll, frame, now)
+                if self.source.behind:
+                    continue  # a fast writer: keep reading, the view lags but drops nothing
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+                # Until the first frame (the job's first state.json) a look is all a poll
+                # is: look often, and show the job as soon as it is written.
+                wait = self.poll_interval if self.frames else min(self.poll_interval, FIRST_LOOKS)
+                await asyncio.wait_for(self._wake.wait(), wait)
 
     @on(Worker.StateChanged)
     def _on_worker_state(self, event: Worker.StateChanged) -> None:
@@ -282,6 +293,9 @@ class SrtrApp(App[int]):
             self._select(table.selected)
         self._show_detail()
         self.frames += 1
+        if self._on_first_frame is not None:
+            self._on_first_frame()
+            self._on_first_frame = None
 
     def _show_detail(self) -> None:
         want = self.source.want_log

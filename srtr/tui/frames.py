@@ -10,6 +10,7 @@ every poll as before. Events and the followed log are read at every poll regardl
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 from pathlib import Path
@@ -45,6 +46,17 @@ class FrameReader:
         self._retired: deque[vm.Frame] = deque(maxlen=3)
         self._next_state_at = float("-inf")  # time.monotonic() from which to read state.json
 
+    def quiet(self) -> bool:
+        """Nothing to read (a few stats): the loop need not hand a read to the thread."""
+        self.source.state_due = time.monotonic() >= self._next_state_at
+        return self.source.unchanged()
+
+    @property
+    def warmed(self) -> bool:
+        """The last frame has every row built: a read that finds nothing new builds only
+        its header (ages tick), in microseconds."""
+        return self._built is not None and vm.warmed(self._built)
+
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
         started = time.monotonic()
@@ -54,7 +66,9 @@ class FrameReader:
             # Once the state holds still: every row built, for a sort or a filter to read
             # (not while it changes: each change would be built twice, and the job wants
             # the process's time then).
-            vm.warm(self._built)
+            if not vm.warmed(self._built):
+                vm.warm(self._built)
+                gc.freeze()  # the rows just built, as the state's documents above
         state = poll.state or self.state
         # What changed is relative to the state read before, which the last frame shows.
         shown = None if self._built is None else self._built.state
@@ -76,6 +90,11 @@ class FrameReader:
         # last reference to an old frame is dropped in this thread, not in the UI's.
         self._retired.append(self._built)
         if poll.state is not None:
+            # A big job's documents and rows are a million objects that live until they
+            # are replaced: out of the cyclic collector's sight, which would otherwise walk
+            # them all again and again as the screen's small garbage comes and goes. They
+            # hold no cycles: reference counting still frees them when replaced.
+            gc.freeze()
             ended = time.monotonic()
             self._next_state_at = ended + STATE_PAUSE * (ended - started)
         return poll, self._built

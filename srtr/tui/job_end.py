@@ -28,7 +28,7 @@ READING_WINDOW = 5.0  # a key pressed this recently before the job ended means "
 HANGUP_CODE = 128 + signal.SIGHUP
 
 
-def job_code(task: asyncio.Task[int]) -> int | None:
+def job_code(task: asyncio.Future[int]) -> int | None:
     """The ended job's exit code: 1 when it was cancelled, None when it raised (the App
     exits 1 and `run_with_tui` re-raises the exception once the terminal is back)."""
     if task.cancelled():

@@ -1,9 +1,10 @@
 """The two ways into the TUI, which the CLI calls: `srtr up` on a terminal (`run_with_tui`)
 and `srtr tui RUN_DIR` (`attach`).
 
-- In `srtr up` the job runs in the App's event loop (see `job_end.py` for what the App does
-  when it ends). Quitting while the job runs asks to tear it down, and if the TUI dies the
-  job is torn down before `srtr up` returns. Detaching (`d`) closes the TUI and leaves the
+- In `srtr up` the job runs in the `srtr up` process, headless, and the TUI in a process
+  of its own on the same terminal (`up_process.py`; `job_end.py` says what the TUI does
+  when the job ends). Quitting while the job runs asks to tear it down, and if the TUI
+  dies the job is torn down before `srtr up` returns. Detaching (`d`) closes the TUI and leaves the
   job running headless in the background (`srtr.runtime.detach`); `srtr tui` re-attaches.
 - `srtr tui RUN_DIR` on a run whose job has ended, or whose controller is dead, opens it
   read-only for the post-mortem: the last state, the events and every log, and no
@@ -15,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -23,38 +26,80 @@ from typing import Any
 from srtr.runtime import detach
 from srtr.runtime.control import ControlError, send
 from srtr.store.rundir import RunState, StateFileError
-from srtr.tui import job_end
+from srtr.tui import job_end, up_process
 from srtr.tui.app import SrtrApp
 from srtr.tui.source import RunSource
+from srtr.tui.terminal import detach_terminal
 
 EXIT_GONE = 2
 
 
 def run_with_tui(run_dir: Path, job: Coroutine[Any, Any, int], *, theme: str | None = None) -> int:
-    """`srtr up` on a terminal: run the job and the TUI in one event loop; the job's code."""
-    return asyncio.run(_up(run_dir, job, theme))
+    """`srtr up` on a terminal: the job runs here, headless, and the TUI in a process of its
+    own on the same terminal (`up_process`), started before the job; the job's code."""
+    tui, write = up_process.start(run_dir, theme)
+    return asyncio.run(_up(run_dir, job, tui, write))
 
 
-async def _up(run_dir: Path, job: Coroutine[Any, Any, int], theme: str | None) -> int:
+async def _up(
+    run_dir: Path, job: Coroutine[Any, Any, int], tui: subprocess.Popen[bytes], write: int
+) -> int:
     task = asyncio.create_task(job)
-    app = SrtrApp(run_dir, job=task, theme_name=theme)
-    try:
-        await app.run_async()
-    finally:
-        if not task.done() and not app.detached:
+    closed = asyncio.ensure_future(up_process.exited(tui))
+    await asyncio.wait((task, closed), return_when=asyncio.FIRST_COMPLETED)
+    if closed.done() and not task.done():
+        status = closed.result()
+        if status == up_process.DETACHED:
+            os.close(write)
+            _detach(run_dir)
+            return await task  # headless now: nothing more for the terminal
+        if up_process.hung_up(status):
+            detach_terminal()
+            up_process.hang_up()  # the runner's handler: teardown, exit 129
+        else:
             # The TUI closed (or crashed) while the job runs: never orphan instances.
             print("srtr: the TUI closed while the job runs; tearing it down", file=sys.stderr)
             with contextlib.suppress(ControlError):
                 await asyncio.to_thread(send, run_dir, "teardown")
-    if app.detached and not task.done():
-        _detach(run_dir)
-        return await task  # headless now: nothing more for the terminal
-    code = await task
-    if not app.terminal_gone:
+    await asyncio.wait((task,))
+    # The job is over: a hang-up (the kernel's, as the terminal closes) has nothing to end.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    up_process.tell(write, task)  # the TUI shows the end, then closes
+    gone = up_process.hung_up(await closed)
+    if gone:
+        detach_terminal()  # nobody to print to, and nothing may block on a dead terminal
+    code = task.result()  # a job that raised raises here, once the terminal is back
+    if not gone:
         # The screen is gone: say on the terminal what a headless `srtr up` ends with.
         for line in job_end.summary_lines(run_dir):
             print(line, flush=True)
     return code
+
+
+def follow_up(run_dir: Path, read: int, *, theme: str | None = None) -> int:
+    """The TUI of `srtr up` (`srtr tui` with the private flag `up_process.start` gives):
+    `read` brings the job's outcome. The exit status says how the TUI ended."""
+    # Ctrl+C is the TUI's key; a SIGINT from the terminal (before the TUI has it, or after)
+    # is for the controller, which tears down as headless `srtr up` does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return asyncio.run(_follow_up(run_dir, read, theme))
+
+
+def _yield_cpu() -> None:
+    """The job before its view, once the first frame is up: on a busy host the controller
+    and its nodes get the CPU first, and the TUI what they leave (it lags; it never slows
+    the job)."""
+    with contextlib.suppress(OSError):
+        os.nice(up_process.NICE)
+
+
+async def _follow_up(run_dir: Path, read: int, theme: str | None) -> int:
+    job = up_process.outcome(read)
+    app = SrtrApp(run_dir, job=job, theme_name=theme, on_first_frame=_yield_cpu)
+    await app.run_async()
+    if app.detached:
+        return up_process.DETACHED
+    return up_process.GONE if app.terminal_gone else 0
 
 
 def _detach(run_dir: Path) -> None:

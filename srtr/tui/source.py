@@ -97,6 +97,16 @@ class LineTail:
         self.behind = self.offset < st.st_size
         return self._lines(data)
 
+    def unchanged(self) -> bool:
+        """Whether a read now would return nothing and change nothing (one stat)."""
+        if self.behind:
+            return False
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return st.st_ino == self._inode and st.st_size == self.offset
+
     def _lines(self, data: bytes) -> list[str]:
         buffer = self._partial + data
         parts = buffer.split(b"\n")
@@ -212,6 +222,10 @@ class LogFollower:
             self.floor = self.first = 0
             return LogChunk(self.key, lines, reset=True, note="the log was truncated")
         return LogChunk(self.key, lines, reset=False)
+
+    def unchanged(self) -> bool:
+        """Whether a read now would bring nothing (it has begun, and its file holds still)."""
+        return self._started and (self._tail is None or self._tail.unchanged())
 
     def earlier(self) -> LogChunk:
         """The lines before the first loaded one (up to `tail` bytes of them)."""
@@ -341,6 +355,16 @@ class RunSource:
                 out.log = self._log.read()
         self.want_earlier = None
         return out
+
+    def unchanged(self) -> bool:
+        """Whether a poll now would find nothing: a few stats on the caller's thread, so that
+        an idle view costs no hop to a reading thread (state.json only if `state_due`)."""
+        log, want = self._log, self.want_log
+        if self.want_earlier is not None or (log.key if log is not None else None) != want:
+            return False
+        if log is not None and not log.unchanged():
+            return False
+        return self._events.unchanged() and (not self.state_due or self._state.unchanged())
 
     @property
     def behind(self) -> bool:

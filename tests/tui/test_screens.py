@@ -346,6 +346,44 @@ def test_detach_leaves_the_job_running_through_a_hang_up_and_srtr_tui_reattaches
     assert "TearingDown" in log and "JobFailed" in log
 
 
+def the_tui_of(up: PtyProgram) -> int:
+    """The pid of `srtr up`'s TUI: its own process, `srtr tui` with the private pipe."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == up.proc.pid and b"--up-fd" in argv:
+            return int(entry)
+    raise AssertionError("srtr up has no TUI process")
+
+
+def niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_the_tui_is_a_process_of_its_own_and_its_death_tears_the_job_down(
+    tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
+) -> None:
+    recipe = tmp_path / "holding.yaml"
+    recipe.write_text(HOLDING)
+    run_dir = tmp_path / "run"
+    up = start(programs, srtr("up", str(recipe), "--run-dir", str(run_dir)), run_dir, tmp_path)
+    up.wait_for_text("service_watcher_node2", "Running")
+    tui = the_tui_of(up)
+    assert tui != up.proc.pid
+    # Its frames are up: it yields the CPU to the job (niceness +10 over srtr up's).
+    assert niceness(tui) == niceness(up.proc.pid) + 10
+    os.kill(tui, signal.SIGKILL)  # a TUI that crashed: the job must not go on unseen
+    assert up.wait(60) == 143, up.text()
+    assert "the TUI closed while the job runs; tearing it down" in up.raw.decode(errors="replace")
+    state = read_state(run_dir)
+    assert state is not None and state["job"]["phase"] in ("Failed", "Succeeded"), state["job"]
+
+
 # -- themes: --theme, SRTR_THEME, and `c` -------------------------------------------------
 
 

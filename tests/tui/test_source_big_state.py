@@ -32,12 +32,14 @@ def test_a_change_only_the_delta_log_holds_is_seen(tmp_path: Path) -> None:
         first = source.poll().state
         assert first is not None and _phase(first, "service_web") == "Running"
         assert source.poll().state is None  # nothing changed
+        assert source.unchanged()  # and a look (stats only) says so
         snapshot = os.stat(tmp_path / "state.json")
         h.exit("service_web", 3)
         await h.settle()
         write()
         after = os.stat(tmp_path / "state.json")
         assert (after.st_ino, after.st_mtime_ns) == (snapshot.st_ino, snapshot.st_mtime_ns)
+        assert not source.unchanged()  # a line appended to the delta log is a change
         changed = source.poll().state
         assert changed is not None and _phase(changed, "service_web") != "Running"
 
@@ -57,3 +59,38 @@ def test_a_reader_that_keeps_the_last_events_parses_no_more_than_those(tmp_path:
     with (tmp_path / "events.jsonl").open("a") as handle:
         handle.write('{"ts": 50, "type": "Normal", "reason": "Launched", "object": "i50"}\n')
     assert [e["object"] for e in source.poll().events] == ["i50"]  # then every new one
+
+
+def test_a_look_finds_each_kind_of_change_a_poll_would_read(tmp_path: Path) -> None:
+    """`unchanged` lets an idle view skip its read: it must never skip one that has news."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "state.json").write_text('{"job": {"name": "j", "phase": "Running"}}')
+    (tmp_path / "events.jsonl").write_text("")
+    log = tmp_path / "logs" / "a.out"
+    log.write_text("one\n")
+    source = RunSource(tmp_path)
+    source.poll()
+    assert source.unchanged()
+    with (tmp_path / "events.jsonl").open("a") as handle:
+        handle.write('{"ts": 1, "reason": "Started", "object": "job", "message": "m"}\n')
+    assert not source.unchanged()
+    source.poll()
+    assert source.unchanged()
+    source.want_log = ("a", "logs/a.out", False)  # a newly selected log: read it
+    assert not source.unchanged()
+    source.poll()
+    assert source.unchanged()
+    with log.open("a") as handle:
+        handle.write("two\n")
+    assert not source.unchanged()
+    source.poll()
+    source.want_earlier = source.want_log  # lines before those shown, asked for
+    assert not source.unchanged()
+    source.poll()
+    assert source.unchanged()
+    replaced = tmp_path / "state.new"
+    replaced.write_text('{"job": {"name": "j", "phase": "Failed"}}')
+    replaced.replace(tmp_path / "state.json")  # a new snapshot (a new inode)
+    assert not source.unchanged()
+    source.state_due = False  # a reader pacing its state reads: not a change for now
+    assert source.unchanged()

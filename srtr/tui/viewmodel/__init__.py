@@ -25,7 +25,7 @@ from srtr.store.status import ALIVE as ALIVE_PHASES
 from srtr.store.status import JOB_ENDED
 from srtr.tui.viewmodel.detail import DetailView, detail, remember_probe_failures
 from srtr.tui.viewmodel.events import EventLine, event_lines
-from srtr.tui.viewmodel.frame import Frame, frame, warm
+from srtr.tui.viewmodel.frame import Frame, frame, warm, warmed
 from srtr.tui.viewmodel.grid import (
     EMPTY_CELL,
     GridCell,
@@ -135,6 +135,7 @@ __all__ = [
     "teardown",
     "text_width",
     "warm",
+    "warmed",
     "worst_doc",
     "worst_instance",
 ]

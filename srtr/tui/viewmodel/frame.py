@@ -217,6 +217,11 @@ def warm(built: Frame) -> None:
         built.rows.warm()
 
 
+def warmed(built: Frame) -> bool:
+    """Every row of `built` is built (`warm` has nothing left to do)."""
+    return not isinstance(built.rows, Rows) or built.rows.warmed
+
+
 def _same(before: Doc, after: Doc) -> bool:
     # The follower's copies share unchanged records: most are the very same object, which
     # `==` on two dicts would still walk key by key.

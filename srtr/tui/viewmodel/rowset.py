@@ -70,9 +70,14 @@ class Rows(Mapping[str, InstanceRow]):
     def __contains__(self, name: object) -> bool:
         return name in self._docs
 
+    @property
+    def warmed(self) -> bool:
+        """Every row is built."""
+        return len(self._valid) >= len(self._docs)
+
     def warm(self) -> None:
         """Build every row not built yet (at once when all are: a poll asks every 0.25 s)."""
-        if len(self._valid) >= len(self._docs):
+        if self.warmed:
             return
         for name in self._docs:
             if name not in self._valid:
