@@ -130,11 +130,30 @@ class Ctx:
     source_pins: Pins = field(default_factory=dict)
     # Where live edits get nodes beyond the allocation (the `grow` key); None: nowhere.
     provisioner: Provisioner | None = None
+    # Called once the job is over and the backend has asked its agents to end (`closing`).
+    on_closing: list[Callable[[], None]] = field(default_factory=list)
+    closing: bool = False
 
     @functools.cached_property
     def run_dir_path(self) -> str:
         """The run dir's absolute path (SRTR_RUN_DIR): worked out once, not per launch."""
         return str(self.run_dir.resolve())
+
+    def when_closing(self, hook: Callable[[], None]) -> None:
+        """Call `hook` once the backend has asked the agents to end, or now if it has: work
+        that would block the loop at the job's end (a big job's last state.json) then
+        overlaps the agents' goodbyes instead of delaying them."""
+        if self.closing:
+            hook()
+        else:
+            self.on_closing.append(hook)
+
+    def began_closing(self) -> None:
+        """The backend has asked its agents to end (`manager.run`): run the hooks."""
+        self.closing = True
+        hooks, self.on_closing = self.on_closing, []
+        for hook in hooks:
+            hook()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a side task (a probe attempt) without awaiting it in the reconcile."""
