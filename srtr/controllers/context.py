@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from srtr.backends.base import Backend
 from srtr.backends.provision import Provisioner
@@ -21,6 +21,9 @@ from srtr.reconciler.workqueue import WorkQueue
 from srtr.resources.objects import ExporterSpec, InstanceSpec
 from srtr.resources.pins import Pins
 from srtr.store.store import InstanceStatus, Store
+
+if TYPE_CHECKING:
+    from srtr.controllers.teardown_decisions import TierMemo
 
 # A watched probe's transition, as its node reports it: (ok, failures in a row, message).
 Report = Callable[[bool, int, str], None]
@@ -130,6 +133,9 @@ class Ctx:
     source_pins: Pins = field(default_factory=dict)
     # Where live edits get nodes beyond the allocation (the `grow` key); None: nowhere.
     provisioner: Provisioner | None = None
+    # The teardown's last tier and its members (`teardown._step`): a teardown is looked at
+    # after every batch of exits, and a pass over all of a big job's instances is ~70 ms.
+    teardown_memo: TierMemo | None = None
     # Called once the job is over and the backend has asked its agents to end (`closing`).
     on_closing: list[Callable[[], None]] = field(default_factory=list)
     closing: bool = False
