@@ -9,6 +9,7 @@ sleeps in `queue.get()`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -109,5 +110,16 @@ async def run(ctx: Ctx) -> int:
     finally:
         for pending in list(ctx.tasks):
             pending.cancel()
-        await ctx.backend.close()
+        await _close(ctx)
     return ctx.store.job.exit_code or 0
+
+
+async def _close(ctx: Ctx) -> None:
+    """Close the backend; once its first step has asked the agents to end, the hooks of
+    `Ctx.when_closing` run, while the agents end theirs."""
+    closing = asyncio.ensure_future(ctx.backend.close())
+    try:
+        await asyncio.sleep(0)  # the close's first step runs first: it was scheduled first
+        ctx.began_closing()
+    finally:
+        await closing

@@ -6,6 +6,8 @@ instance it stops has started.
 Within a tier every member gets SIGTERM at once. A second Ctrl+C (`kill_now`) sends SIGKILL
 to everything still running. The steps are decided by `teardown_decisions` (`teardown_step`,
 `stop_step`); this module sends the signals and applies them through the store.
+A teardown is looked at after every batch of exits; while no instance came alive since the
+last full look (`Store.came_alive`), the next one goes over that look's tier alone.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ async def reconcile(ctx: Ctx) -> Result | None:
         # Each answer queues the teardown again (`instance._await_launch`).
         return None
     now = ctx.clock.now()
-    step = teardown_decisions.teardown_step(store.specs, store.status, kill_now=job.kill_now)
+    step = _step(ctx, kill_now=job.kill_now)
     for name in step.kill:
         store.killing(name)
         await ctx.backend.signal(name, signal.SIGKILL)
@@ -50,6 +52,30 @@ async def reconcile(ctx: Ctx) -> Result | None:
             f"{', '.join(f'{g:g}s' for g in waiting)}",
         )
     return await stop_all(ctx, list(step.members), now)
+
+
+def _step(ctx: Ctx, *, kill_now: bool) -> teardown_decisions.TeardownStep:
+    """`teardown_step`; from the last one's members alone while no instance came alive since
+    (the same step: `tier_step`), else from a pass over every instance."""
+    store = ctx.store
+    memo = ctx.teardown_memo
+    fresh_memo = (
+        memo is not None
+        and memo.came_alive == store.came_alive
+        and memo.generation == store.job.generation
+    )
+    if memo is not None and fresh_memo and not kill_now:
+        step = teardown_decisions.tier_step(store.status, memo)
+        if step is not None:
+            memo.members = list(step.members)  # the next look goes over these only
+            return step
+    step = teardown_decisions.teardown_step(store.specs, store.status, kill_now=kill_now)
+    ctx.teardown_memo = None
+    if step.tier is not None:
+        ctx.teardown_memo = teardown_decisions.TierMemo(
+            store.came_alive, store.job.generation, step.tier, list(step.members)
+        )
+    return step
 
 
 def lowest_tier(ctx: Ctx, names: list[str]) -> tuple[int, list[str]]:

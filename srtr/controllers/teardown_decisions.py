@@ -48,6 +48,27 @@ def teardown_step(specs: Specs, statuses: Statuses, *, kill_now: bool) -> Teardo
     return TeardownStep(kill=kill, tier=tier, members=tuple(members), fresh=fresh)
 
 
+@dataclass
+class TierMemo:
+    """The last full `teardown_step`'s tier and members, and the store's `came_alive` then."""
+
+    came_alive: int
+    generation: int
+    tier: int
+    members: list[str]
+
+
+def tier_step(statuses: Statuses, memo: TierMemo) -> TeardownStep | None:
+    """`teardown_step` (without kill now) from `memo` alone, while no instance came alive
+    since it was taken: those alive now are among its members, and no lower tier has any.
+    None once its tier is drained: the next tier, or the end, needs the full pass."""
+    alive = [n for n in memo.members if (st := statuses.get(n)) is not None and st.alive]
+    if not alive:
+        return None
+    fresh = tuple(n for n in alive if statuses[n].stop_sent_at is None)
+    return TeardownStep(tier=memo.tier, members=tuple(alive), fresh=fresh)
+
+
 @dataclass(frozen=True)
 class StopStep:
     """Stopping one instance: send SIGTERM (`term`), SIGKILL (`kill`), then wait `wait`

@@ -145,16 +145,23 @@ class StateFile:
 
     def _on_change(self) -> None:
         if not self._ended and self.ctx.store.job.phase in ENDED:
-            # Over: its last state now, while the agents say goodbye (a big job's whole
-            # state.json is seconds of CPU), not after them; `stop` writes again only if
-            # something changed since.
+            # Over: its last state once the agents are told to end (`_write_last`).
             self._ended = True
             self.writer.finish()
             if self._pending is not None:
                 self._pending.cancel()
-            self._pending = asyncio.get_running_loop().call_later(0, self.write)
+                self._pending = None
+            self.ctx.when_closing(self._write_last)
             return
         self._schedule(PERSIST_PERIOD)
+
+    def _write_last(self) -> None:
+        """The job is over and the agents were told to end: its last state now, while they
+        say goodbye (a big job's whole state.json is seconds of CPU), not before they are
+        told nor after them; `stop` writes again only if something changed since. A timer:
+        the close's messages leave first (each connection flushes in a callback)."""
+        if not self._stopped:
+            self._pending = asyncio.get_running_loop().call_later(0, self.write)
 
     def _schedule(self, period: float) -> None:
         if self._pending is None and not self._stopped:

@@ -375,6 +375,7 @@ class EventLog:
         self.dropped = 0
         self._dropped_since = 0.0
         self._flushing = False
+        self.failing = False  # the last write failed: what waits may not be written soon
 
     def __call__(self, event: Event) -> None:
         self.add(event)
@@ -382,7 +383,11 @@ class EventLog:
 
     def add(self, event: Event) -> None:
         """Queue `event` for the next `flush()` (the runtime's: once per loop turn, so a
-        stage's 10,000 Launched events take a few writes, not 10,000)."""
+        stage's 10,000 Launched events take a few writes, not 10,000). A turn that records
+        more than `limit` (a teardown's batch of exits) writes them at once: only events
+        that cannot be written are ever dropped."""
+        if len(self.pending) >= self.limit and not self.failing:
+            self.flush()
         if len(self.pending) < self.limit:
             self.pending.append(event)
         else:
@@ -403,8 +408,10 @@ class EventLog:
                     try:
                         self.file.write(data)
                     except OSError as exc:
+                        self.failing = True
                         self.faults.failed(self.TARGET, exc, _KEPT)
                         return False
+                    self.failing = False
                     for _ in range(count):
                         self.pending.popleft()
                 self._report_dropped()

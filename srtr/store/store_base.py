@@ -56,6 +56,9 @@ class StoreBase:
         self.removing: set[str] = set()
         # Launched attempts whose identity (what adoption and the guard check) is not read yet.
         self.unidentified: set[str] = set()
+        # How many times an instance came alive (launched, adopted): while it is unchanged,
+        # the alive instances are a subset of those alive before (the teardown's memo).
+        self.came_alive = 0
         self.desired_names: set[str] = set(self.specs)
         # Live edits: the applied text, the latest saved text, a plan waiting for the user's
         # yes (confirm mode), the last rejection; persisted under "recipe" in state.json.

@@ -192,6 +192,7 @@ class InstanceTransitions(CauseTransitions):
         then the instance is not alive and its controller decides at once.
         """
         self.touch(name)
+        self.came_alive += 1
         status, spec = self.status[name], self.specs[name]
         status.pid = pid
         status.identity = identity
@@ -423,6 +424,7 @@ class InstanceTransitions(CauseTransitions):
         self.touch(name)
         status = self.status[name]
         assert status.phase in ALIVE, status.phase
+        self.came_alive += 1
         status.exited_attempt = status.attempt - 1  # its process runs: alive
         status.identity = identity
         if self.specs[name].probe is None or status.ready:

@@ -33,10 +33,12 @@ from srtr.controllers.decisions import (
 from srtr.controllers.teardown_decisions import (
     StopStep,
     TeardownStep,
+    TierMemo,
     lowest_tier,
     stop_step,
     stops_due,
     teardown_step,
+    tier_step,
 )
 from srtr.resources.objects import (
     InstanceKind,
@@ -561,6 +563,17 @@ def test_kill_now_kills_everything_alive_not_yet_killed() -> None:
 def test_teardown_finishes_when_nothing_is_alive() -> None:
     st = {"a": InstanceStatus(), "b": InstanceStatus(phase=Phase.FAILED), "c": InstanceStatus()}
     assert teardown_step(TIERED, st, kill_now=True) == TeardownStep(finish=True)
+
+
+def test_a_tier_step_from_the_memo_is_the_full_step_while_nothing_came_alive() -> None:
+    st = {"a": running(), "b": running(stop_sent_at=1.0), "c": running()}
+    memo = TierMemo(came_alive=0, generation=1, tier=0, members=["a", "b"])
+    assert tier_step(st, memo) == teardown_step(TIERED, st, kill_now=False)
+    st["a"] = InstanceStatus(phase=Phase.STOPPED)  # exits only shrink the tier
+    assert tier_step(st, memo) == teardown_step(TIERED, st, kill_now=False)
+    st["b"] = InstanceStatus(phase=Phase.STOPPED)
+    assert tier_step(st, memo) is None  # drained: the next tier needs the full pass
+    assert teardown_step(TIERED, st, kill_now=False).tier == 1
 
 
 def test_lowest_tier() -> None:

@@ -125,6 +125,21 @@ def test_restored_instances_are_alive_only_once_adopted(store: Store) -> None:
     assert store.status[PLAIN].exited and store.status[PLAIN].exit_code is None
 
 
+def test_every_way_of_coming_alive_is_counted(store: Store) -> None:
+    """The teardown's memo of who is alive is exact only while `came_alive` is unchanged:
+    a launch and an adoption each count, a restore or an exit does not."""
+    store.launching(PLAIN, log_offset=0)
+    assert store.came_alive == 0
+    store.launched(PLAIN, pid=42, identity=None)
+    assert store.came_alive == 1
+    store.exited(PLAIN, attempt=0, exit_code=0, signal=None)
+    record = {"name": PROBED, "phase": "Running", "attempt": 0, "ready": True}
+    store.restored(PROBED, record)
+    assert store.came_alive == 1
+    store.adopted(PROBED, {"pid": 43, "start": 7})
+    assert store.came_alive == 2 and store.status[PROBED].alive
+
+
 def test_a_stage_gate_is_open_from_its_start_until_it_passes(store: Store) -> None:
     clock = store.clock
     assert isinstance(clock, FakeClock)

@@ -73,6 +73,22 @@ def test_an_event_line_is_never_torn_and_waits_in_order(tmp_path: Path) -> None:
     assert store.write_faults.failing == {}
 
 
+def test_a_turn_of_more_events_than_memory_keeps_writes_them_all(tmp_path: Path) -> None:
+    """The runtime adds a loop turn's events and flushes once at its end; a turn that
+    records more than the limit (a teardown's batch of exits) must not drop any while the
+    file can be written."""
+    path = tmp_path / "events.jsonl"
+    store = _store()
+    log = EventLog(path, store.write_faults, limit=5)
+    store.subscribe_events(log.add)
+    for n in range(12):
+        store.record("job", "Tick", str(n))
+    assert log.flush()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(e["reason"], e["message"]) for e in lines] == [("Tick", str(n)) for n in range(12)]
+    assert log.dropped == 0
+
+
 def test_an_append_file_follows_its_path_when_it_is_deleted(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
