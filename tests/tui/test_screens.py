@@ -9,6 +9,7 @@ time. Every process of a run is gone when a test ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -361,8 +362,18 @@ def the_tui_of(up: PtyProgram) -> int:
     raise AssertionError("srtr up has no TUI process")
 
 
-def niceness(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+def niceness(pid: int, tid: int | None = None) -> int:
+    where = f"/proc/{pid}" if tid is None else f"/proc/{pid}/task/{tid}"
+    return int(Path(f"{where}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def thread_niceness(pid: int) -> dict[int, int]:
+    """Each thread's niceness (a thread may end meanwhile: left out)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            out[int(tid)] = niceness(pid, int(tid))
+    return out
 
 
 def test_the_tui_is_a_process_of_its_own_and_its_death_tears_the_job_down(
@@ -375,8 +386,11 @@ def test_the_tui_is_a_process_of_its_own_and_its_death_tears_the_job_down(
     up.wait_for_text("service_watcher_node2", "Running")
     tui = the_tui_of(up)
     assert tui != up.proc.pid
-    # Its frames are up: it yields the CPU to the job (niceness +10 over srtr up's).
-    assert niceness(tui) == niceness(up.proc.pid) + 10
+    # Its frames are up: its reading yields the CPU to the job (niceness +10 over srtr
+    # up's), and its own thread, which answers the keys, does not.
+    base = niceness(up.proc.pid)
+    wait_for(lambda: base + 10 in thread_niceness(tui).values(), 30, "a niced reading thread")
+    assert niceness(tui, tui) == base
     os.kill(tui, signal.SIGKILL)  # a TUI that crashed: the job must not go on unseen
     assert up.wait(60) == 143, up.text()
     assert "the TUI closed while the job runs; tearing it down" in up.raw.decode(errors="replace")
