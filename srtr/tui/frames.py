@@ -2,11 +2,12 @@
 frame to show (`viewmodel.frame`) when state.json changed, or when asked to anyway (ages
 tick). The App's event loop only applies the frames built here.
 
-A large job's state.json takes long to parse (tens of MB for 80,000 instances), and under
-`srtr up` the controller shares this process: after a snapshot that took `cost` seconds to
+A large job's state takes long to read and build (tens of MB for 80,000 instances), and
+under `srtr up` the job runs on the same host: after a snapshot that took `cost` seconds to
 read and build, the next one is read no sooner than STATE_PAUSE × `cost` later, so the TUI
-never takes more than a fifth of the process's time for it, and a small job is read at
-every poll as before. Events and the followed log are read at every poll regardless."""
+never takes more than a fifth of a core for it, and a small job is read at every poll as
+before. Events and the followed log are read at every poll regardless. Under `srtr up` the
+reading thread also runs niced (`nice`), once the first frame is up."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ import pytest
 
 from srtr.tui import viewmodel as vm
 from srtr.tui.app import SrtrApp
+from srtr.tui.launch import detach_lines
 from srtr.tui.widgets.confirm import ConfirmModal
 from tests.support.e2e_util import read_state, wait_for
 from tests.support.pty_util import PtyProgram
@@ -322,7 +323,10 @@ def test_detach_leaves_the_job_running_through_a_hang_up_and_srtr_tui_reattaches
         "every instance to run",
     )
     up.send(b"d")
-    wait_for(lambda: (up.pump(), b"re-attach:" in up.raw)[1], 30, "the detach note")
+    # The note's last line: each of its lines is a write of its own to the terminal, and
+    # a read may bring the first ones before the others are written.
+    last = detach_lines(run_dir, up.proc.pid)[-1].encode()
+    wait_for(lambda: (up.pump(), last in up.raw)[1], 30, "the whole detach note")
     printed = after_tui(up)
     assert f"re-attach:  srtr tui {run_dir}" in printed, printed
     assert "This terminal may be closed" in printed, printed
