@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections import deque
@@ -103,12 +104,12 @@ class SrtrApp(App[int]):
         theme_name: str | None = None,
         source: RunSource | None = None,
         state: RunState | None = None,
-        reader_nice: int = 0,
+        nice: int = 0,
     ) -> None:
         """`source` and `state`: a reader of `run_dir` that read its state.json already,
         and what it read (`srtr tui` checks the run dir so: a large one is parsed once).
-        `reader_nice`: added to the reading threads' niceness once the first frame is on
-        screen (the keys keep the App's own thread's)."""
+        `nice`: added to the niceness of the App's thread and of its reading threads once
+        the first frame is on screen (Linux nices one thread at a time)."""
         super().__init__()
         # `--theme`, else SRTR_THEME, else dark (the CLI has checked the name already).
         self.theme = themes.resolve(theme_name, self.available_themes)
@@ -126,7 +127,7 @@ class SrtrApp(App[int]):
         self.frame: vm.Frame | None = None
         self.events: deque[EventDoc] = deque(maxlen=EVENTS_KEPT)
         self.frames = 0  # frames applied: tests wait on it instead of sleeping
-        self._reader_nice = reader_nice
+        self._nice = nice
         self.last_apply_seconds = 0.0
         self._wake = asyncio.Event()
         self._banner = ""
@@ -290,8 +291,9 @@ class SrtrApp(App[int]):
             self._select(table.selected)
         self._show_detail()
         self.frames += 1
-        if self.frames == 1:
-            self._reader.nice = self._reader_nice
+        if self.frames == 1 and self._nice:
+            self._reader.nice = self._nice
+            os.nice(self._nice)  # raising one's niceness needs no privilege
 
     def _show_detail(self) -> None:
         want = self.source.want_log

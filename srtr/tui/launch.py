@@ -88,9 +88,9 @@ def follow_up(run_dir: Path, read: int, *, theme: str | None = None) -> int:
 async def _follow_up(run_dir: Path, read: int, theme: str | None) -> int:
     job = up_process.outcome(read)
     # The job before its view, once the first frame is up: on a busy host the controller
-    # and its nodes get the CPU first, and the TUI's reading what they leave (it lags; it
-    # never slows the job), while a key is answered at the terminal's own priority.
-    app = SrtrApp(run_dir, job=job, theme_name=theme, reader_nice=up_process.NICE)
+    # and its nodes get the CPU first, and the TUI what they leave (it lags; it never slows
+    # the job): its own thread and its reading threads alike.
+    app = SrtrApp(run_dir, job=job, theme_name=theme, nice=up_process.NICE)
     await app.run_async()
     if app.detached:
         return up_process.DETACHED
