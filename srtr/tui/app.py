@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import os
 import sys
 import time
 from collections import deque
@@ -104,11 +104,12 @@ class SrtrApp(App[int]):
         theme_name: str | None = None,
         source: RunSource | None = None,
         state: RunState | None = None,
-        on_first_frame: Callable[[], None] | None = None,
+        nice: int = 0,
     ) -> None:
         """`source` and `state`: a reader of `run_dir` that read its state.json already,
         and what it read (`srtr tui` checks the run dir so: a large one is parsed once).
-        `on_first_frame`: called once the first frame is on screen."""
+        `nice`: added to the niceness of the App's thread and of its reading threads once
+        the first frame is on screen (Linux nices one thread at a time)."""
         super().__init__()
         # `--theme`, else SRTR_THEME, else dark (the CLI has checked the name already).
         self.theme = themes.resolve(theme_name, self.available_themes)
@@ -126,7 +127,7 @@ class SrtrApp(App[int]):
         self.frame: vm.Frame | None = None
         self.events: deque[EventDoc] = deque(maxlen=EVENTS_KEPT)
         self.frames = 0  # frames applied: tests wait on it instead of sleeping
-        self._on_first_frame = on_first_frame
+        self._nice = nice
         self.last_apply_seconds = 0.0
         self._wake = asyncio.Event()
         self._banner = ""
@@ -227,10 +228,7 @@ class SrtrApp(App[int]):
             rebuild_anyway = time.monotonic() - last_frame_at >= 1.0
             quiet = self._reader.quiet()
             if rebuild_anyway or not quiet:
-                read = functools.partial(self._reader.read, now, rebuild_anyway)
-                # Nothing new and every row built: the ages' frame costs less than a hop.
-                cheap = quiet and self._reader.warmed
-                poll, frame = read() if cheap else await asyncio.to_thread(read)
+                poll, frame = await self._reader.read_soon(now, rebuild_anyway, quiet)
                 if frame is not None:
                     last_frame_at = time.monotonic()
                 self._apply(poll, frame, now)
@@ -293,9 +291,9 @@ class SrtrApp(App[int]):
             self._select(table.selected)
         self._show_detail()
         self.frames += 1
-        if self._on_first_frame is not None:
-            self._on_first_frame()
-            self._on_first_frame = None
+        if self.frames == 1 and self._nice:
+            self._reader.nice = self._nice
+            os.nice(self._nice)  # raising one's niceness needs no privilege
 
     def _show_detail(self) -> None:
         want = self.source.want_log

@@ -2,15 +2,20 @@
 frame to show (`viewmodel.frame`) when state.json changed, or when asked to anyway (ages
 tick). The App's event loop only applies the frames built here.
 
-A large job's state.json takes long to parse (tens of MB for 80,000 instances), and under
-`srtr up` the controller shares this process: after a snapshot that took `cost` seconds to
+A large job's state takes long to read and build (tens of MB for 80,000 instances), and
+under `srtr up` the job runs on the same host: after a snapshot that took `cost` seconds to
 read and build, the next one is read no sooner than STATE_PAUSE × `cost` later, so the TUI
-never takes more than a fifth of the process's time for it, and a small job is read at
-every poll as before. Events and the followed log are read at every poll regardless."""
+never takes more than a fifth of a core for it, and a small job is read at every poll as
+before. Events and the followed log are read at every poll regardless. Under `srtr up` the
+reading thread also runs niced (`nice`), once the first frame is up."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import os
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -45,6 +50,11 @@ class FrameReader:
         self._built: vm.Frame | None = None  # the last frame built
         self._retired: deque[vm.Frame] = deque(maxlen=3)
         self._next_state_at = float("-inf")  # time.monotonic() from which to read state.json
+        # Added to a reading thread's niceness before its next read (the App sets it once its
+        # first frame is up, under `srtr up`). Linux nices one thread, not the process: the
+        # App's own thread, which answers the keys, keeps its priority.
+        self.nice = 0
+        self._niced: set[int] = set()  # the reading threads niced already
 
     def quiet(self) -> bool:
         """Nothing to read (a few stats): the loop need not hand a read to the thread."""
@@ -56,6 +66,25 @@ class FrameReader:
         """The last frame has every row built: a read that finds nothing new builds only
         its header (ages tick), in microseconds."""
         return self._built is not None and vm.warmed(self._built)
+
+    async def read_soon(
+        self, now: float, rebuild_anyway: bool, quiet: bool
+    ) -> tuple[Poll, vm.Frame | None]:
+        """`read`, in a reading thread; on the caller's when nothing is new (`quiet`) and
+        every row is built: the ages' frame then costs less than the hop."""
+        if quiet and self.warmed:
+            return self.read(now, rebuild_anyway)
+        return await asyncio.to_thread(self._read_in_thread, now, rebuild_anyway)
+
+    def _read_in_thread(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
+        """`read`, from a reading thread: the thread first yields the CPU (`nice`)."""
+        tid = threading.get_native_id()
+        if self.nice and tid not in self._niced:
+            self._niced.add(tid)
+            with contextlib.suppress(OSError):
+                now_nice = os.getpriority(os.PRIO_PROCESS, tid)
+                os.setpriority(os.PRIO_PROCESS, tid, now_nice + self.nice)
+        return self.read(now, rebuild_anyway)
 
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""

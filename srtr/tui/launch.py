@@ -85,17 +85,12 @@ def follow_up(run_dir: Path, read: int, *, theme: str | None = None) -> int:
     return asyncio.run(_follow_up(run_dir, read, theme))
 
 
-def _yield_cpu() -> None:
-    """The job before its view, once the first frame is up: on a busy host the controller
-    and its nodes get the CPU first, and the TUI what they leave (it lags; it never slows
-    the job)."""
-    with contextlib.suppress(OSError):
-        os.nice(up_process.NICE)
-
-
 async def _follow_up(run_dir: Path, read: int, theme: str | None) -> int:
     job = up_process.outcome(read)
-    app = SrtrApp(run_dir, job=job, theme_name=theme, on_first_frame=_yield_cpu)
+    # The job before its view, once the first frame is up: on a busy host the controller
+    # and its nodes get the CPU first, and the TUI what they leave (it lags; it never slows
+    # the job): its own thread and its reading threads alike.
+    app = SrtrApp(run_dir, job=job, theme_name=theme, nice=up_process.NICE)
     await app.run_async()
     if app.detached:
         return up_process.DETACHED

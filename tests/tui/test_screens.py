@@ -9,6 +9,7 @@ time. Every process of a run is gone when a test ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import pytest
 
 from srtr.tui import viewmodel as vm
 from srtr.tui.app import SrtrApp
+from srtr.tui.launch import detach_lines
 from srtr.tui.widgets.confirm import ConfirmModal
 from tests.support.e2e_util import read_state, wait_for
 from tests.support.pty_util import PtyProgram
@@ -321,7 +323,10 @@ def test_detach_leaves_the_job_running_through_a_hang_up_and_srtr_tui_reattaches
         "every instance to run",
     )
     up.send(b"d")
-    wait_for(lambda: (up.pump(), b"re-attach:" in up.raw)[1], 30, "the detach note")
+    # The note's last line: each of its lines is a write of its own to the terminal, and
+    # a read may bring the first ones before the others are written.
+    last = detach_lines(run_dir, up.proc.pid)[-1].encode()
+    wait_for(lambda: (up.pump(), last in up.raw)[1], 30, "the whole detach note")
     printed = after_tui(up)
     assert f"re-attach:  srtr tui {run_dir}" in printed, printed
     assert "This terminal may be closed" in printed, printed
@@ -361,8 +366,18 @@ def the_tui_of(up: PtyProgram) -> int:
     raise AssertionError("srtr up has no TUI process")
 
 
-def niceness(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+def niceness(pid: int, tid: int | None = None) -> int:
+    where = f"/proc/{pid}" if tid is None else f"/proc/{pid}/task/{tid}"
+    return int(Path(f"{where}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def thread_niceness(pid: int) -> dict[int, int]:
+    """Each thread's niceness (a thread may end meanwhile: left out)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            out[int(tid)] = niceness(pid, int(tid))
+    return out
 
 
 def test_the_tui_is_a_process_of_its_own_and_its_death_tears_the_job_down(
@@ -375,8 +390,11 @@ def test_the_tui_is_a_process_of_its_own_and_its_death_tears_the_job_down(
     up.wait_for_text("service_watcher_node2", "Running")
     tui = the_tui_of(up)
     assert tui != up.proc.pid
-    # Its frames are up: it yields the CPU to the job (niceness +10 over srtr up's).
-    assert niceness(tui) == niceness(up.proc.pid) + 10
+    # Its frames are up: it yields the CPU to the job (niceness +10 over srtr up's), its
+    # own thread and the thread that reads the run dir for it (more than one thread).
+    base = niceness(up.proc.pid)
+    wait_for(lambda: list(thread_niceness(tui).values()).count(base + 10) >= 2, 30, "niced threads")
+    assert niceness(tui, tui) == base + 10
     os.kill(tui, signal.SIGKILL)  # a TUI that crashed: the job must not go on unseen
     assert up.wait(60) == 143, up.text()
     assert "the TUI closed while the job runs; tearing it down" in up.raw.decode(errors="replace")

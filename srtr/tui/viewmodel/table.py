@@ -113,11 +113,20 @@ class RowIndex:
         return (value, self._seq[name], name)
 
     def _resort(self) -> None:
-        rows = _every(self.rows) if self.column is not None else self.rows
-        self._entry = {name: self._make(name, rows) for name in self.rows}
-        self._sorted = sorted(self._entry.values()) if self.column is not None else []
-        if self.column is None:
-            self._sorted = list(self._entry.values())  # already in state order
+        # The sort keystroke of 80,000 rows: every entry made by loops that run in C (no
+        # call of `_make` per row), the values read in one comprehension.
+        names = list(self.rows)
+        column = self.column
+        values: list[Any]
+        if column is None:
+            values = [None] * len(names)
+        else:
+            rows = _every(self.rows)
+            values = [rows[name].sort[column] for name in names]
+        entries = list(zip(values, map(self._seq.__getitem__, names), names, strict=True))
+        self._entry = dict(zip(names, entries, strict=True))
+        # Without a sort column the entries are in state order already.
+        self._sorted = sorted(entries) if column is not None else entries
         self._refilter()
 
     def _refilter(self) -> None:

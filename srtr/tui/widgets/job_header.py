@@ -11,7 +11,12 @@ from srtr.tui.viewmodel import HeaderView
 class JobHeader(Static):
     """Two lines about the job; the second carries the stage, the reason and a banner."""
 
+    _shown: tuple[HeaderView | None, str] | None = None
+
     def show(self, view: HeaderView | None, banner: str = "") -> None:
+        if self._shown == (view, banner):
+            return  # an ages tick whose elapsed time kept its text: no redraw
+        self._shown = (view, banner)
         text = Text(no_wrap=True, overflow="ellipsis")
         if view is None:
             text.append("srtr ", style="bold")
