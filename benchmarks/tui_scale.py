@@ -11,10 +11,10 @@ nobody reads would block the program). Figures:
 - a keystroke's answer: from the key written to the pty to the screen showing its effect:
   `o` (sort by the next column: the heading's arrow), `j` (the cursor to the next row:
   the detail pane's title) and a `/` filter (rows of only the matching service);
-- idle CPU and RSS of `srtr up` once all are Running and settled: of every process it
-  runs (`up_processes`: the controller, the TUI's own process, a guard), but the simulated
-  nodes (the hollow process), whose CPU a real job spends on its compute nodes. CPU is
-  summed over them, RSS too.
+- idle CPU and RSS of `srtr up` once all are Running and settled (its state files unchanged
+  for 2 s, `settled`): of every process it runs (`up_processes`: the controller, the TUI's
+  own process, a guard), but the simulated nodes (the hollow process), whose CPU a real job
+  spends on its compute nodes. CPU is summed over them, RSS too.
 
 `measure(ctx, nodes, per_node)` is the hook a larger scenario calls; `run(ctx)` measures
 1,024 × 4 (256 × 4 with --quick). Large runs must hold the benchmark lock:
@@ -55,6 +55,7 @@ from benchmarks.common import (
     write_yaml,
 )
 from benchmarks.hollow import pids_with
+from srtr.store.rundir import state_version
 
 COLUMNS, LINES = 160, 50
 FIRST_FRAME_TARGET = 2.0  # s
@@ -299,7 +300,9 @@ def measure(ctx: Context, nodes: int, per_node: int, *, headless: bool = False) 
             f"({out['first_frame_after_state_s']:.2f}s after state.json); all {total:,} Running in "
             f"{out['tui_running_s']:.1f}s with the TUI on"
         )
-        time.sleep(3)  # the last state.json write and its frame pass
+        # Idle is the job holding still: its state's last writes (instances that finished
+        # starting after the last Launched) and the frames they cause are not idle.
+        out["settled_after_s"] = settled(where / "tui")
         out["idle"] = idle_of_up(tui.pid, 10.0)
         ctx.log(
             f"tui_scale: idle {out['idle']['cpu_percent']:.1f}% CPU, "
@@ -311,6 +314,22 @@ def measure(ctx: Context, nodes: int, per_node: int, *, headless: bool = False) 
             f"filter {out['filter_ms']:.0f} ms"
         )
     return out
+
+
+def settled(run_dir: Path, quiet: float = 2.0, timeout: float = 120.0) -> float:
+    """Wait until the run dir's state files went `quiet` seconds unchanged (then one more
+    second for the TUI's frame of the last change); the seconds it took."""
+    start = time.monotonic()
+    seen, since = state_version(run_dir), start
+    while time.monotonic() - since < quiet:
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{run_dir}: the state still changes after {timeout:.0f}s")
+        time.sleep(0.2)
+        now = state_version(run_dir)
+        if now != seen:
+            seen, since = now, time.monotonic()
+    time.sleep(1.0)
+    return time.monotonic() - start
 
 
 def big_state(template: Path, nodes: int, per_node: int) -> dict[str, Any]:
