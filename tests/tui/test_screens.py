@@ -303,6 +303,15 @@ HOLDING = textwrap.dedent(
 )
 
 
+def up_holding(tmp_path: Path, programs: list[tuple[PtyProgram, Path]]) -> tuple[PtyProgram, Path]:
+    """`srtr up` of the holding job (it runs until stopped) on a pty; it and its run dir."""
+    recipe = tmp_path / "holding.yaml"
+    recipe.write_text(HOLDING)
+    run_dir = tmp_path / "run"
+    up = start(programs, srtr("up", str(recipe), "--run-dir", str(run_dir)), run_dir, tmp_path)
+    return up, run_dir
+
+
 def sighup_ignored(pid: int) -> bool:
     with open(f"/proc/{pid}/status") as handle:
         line = next(x for x in handle if x.startswith("SigIgn:"))
@@ -312,10 +321,7 @@ def sighup_ignored(pid: int) -> bool:
 def test_detach_leaves_the_job_running_through_a_hang_up_and_srtr_tui_reattaches(
     tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
 ) -> None:
-    recipe = tmp_path / "holding.yaml"
-    recipe.write_text(HOLDING)
-    run_dir = tmp_path / "run"
-    up = start(programs, srtr("up", str(recipe), "--run-dir", str(run_dir)), run_dir, tmp_path)
+    up, run_dir = up_holding(tmp_path, programs)
     up.wait_for_text("service_watcher_node2", "Detach")
     wait_for(
         lambda: (s := read_state(run_dir)) and all(i["phase"] == "Running" for i in s["instances"]),
@@ -383,10 +389,7 @@ def thread_niceness(pid: int) -> dict[int, int]:
 def test_the_tui_is_a_process_of_its_own_and_its_death_tears_the_job_down(
     tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
 ) -> None:
-    recipe = tmp_path / "holding.yaml"
-    recipe.write_text(HOLDING)
-    run_dir = tmp_path / "run"
-    up = start(programs, srtr("up", str(recipe), "--run-dir", str(run_dir)), run_dir, tmp_path)
+    up, run_dir = up_holding(tmp_path, programs)
     up.wait_for_text("service_watcher_node2", "Running")
     tui = the_tui_of(up)
     assert tui != up.proc.pid
