@@ -143,15 +143,9 @@ def _known(state: Doc, now: float, previous: Frame, changed: frozenset[str]) -> 
         if at is None or str(docs[at].get("name")) != name:
             return None
         by_name[name] = docs[at]
-    instances = dict(old)
-    touched: set[str] = set()
-    for name, doc in by_name.items():
-        before = old[name]
-        if str(doc.get("node", "")) != str(before.get("node", "")):
-            return None
-        touched.add(str(doc.get("node", "")))
-        instances[name] = doc
-    if [str(n["name"]) for n in state.get("nodes", [])] != list(previous.grid.rows):
+    instances = {**old, **by_name}
+    touched = _touched(state, instances, by_name, previous)
+    if touched is None:
         return None
     rows = previous.rows
     rows = rows.updated(instances, changed, now) if isinstance(rows, Rows) else Rows(instances, now)
@@ -184,17 +178,28 @@ def _grid(
 ) -> NodeGrid:
     """The node grid, built again only for the nodes of changed instances when the nodes
     and where each instance runs are as in `previous`."""
-    if previous is None or changed is None:
-        return node_grid(state, instances=instances)
-    touched: set[str] = set()
-    for name in changed:
-        node = str(instances[name].get("node", ""))
-        if node != str(previous.instances[name].get("node", "")):
-            return node_grid(state, instances=instances)
-        touched.add(node)
-    if [str(n["name"]) for n in state.get("nodes", [])] != list(previous.grid.rows):
+    touched = None
+    if previous is not None and changed is not None:
+        touched = _touched(state, instances, changed, previous)
+    if previous is None or touched is None:
         return node_grid(state, instances=instances)
     return node_grid(state, previous.grid, touched, instances)
+
+
+def _touched(
+    state: Doc, instances: Mapping[str, Doc], names: Iterable[str], previous: Frame
+) -> set[str] | None:
+    """The nodes of `names` (a grid built from `previous`'s again only there); None when
+    one of them moved to another node or the nodes are not `previous`'s (build it all)."""
+    touched: set[str] = set()
+    for name in names:
+        node = str(instances[name].get("node", ""))
+        if node != str(previous.instances[name].get("node", "")):
+            return None
+        touched.add(node)
+    if [str(n["name"]) for n in state.get("nodes", [])] != list(previous.grid.rows):
+        return None
+    return touched
 
 
 def _rows(
