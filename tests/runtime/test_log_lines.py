@@ -11,18 +11,9 @@ from typing import Any, cast
 
 import pytest
 
-from srtr.reconciler.clock import FakeClock
-from srtr.resources.expand import local_allocation
-from srtr.resources.planning import plan_text_source
 from srtr.runtime.run_files import FaultReportingHandler, LogFile, _asctime
 from srtr.store.persist import AppendFile
-from srtr.store.store import Store
-
-
-def _store() -> Store:
-    recipe = "name: t\nservices:\n  - name: s\n    command: [sleep, inf]\n"
-    _, desired = plan_text_source(recipe, "recipe.yaml", local_allocation(1))
-    return Store(desired, FakeClock())
+from tests.support.controller_harness import one_service_store
 
 
 def test_a_turns_lines_are_one_write_and_close_writes_the_rest(
@@ -37,7 +28,9 @@ def test_a_turns_lines_are_one_write_and_close_writes_the_rest(
         real(self, data)
 
     monkeypatch.setattr(AppendFile, "write", counted)
-    handler = FaultReportingHandler("logs/srtr.log", AppendFile(path), _store().write_faults)
+    handler = FaultReportingHandler(
+        "logs/srtr.log", AppendFile(path), one_service_store().write_faults
+    )
     logger = logging.getLogger("srtr.test_log_lines")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
@@ -70,7 +63,7 @@ def test_an_events_stamp_is_loggings_asctime() -> None:
 
 
 def test_events_and_log_records_share_srtr_log_in_order(tmp_path: Path) -> None:
-    store = _store()
+    store = one_service_store()
     (tmp_path / "logs").mkdir()
     files = LogFile(cast(Any, SimpleNamespace(store=store, run_dir=tmp_path)))
 

@@ -11,13 +11,10 @@ from typing import Any, cast
 
 import pytest
 
-from srtr.reconciler.clock import FakeClock
-from srtr.resources.expand import local_allocation
-from srtr.resources.planning import plan_text_source
 from srtr.runtime.run_files import EventFile
 from srtr.store.persist import AppendFile, _event_line, event_doc
 from srtr.store.status import Event, EventType
-from srtr.store.store import Store
+from tests.support.controller_harness import one_service_store
 
 
 def test_a_line_is_the_json_encoders_byte_for_byte() -> None:
@@ -30,16 +27,10 @@ def test_a_line_is_the_json_encoders_byte_for_byte() -> None:
                 assert _event_line(event) == expected
 
 
-def _store() -> Store:
-    recipe = "name: t\nservices:\n  - name: s\n    command: [sleep, inf]\n"
-    _, desired = plan_text_source(recipe, "recipe.yaml", local_allocation(1))
-    return Store(desired, FakeClock())
-
-
 def test_a_turns_events_are_one_write_after_the_turn(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = _store()
+    store = one_service_store()
     ctx = cast(Any, SimpleNamespace(store=store, run_dir=tmp_path))
     events = EventFile(ctx, note=lambda _: None)
     writes: list[bytes] = []

@@ -14,19 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from srtr.controllers import exporter
-from srtr.reconciler.clock import FakeClock
-from srtr.resources.expand import local_allocation
-from srtr.resources.planning import plan_text_source
 from srtr.runtime.targets_file import WRITE_RETRY, TargetsFile
 from srtr.store.persist import AppendFile, EventLog
-from srtr.store.store import Store
-from tests.support.controller_harness import Harness
-
-
-def _store() -> Store:
-    recipe = "name: t\nservices:\n  - name: s\n    command: [sleep, inf]\n"
-    _, desired = plan_text_source(recipe, "recipe.yaml", local_allocation(1))
-    return Store(desired, FakeClock())
+from tests.support.controller_harness import Harness, one_service_store
 
 
 def _with_fsize_limit(limit: int, body: Callable[[], None]) -> None:
@@ -40,7 +30,7 @@ def _with_fsize_limit(limit: int, body: Callable[[], None]) -> None:
 
 def test_an_event_line_is_never_torn_and_waits_in_order(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    store = _store()
+    store = one_service_store()
     log = EventLog(path, store.write_faults, limit=5)
     store.subscribe_events(log)
     store.record("job", "Tick", "0")
@@ -78,7 +68,7 @@ def test_a_turn_of_more_events_than_memory_keeps_writes_them_all(tmp_path: Path)
     records more than the limit (a teardown's batch of exits) must not drop any while the
     file can be written."""
     path = tmp_path / "events.jsonl"
-    store = _store()
+    store = one_service_store()
     log = EventLog(path, store.write_faults, limit=5)
     store.subscribe_events(log.add)
     for n in range(12):

@@ -85,6 +85,13 @@ class FakeProber:
         return answer, f"{where}: {answer}"
 
 
+def one_service_store() -> Store:
+    """The store of a one-service job on one node, on a fake clock (no harness around it)."""
+    recipe = "name: t\nservices:\n  - name: s\n    command: [sleep, inf]\n"
+    _, desired = plan_text_source(recipe, "recipe.yaml", local_allocation(1))
+    return Store(desired, FakeClock())
+
+
 class Harness:
     def __init__(self, recipe: str, tmp_path: Path, nodes: int | None = None) -> None:
         text = textwrap.dedent(recipe)
