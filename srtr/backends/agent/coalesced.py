@@ -20,7 +20,8 @@ Urgent data (the agents' doorbells) is not watched through that epoll: every arr
 plain bytes wakes a socket's epoll waiters with EPOLLPRI among the events, so an epoll
 watching for urgent data inside the loop's woke the loop's thread at every heartbeat. The
 doorbells come by SIGURG to a thread of their own (`doorbells`), and a second epoll, for
-urgent data only and outside the loop's, says which sockets rang. The first keeps their
+urgent data only and outside the loop's, says which sockets rang (that thread polls it too,
+for a while after each signal: an urgent byte can come after its signal). The first keeps their
 hang-ups (an arrival's wake-up does not carry those, so it filters them out). Where the
 kernel cannot direct SIGURG at a thread, the first epoll watches urgent data as before.
 
@@ -82,7 +83,7 @@ class CoalescedReader:
             self._loop.add_writer(self._epoll.fileno(), _never)  # the MOD above
             self._loop.add_reader(self._epoll.fileno(), self._arrived)
         if events & select.EPOLLPRI and self._bells is None and not self._no_bells:
-            bells = Doorbells(self._loop, self.ring)
+            bells = Doorbells(self._loop, self.ring, self._rang_unread)
             self._bells = bells if bells.start() else None
             self._no_bells = self._bells is None
         if events & select.EPOLLPRI and self._bells is not None and self._bells.own(fd):
@@ -141,6 +142,11 @@ class CoalescedReader:
         elif self._batch is None:
             self._loop.remove_reader(self._epoll.fileno())
             self._batch = self._loop.call_later(self._window, self._read_batch)
+
+    def _rang_unread(self) -> bool:
+        """Whether some socket holds urgent data unread (the doorbells' thread asks: a byte
+        can come after its signal, and its arrival signals nothing)."""
+        return bool(self._urgent_epoll.poll(0, 1))
 
     def _read_batch(self) -> None:
         assert self._loop is not None

@@ -18,6 +18,14 @@ socket, and asyncio's handlers of SIGTERM and SIGINT are untouched.
 No other thread blocks SIGURG, so no child inherits it blocked (a signal mask crosses fork
 and exec; Go's runtime, for one, preempts with SIGURG): every process srtr starts is started
 from the loop's thread or a thread it made, never from this one.
+
+The signal comes with the urgent pointer, which can arrive well ahead of its byte: a sender
+held back by its congestion window sends the bytes it may, and each carries the pointer of
+the newest doorbell it holds. The loop's read then finds no urgent data (EPOLLPRI only counts
+a byte that came), and the byte's arrival signals nothing (the pointer is not new). Nothing
+but a poll sees it, and an epoll left waiting would wake at every heartbeat; so for `WATCH`
+seconds after each signal the thread polls once every `STEP` for urgent data unread
+(`pending`), and hands the loop a wake-up when it finds some.
 """
 
 from __future__ import annotations
@@ -29,28 +37,42 @@ import signal
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 # fcntl's Linux values, which the module does not export: the owner is a thread (its tid).
 F_SETOWN_EX = 15
 F_OWNER_TID = 0
 _URG = {signal.SIGURG}
+# After a signal, how long and how often to look for urgent bytes that came after it: a
+# sender's congestion window opens within an acknowledgement's delay (40 ms here) or a
+# round trip; later than `WATCH` the silence watcher's look finds them (`beats.rang`).
+WATCH = 0.25
+STEP = 0.01
 
 
 class Doorbells:
     """A thread that takes SIGURG for the sockets it `own`s and calls `ring` in the loop:
     one call per wake-up, none while the last one has not run yet (`ring` must poll for the
-    urgent sockets after it was called, so it finds every doorbell whose signal merged)."""
+    urgent sockets after it was called, so it finds every doorbell whose signal merged);
+    also when `pending` finds urgent data unread within `WATCH` of a signal."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, ring: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        ring: Callable[[], None],
+        pending: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._loop = loop
         self._ring = ring
+        self._pending = pending  # whether some socket holds urgent data unread (any thread)
         self._tid = 0
         self._ready = threading.Event()
-        self._taken = threading.Lock()  # held from a hand-over until the loop runs it
+        self._taken = threading.Lock()  # the thread's until the loop runs its wake-up
         self._closed = False
         self._thread = threading.Thread(target=self._wait, name="srtr-doorbells", daemon=True)
         self.rings = 0  # wake-ups handed to the loop so far
+        self.caught = 0  # of them, for urgent data found unread after its signal
 
     def start(self) -> bool:
         """Start the thread; False where the kernel cannot direct SIGURG at it (not Linux) or
@@ -82,7 +104,7 @@ class Doorbells:
         # the release below may be that wake-up (a signal to an ended thread is undefined).
         with contextlib.suppress(OSError, ValueError):
             signal.pthread_kill(self._thread.ident or 0, signal.SIGURG)
-        with contextlib.suppress(RuntimeError):  # not held: nothing handed over
+        with contextlib.suppress(RuntimeError):  # (held: by the thread, or for a wake-up)
             self._taken.release()
 
     def _wait(self) -> None:
@@ -91,16 +113,39 @@ class Doorbells:
             self._tid = threading.get_native_id()
         finally:
             self._ready.set()
+        until = 0.0  # looking for urgent bytes that came after their signal until then
+        signalled = False  # the last wake-up was for a signal
         while True:
-            signal.sigwait(_URG)
-            self._taken.acquire()
+            self._taken.acquire()  # the last wake-up has run: the loop's read polled after it
+            if signalled:
+                until = time.monotonic() + WATCH
+            signalled = self._next(until)
             if self._closed:
                 return
             self.rings += 1
+            if not signalled:
+                self.caught += 1
             try:
                 self._loop.call_soon_threadsafe(self._rang)
             except RuntimeError:  # the loop is closed
                 return
+
+    def _next(self, until: float) -> bool:
+        """Wait for a reason to wake the loop: True for a signal, False for urgent data found
+        unread before `until` (or the thread closing)."""
+        while time.monotonic() < until:
+            if signal.sigtimedwait(_URG, STEP) is not None:
+                return True
+            if self._closed or self._unread():
+                return False
+        signal.sigwait(_URG)
+        return True
+
+    def _unread(self) -> bool:
+        try:
+            return self._pending()
+        except (OSError, ValueError):  # its epoll closed meanwhile
+            return False
 
     def _rang(self) -> None:
         with contextlib.suppress(RuntimeError):  # released by close meanwhile

@@ -10,13 +10,15 @@ import os
 import select
 import signal
 import socket
-import time
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from srtr.backends.agent.coalesced import CoalescedReader
+from srtr.backends.agent.doorbells import Doorbells
 from tests.backends.agent.test_coalesced import Sink
+from tests.support.e2e_util import wait_for as blocking_wait_for
 from tests.support.e2e_util import wait_for_async as wait_for
 
 _BELL = select.EPOLLPRI | select.EPOLLRDHUP  # what the channel watches an agent's socket for
@@ -107,7 +109,14 @@ def test_only_the_doorbells_thread_blocks_sigurg_so_no_child_inherits_it() -> No
 def test_a_storm_of_doorbells_loses_no_sigterm_and_no_message() -> None:
     """Thousands of doorbells while the loop is busy (a launch's answers) hand the loop one
     wake-up at a time: asyncio's wakeup socket, which carries a SIGTERM to its handler,
-    never fills (it did when asyncio took SIGURG itself: the SIGTERM's byte was lost)."""
+    never fills (it did when asyncio took SIGURG itself: the SIGTERM's byte was lost).
+
+    And every message is read, with no watcher's look to help: so many segments at once
+    hold each sender back by its congestion window, and the segments it may send carry the
+    urgent pointer of its newest doorbell, whose byte comes only after the receiver's
+    delayed acknowledgement. The signal came with the pointer, and the byte's arrival
+    signals nothing (without the doorbells' thread looking for it, 64 of 64 sockets stayed
+    read up to an early point)."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -126,18 +135,51 @@ def test_a_storm_of_doorbells_loses_no_sigterm_and_no_message() -> None:
                     for _, theirs in made:
                         theirs.send(b"m%d\n" % k)
                         theirs.send(b"\x01", socket.MSG_OOB)
-                # Not a wait: the loop stays busy while the doorbells' signals come.
-                time.sleep(0.2)  # noqa: ASYNC251
+                # The loop stays busy (blocked) until the doorbells' thread has handed it
+                # its first wake-up, while more signals come.
+                bells = reader.bells
+                assert bells is not None
+                blocking_wait_for(lambda: bells.rings >= 1, timeout=10)
                 os.kill(os.getpid(), signal.SIGTERM)
                 await asyncio.wait_for(terminated.wait(), 10)
                 want = b"".join(b"m%d\n" % k for k in range(rounds))
                 # A second doorbell before the first was read puts the first in line.
                 await wait_for(lambda: all(_text(s) == want for s in sinks), within=20)
-                assert reader.bells is not None
-                assert reader.bells.rings < rounds * len(made)
+                assert bells.rings < rounds * len(made)
             finally:
                 reader.close()
                 loop.remove_signal_handler(signal.SIGTERM)
+
+    asyncio.run(main())
+
+
+def test_urgent_data_found_unread_after_its_signal_rings_the_loop_again() -> None:
+    """SIGURG comes with the urgent pointer, which can arrive ahead of its byte, and the
+    byte's arrival signals nothing: for a while after a signal the doorbells' thread looks
+    for urgent data unread (`pending`, the batch reader's urgent epoll), and rings the loop
+    when it finds some."""
+
+    async def main() -> None:
+        unread = threading.Event()
+        rung: list[bool] = []
+
+        def ring() -> None:  # the loop's read: what was unread is read
+            rung.append(unread.is_set())
+            if len(rung) == 1:  # the byte comes just after the read, and signals nothing
+                unread.set()
+            else:
+                unread.clear()
+
+        bells = Doorbells(asyncio.get_running_loop(), ring, unread.is_set)
+        with connections(1) as [(ours, theirs)]:
+            try:
+                assert bells.start()
+                assert bells.own(ours.fileno())
+                theirs.send(b"\x01", socket.MSG_OOB)  # the signal; its byte as if not come yet
+                await wait_for(lambda: rung == [False, True], within=10)
+                assert bells.caught >= 1
+            finally:
+                bells.close()
 
     asyncio.run(main())
 
