@@ -24,12 +24,19 @@ of that generation's items with `last`'s. Each generation is looked at once, as 
 the silence, then forgotten. A socket's read (its heartbeats' tags checked, its receive
 buffer emptied) comes round once every `rounds` looks, a fixed slice of the sockets a look,
 except for the sockets set to be read at each arrival (`read_always`).
+
+A socket whose agent's relay vouches for it (`relayed`) is `park`ed: out of the epoll (no
+report per heartbeat) and out of the silence's reckoning, still in its round of reads; it
+comes back (`unpark`) heard as of its own newest bytes (`newest_arrival`), never on a
+relay's word.
 """
 
 from __future__ import annotations
 
 import contextlib
 import select
+import socket
+import struct
 import time
 from collections import deque
 from typing import Generic, TypeVar
@@ -42,6 +49,25 @@ _EDGE = select.EPOLLIN | select.EPOLLPRI | select.EPOLLET
 _PRI = select.EPOLLPRI
 
 T = TypeVar("T")
+
+# struct tcp_info: `tcpi_last_data_recv` (ms since the newest data came, counted in the
+# kernel's ticks) is the 4th u32 after 8 u8s and 9 u32s. A tick is 1-10 ms (CONFIG_HZ):
+# the margin keeps the estimate no earlier than the bytes came, as the lease needs.
+_TCP_INFO_BYTES = 60
+_LAST_DATA_RECV = 52
+_TICKS_MARGIN = 0.02
+
+
+def newest_arrival(sock: socket.socket | None) -> float | None:
+    """When (monotonic) the newest bytes on `sock` came, at the latest; None if unknown."""
+    if sock is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+        ago_ms: int = struct.unpack_from("I", info, _LAST_DATA_RECV)[0]
+    except (OSError, struct.error):
+        return None
+    return time.monotonic() - ago_ms / 1000 + _TICKS_MARGIN
 
 
 class _Generation:
@@ -73,6 +99,7 @@ class BeatSockets(Generic[T]):
         self._turn = 0
         self._looks = 0
         self._always: dict[int, None] = {}
+        self._parked: set[int] = set()  # out of the epoll: a relay vouches for them
         self.rang = False  # the last look saw urgent data unread on some socket
 
     def __len__(self) -> int:
@@ -91,6 +118,7 @@ class BeatSockets(Generic[T]):
         """Stop watching `fd`; call before its socket is closed (the number may be reused)."""
         if self._owners.pop(fd, None) is not None:
             self._last.pop(fd, None)
+            self._parked.discard(fd)
             self._rounds[self._round_of.pop(fd)].pop(fd, None)
             self._always.pop(fd, None)
             with contextlib.suppress(OSError):
@@ -105,7 +133,7 @@ class BeatSockets(Generic[T]):
         after `at`, or now if none was; not at all if it was heard since. A frozen node's
         last heartbeats, read by its round after it froze, would otherwise have been heard
         at that read, up to a silence late."""
-        if fd not in self._owners:
+        if fd not in self._owners or fd in self._parked:
             return
         if at is not None:
             for kept in self._generations:  # a dozen: the silence's looks
@@ -119,6 +147,40 @@ class BeatSockets(Generic[T]):
             gen = self._between = self._new(now)
         gen.when = self._when[gen.number] = now  # not earlier than anything heard in it
         gen.fds[fd] = self._last[fd] = gen.number
+
+    def park(self, fd: int) -> bool:
+        """Stop hearing `fd` (its relay vouches for it): out of the epoll and of the silence's
+        reckoning, still read in its round. Whether it was watched and is parked now."""
+        if fd not in self._owners or fd in self._parked:
+            return False
+        with contextlib.suppress(OSError):
+            self._epoll.unregister(fd)
+        self._parked.add(fd)
+        self._last.pop(fd, None)
+        return True
+
+    def unpark(self, fd: int, at: float | None) -> bool:
+        """Hear `fd` again: back in the epoll, heard as of `at` (when its newest bytes came;
+        None: now). Read it after (`read`): edge-triggered, its bytes already there would
+        otherwise be reported at the next look, as if they had just come."""
+        if fd not in self._parked:
+            return False
+        self._parked.discard(fd)
+        self._epoll.register(fd, _EDGE)
+        self.heard(fd, at)
+        return True
+
+    def is_parked(self, fd: int) -> bool:
+        return fd in self._parked
+
+    @property
+    def parked(self) -> int:
+        """How many sockets are parked."""
+        return len(self._parked)
+
+    def parked_among(self, fds: set[int]) -> list[T]:
+        """The owners of the parked sockets among `fds` (a look's reads)."""
+        return [self._owners[fd] for fd in fds & self._parked]
 
     def read_always(self, fd: int) -> None:
         """Read `fd` at every look that finds bytes arrived on it, not once a round."""
@@ -180,6 +242,7 @@ class BeatSockets(Generic[T]):
     def close(self) -> None:
         self._owners.clear()
         self._last.clear()
+        self._parked.clear()
         self._epoll.close()
 
     def _new(self, now: float) -> _Generation:

@@ -47,14 +47,15 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.beats import BeatSockets
+from srtr.backends.agent.beats import BeatSockets, newest_arrival
 from srtr.backends.agent.coalesced import CoalescedReader
 from srtr.backends.agent.frames import KEY, ForgedBeat, Splitter
+from srtr.backends.agent.relayed import Relays, SocketSwitch
 from srtr.backends.agent.tls_bytes import TlsBytes
 from srtr.net.listen_gate import Gate, Limits, Ticket, listen, shown
 
@@ -194,8 +195,10 @@ class AgentServer:
         lease: float = LEASE,
         tls: ssl.SSLContext | None = None,
         read_period: float | None = None,
+        relayed: Sequence[str] = (),
     ) -> None:
-        """`read_period`: how often each socket is read (`READ_PERIOD` unless given)."""
+        """`read_period`: how often each socket is read (`READ_PERIOD` unless given);
+        `relayed`: the allocation's nodes, in order, for the relay groups (`relayed`)."""
         self._token = token
         self.tls = tls
         self._handler = handler
@@ -211,6 +214,8 @@ class AgentServer:
         rounds = max(1, round((read_period or READ_PERIOD) / self.period))
         self.beats: BeatSockets[_AgentProtocol] = BeatSockets(rounds)
         self.draining = False  # while the watcher reads its round's sockets
+        switch = SocketSwitch(self.beats, self._read)
+        self.relays: Relays[_AgentProtocol] = Relays(relayed, switch, heartbeat)
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str) -> tuple[str, int]:
@@ -328,7 +333,9 @@ class AgentServer:
             if now - last > 2 * period + 0.1:
                 # We were not running: the agents' bytes may be waiting unseen.
                 self.beats.heard_all(now)
+                self.relays.stalled(now)
             else:
+                self.relays.check(now, self.beats.parked_among(due))
                 cutoff = now - self.silence
                 for agent in self.beats.silent(cutoff):
                     agent.silenced(now)
@@ -361,26 +368,6 @@ _RECEIVED = bytearray(64 * 1024)
 _RECEIVED_VIEW = memoryview(_RECEIVED)
 
 
-# struct tcp_info: `tcpi_last_data_recv` (ms since the newest data came, counted in the
-# kernel's ticks) is the 4th u32 after 8 u8s and 9 u32s. A tick is 1-10 ms (CONFIG_HZ):
-# the margin keeps the estimate no earlier than the bytes came, as the lease needs.
-_TCP_INFO_BYTES = 60
-_LAST_DATA_RECV = 52
-_TICKS_MARGIN = 0.02
-
-
-def _newest_arrival(sock: socket.socket | None) -> float | None:
-    """When (monotonic) the newest bytes on `sock` came, at the latest; None if unknown."""
-    if sock is None:
-        return None
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
-        ago_ms: int = struct.unpack_from("I", info, _LAST_DATA_RECV)[0]
-    except (OSError, struct.error):
-        return None
-    return time.monotonic() - ago_ms / 1000 + _TICKS_MARGIN
-
-
 class _AgentProtocol(asyncio.BufferedProtocol):
     """One agent's connection: the handshake, then one message a line to the handler.
 
@@ -401,6 +388,7 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._watched = False  # its socket is in the server's `beats`
         self._sock: socket.socket | None = None  # while watched: for its TCP_INFO
         self._heard: float | None = None  # when `beats` last heard it, once out of it
+        self.audited = 0  # its heartbeats read when its relay's word was last checked
         self.conn: Connection | None = None
 
     @property
@@ -433,12 +421,12 @@ class _AgentProtocol(asyncio.BufferedProtocol):
                     conn, f"its connection carried a forged heartbeat: {exc}", silent=True
                 )
             return
-        if self._watched:
+        if self._watched and not self._server.beats.is_parked(self._fd):  # (parked: `relayed`)
             # Heard: the watcher's look, edge-triggered, would not report the bytes this
             # read took (a heartbeat read with the message after it, on its doorbell). The
             # watcher's own read takes bytes that may have waited since an earlier look:
             # heard as of when the newest came (TCP's record), not at the read.
-            arrived = _newest_arrival(self._sock) if self._server.draining else None
+            arrived = newest_arrival(self._sock) if self._server.draining else None
             self._server.beats.heard(self._fd, arrived)
         if conn is not None:
             conn.beats += self._frames.beats - before
@@ -516,7 +504,10 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             except p.ProtocolError as exc:
                 self._fail(f"its agent sent garbage: {exc}")
                 return
-            self._server._handler.received(conn, message)
+            if isinstance(message, p.Relaying | p.Relayed):
+                self._server.relays.received(self, message)
+            else:
+                self._server._handler.received(conn, message)
 
     def _hello(self, line: bytes) -> None:
         assert self._transport is not None and self._io is not None
@@ -548,8 +539,25 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._server.beats.add(self._fd, self)
             self._watched = True
             self.conn.heard_at = self._last_heard
+            self._server.relays.joined(hello.node, self)
+
+    @property
+    def sock(self) -> socket.socket | None:
+        return self._sock
+
+    @property
+    def beats_read(self) -> int:
+        return 0 if self.conn is None else self.conn.beats
+
+    def send(self, message: p.Message) -> None:
+        if self.conn is not None:
+            self.conn.send(message)
 
     def _last_heard(self) -> float | None:
+        """When it was last heard: by the watcher, or, while its relay vouches for it (its
+        socket parked), as of its socket's newest bytes (the kernel's count)."""
+        if self._watched and self._server.beats.is_parked(self._fd):
+            return newest_arrival(self._sock)
         if self._watched:
             return self._server.beats.heard_at(self._fd)
         return self._heard
@@ -557,7 +565,8 @@ class _AgentProtocol(asyncio.BufferedProtocol):
     def _unwatch(self) -> None:
         """Out of the watcher's sight, keeping when it last heard this connection."""
         if self._watched:
-            self._heard = self._server.beats.heard_at(self._fd)
+            self._heard = self._last_heard()
+            self._server.relays.left(self)
             self._server.beats.remove(self._fd)
             self._watched = False
 
