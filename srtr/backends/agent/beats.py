@@ -100,6 +100,7 @@ class BeatSockets(Generic[T]):
         self._looks = 0
         self._always: dict[int, None] = {}
         self._parked: set[int] = set()  # out of the epoll: a relay vouches for them
+        self._fed: set[int] = set()  # parked ones read with bytes since the last `starved`
         self.rang = False  # the last look saw urgent data unread on some socket
 
     def __len__(self) -> int:
@@ -133,7 +134,10 @@ class BeatSockets(Generic[T]):
         after `at`, or now if none was; not at all if it was heard since. A frozen node's
         last heartbeats, read by its round after it froze, would otherwise have been heard
         at that read, up to a silence late."""
-        if fd not in self._owners or fd in self._parked:
+        if fd not in self._owners:
+            return
+        if fd in self._parked:  # its relay's word, not ours; its round checks it had bytes
+            self._fed.add(fd)
             return
         if at is not None:
             for kept in self._generations:  # a dozen: the silence's looks
@@ -178,9 +182,12 @@ class BeatSockets(Generic[T]):
         """How many sockets are parked."""
         return len(self._parked)
 
-    def parked_among(self, fds: set[int]) -> list[T]:
-        """The owners of the parked sockets among `fds` (a look's reads)."""
-        return [self._owners[fd] for fd in fds & self._parked]
+    def starved(self, fds: set[int]) -> list[T]:
+        """The owners of the parked sockets among `fds` (a look's round) that no read found
+        bytes on since the last call."""
+        found = [self._owners[fd] for fd in (fds & self._parked) - self._fed]
+        self._fed.clear()
+        return found
 
     def read_always(self, fd: int) -> None:
         """Read `fd` at every look that finds bytes arrived on it, not once a round."""
@@ -243,6 +250,7 @@ class BeatSockets(Generic[T]):
         self._owners.clear()
         self._last.clear()
         self._parked.clear()
+        self._fed.clear()
         self._epoll.close()
 
     def _new(self, now: float) -> _Generation:

@@ -26,6 +26,8 @@ bytes came, which the lease below needs), or when a read took its bytes before t
 SILENCE + WATCH after its last heartbeat. The socket itself is read once every READ_PERIOD,
 a slice of the connections at each look: docs/agents.md, "One connection per agent", has
 the design, its figures and its limits.
+From 16 nodes on, relays (`relayed`) take a node's socket out of that epoll while its
+relay vouches for it, never deciding a loss: docs/agents.md, "Relays".
 
 The lease, kept by TCP: an agent whose heartbeats the controller's kernel has stopped
 acknowledging for LEASE seconds fences itself (`node`, "The lease"), so the controller knows,
@@ -335,7 +337,7 @@ class AgentServer:
                 self.beats.heard_all(now)
                 self.relays.stalled(now)
             else:
-                self.relays.check(now, self.beats.parked_among(due))
+                self.relays.check(now, self.beats.starved(due))
                 cutoff = now - self.silence
                 for agent in self.beats.silent(cutoff):
                     agent.silenced(now)
@@ -388,7 +390,6 @@ class _AgentProtocol(asyncio.BufferedProtocol):
         self._watched = False  # its socket is in the server's `beats`
         self._sock: socket.socket | None = None  # while watched: for its TCP_INFO
         self._heard: float | None = None  # when `beats` last heard it, once out of it
-        self.audited = 0  # its heartbeats read when its relay's word was last checked
         self.conn: Connection | None = None
 
     @property
@@ -421,13 +422,14 @@ class _AgentProtocol(asyncio.BufferedProtocol):
                     conn, f"its connection carried a forged heartbeat: {exc}", silent=True
                 )
             return
-        if self._watched and not self._server.beats.is_parked(self._fd):  # (parked: `relayed`)
+        if self._watched:
             # Heard: the watcher's look, edge-triggered, would not report the bytes this
             # read took (a heartbeat read with the message after it, on its doorbell). The
             # watcher's own read takes bytes that may have waited since an earlier look:
             # heard as of when the newest came (TCP's record), not at the read.
-            arrived = newest_arrival(self._sock) if self._server.draining else None
-            self._server.beats.heard(self._fd, arrived)
+            beats, fd = self._server.beats, self._fd
+            drained = self._server.draining and not beats.is_parked(fd)  # parked: `relayed`
+            beats.heard(fd, newest_arrival(self._sock) if drained else None)
         if conn is not None:
             conn.beats += self._frames.beats - before
             if stream and self._server.draining and self._watched:
@@ -544,10 +546,6 @@ class _AgentProtocol(asyncio.BufferedProtocol):
     @property
     def sock(self) -> socket.socket | None:
         return self._sock
-
-    @property
-    def beats_read(self) -> int:
-        return 0 if self.conn is None else self.conn.beats
 
     def send(self, message: p.Message) -> None:
         if self.conn is not None:

@@ -81,9 +81,10 @@ class Listening:
             raise
         self.port: int = self._sock.getsockname()[1]
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(self._sock.fileno(), self._readable)
+        self._loop.add_reader(self._sock.fileno(), self.read)
 
-    def _readable(self) -> None:
+    def read(self) -> None:
+        """Take the datagrams waiting (the loop calls it when some came)."""
         now = time.monotonic()
         recv = self._sock.recv
         for _ in range(_MOST_PER_READ):

@@ -87,11 +87,6 @@ class Switch(Protocol[A_contra]):
         """Hear it directly again, as of its own socket's newest bytes."""
         ...
 
-    def quiet(self, agent: A_contra) -> bool:
-        """Whether no heartbeat was read from its socket since the last time this was asked
-        (once a round: a relay that vouches wrongly is found within one)."""
-        ...
-
 
 @dataclass(eq=False)
 class _Group(Generic[A]):
@@ -178,10 +173,11 @@ class Relays(Generic[A]):
             group.record_at = self._clock()
             self._record(group, message.missing)
 
-    def check(self, now: float, read: Iterable[A] = ()) -> None:
+    def check(self, now: float, starved: Iterable[A] = ()) -> None:
         """The watcher's look: a relay whose record is late no longer speaks for its members;
-        a member among `read` (this look's round) whose own socket is quiet is heard directly
-        again, whatever its relay says."""
+        a member among `starved` (its socket's read in this look's round found nothing since
+        the look before) is heard directly again, whatever its relay says: a relay that
+        vouches for a silent node is found within two rounds."""
         for group in self._groups:
             if group.parked and now - group.record_at > self._late:
                 relay = "?" if group.relay is None else group.nodes[group.relay]
@@ -193,9 +189,9 @@ class Relays(Generic[A]):
                     len(group.parked),
                 )
                 self._unpark(group, set(group.parked))
-        for agent in read:
+        for agent in starved:
             where = self._of.get(agent)
-            if where is not None and where[1] in where[0].parked and self._switch.quiet(agent):
+            if where is not None and where[1] in where[0].parked:
                 self._unpark(where[0], {where[1]})
 
     def end(self) -> None:
@@ -289,11 +285,6 @@ class Agent(Protocol):
     @property
     def sock(self) -> socket.socket | None: ...
 
-    @property
-    def beats_read(self) -> int: ...
-
-    audited: int  # `beats_read` at the last `quiet`
-
     def send(self, message: p.Message) -> None: ...
 
 
@@ -325,7 +316,3 @@ class SocketSwitch:
         fd = agent.fd
         if fd >= 0 and self._beats.unpark(fd, newest_arrival(agent.sock)):
             self._read((fd,))
-
-    def quiet(self, agent: Agent) -> bool:
-        before, agent.audited = agent.audited, agent.beats_read
-        return agent.audited == before
