@@ -170,7 +170,8 @@ class BeatSockets(Generic[T]):
         if fd not in self._parked:
             return False
         self._parked.discard(fd)
-        self._epoll.register(fd, _EDGE)
+        with contextlib.suppress(FileExistsError):  # its park could not take it out
+            self._epoll.register(fd, _EDGE)
         self.heard(fd, at)
         return True
 
@@ -217,9 +218,9 @@ class BeatSockets(Generic[T]):
 
     def heard_all(self, now: float) -> None:
         """Count every socket as heard `now` (the watcher was not running: their bytes may
-        be waiting unseen)."""
+        be waiting unseen), but the parked ones: their relays speak for them."""
         gen = self._new(now)
-        gen.fds = dict.fromkeys(self._owners, gen.number)
+        gen.fds = dict.fromkeys(self._owners.keys() - self._parked, gen.number)
         self._last.update(gen.fds)
         while self._generations[0] is not gen:
             self._forget_oldest()

@@ -337,7 +337,10 @@ class AgentServer:
                 self.beats.heard_all(now)
                 self.relays.stalled(now)
             else:
-                self.relays.check(now, self.beats.starved(due))
+                try:
+                    self.relays.check(now, self.beats.starved(due))
+                except Exception:  # a bug there must not end the watcher (and so NodeLost)
+                    log.exception("agents: checking the relays failed")
                 cutoff = now - self.silence
                 for agent in self.beats.silent(cutoff):
                     agent.silenced(now)

@@ -217,3 +217,11 @@ def test_a_parked_socket_no_read_found_bytes_on_is_starved() -> None:
         beats.heard(fed)  # a read found its bytes (its heartbeats)
         assert beats.starved({fed, starved}) == [1]
         assert sorted(beats.starved({fed, starved})) == [0, 1]  # until the next reads
+
+
+def test_a_stalled_watcher_leaves_the_parked_sockets_to_their_relays() -> None:
+    with watched(2) as (beats, _peers):
+        beats.park(_fd(beats, 1))
+        now, _ = beats.look()
+        beats.heard_all(now)
+        assert beats.silent(now + 100) == [0]  # a parked one never ages into a loss
