@@ -83,8 +83,9 @@ class Switch(Protocol[A_contra]):
         """Stop hearing `agent`'s socket one by one (its relay vouches); whether it did."""
         ...
 
-    def unpark(self, agent: A_contra) -> None:
-        """Hear it directly again, as of its own socket's newest bytes."""
+    def unpark(self, agent: A_contra, *, read: bool = True) -> None:
+        """Hear it directly again, as of its own socket's newest bytes; `read`: read it too
+        (edge-triggered, bytes already there would read as just come at the next look)."""
         ...
 
 
@@ -260,8 +261,8 @@ class Relays(Generic[A]):
         for index in indexes:
             group.parked.discard(index)
             agent = group.agents.get(index)
-            if agent is not None:
-                self._switch.unpark(agent)
+            if agent is not None:  # at the job's end: no read (its goodbye comes anyway)
+                self._switch.unpark(agent, read=not self._ending)
 
     def _fall_back(self, group: _Group[A], why: str) -> None:
         """The group's members are heard directly again and stop sending to its relay."""
@@ -312,7 +313,7 @@ class SocketSwitch:
     def park(self, agent: Agent) -> bool:
         return agent.fd >= 0 and self._beats.park(agent.fd)
 
-    def unpark(self, agent: Agent) -> None:
+    def unpark(self, agent: Agent, *, read: bool = True) -> None:
         fd = agent.fd
-        if fd >= 0 and self._beats.unpark(fd, newest_arrival(agent.sock)):
+        if fd >= 0 and self._beats.unpark(fd, newest_arrival(agent.sock)) and read:
             self._read((fd,))

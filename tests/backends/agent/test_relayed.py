@@ -16,6 +16,7 @@ class FakeSwitch:
     sent: list[tuple[str, p.Message]] = field(default_factory=list)
     parked: set[str] = field(default_factory=set)
     unparked: list[str] = field(default_factory=list)
+    read: list[bool] = field(default_factory=list)  # whether each unpark read the socket
 
     def send(self, agent: str, message: p.Message) -> None:
         self.sent.append((agent, message))
@@ -30,9 +31,10 @@ class FakeSwitch:
         self.parked.add(agent)
         return True
 
-    def unpark(self, agent: str) -> None:
+    def unpark(self, agent: str, *, read: bool = True) -> None:
         self.parked.discard(agent)
         self.unparked.append(agent)
+        self.read.append(read)
 
     def to(self, agent: str) -> list[p.Message]:
         return [m for a, m in self.sent if a == agent]
@@ -148,6 +150,7 @@ def test_an_agent_that_cannot_relay_leaves_it_to_the_next_and_the_end_elects_no_
     switch.sent.clear()
     relays.left("n1")
     assert switch.parked == set() and switch.sent == []  # at the end: no word, no new relay
+    assert switch.read[-3:] == [False] * 3  # nor a read of each member (a teardown's time)
 
 
 def test_a_stalled_watcher_does_not_count_its_stall_as_late_records() -> None:
