@@ -277,6 +277,8 @@ class AgentBackend(ProbesOnAgents):
         """Tell every agent to kill its instances and report them, wait for that, stop the
         agents and the channel, then close the steps backend."""
         self._closing = True
+        if self._server is not None:
+            self._server.relays.end()
         for state in self._nodes.values():
             state.ready.set()
             if state.conn is not None:
@@ -417,7 +419,9 @@ class AgentBackend(ProbesOnAgents):
         async with self._started:
             if self._server is not None:
                 return
-            self._server = AgentServer(self._token, self, lease=self._lease, tls=self._tls)
+            self._server = AgentServer(
+                self._token, self, lease=self._lease, tls=self._tls, relayed=list(self._nodes)
+            )
             address = await self._server.start(self._host)
             log.info("agents: listening on %s:%d", *address)
             if self._run_dir is not None:

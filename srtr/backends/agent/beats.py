@@ -24,12 +24,19 @@ of that generation's items with `last`'s. Each generation is looked at once, as 
 the silence, then forgotten. A socket's read (its heartbeats' tags checked, its receive
 buffer emptied) comes round once every `rounds` looks, a fixed slice of the sockets a look,
 except for the sockets set to be read at each arrival (`read_always`).
+
+A socket whose agent's relay vouches for it (`relayed`) is `park`ed: out of the epoll (no
+report per heartbeat) and out of the silence's reckoning, still in its round of reads; it
+comes back (`unpark`) heard as of its own newest bytes (`newest_arrival`), never on a
+relay's word.
 """
 
 from __future__ import annotations
 
 import contextlib
 import select
+import socket
+import struct
 import time
 from collections import deque
 from typing import Generic, TypeVar
@@ -42,6 +49,25 @@ _EDGE = select.EPOLLIN | select.EPOLLPRI | select.EPOLLET
 _PRI = select.EPOLLPRI
 
 T = TypeVar("T")
+
+# struct tcp_info: `tcpi_last_data_recv` (ms since the newest data came, counted in the
+# kernel's ticks) is the 4th u32 after 8 u8s and 9 u32s. A tick is 1-10 ms (CONFIG_HZ):
+# the margin keeps the estimate no earlier than the bytes came, as the lease needs.
+_TCP_INFO_BYTES = 60
+_LAST_DATA_RECV = 52
+_TICKS_MARGIN = 0.02
+
+
+def newest_arrival(sock: socket.socket | None) -> float | None:
+    """When (monotonic) the newest bytes on `sock` came, at the latest; None if unknown."""
+    if sock is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
+        ago_ms: int = struct.unpack_from("I", info, _LAST_DATA_RECV)[0]
+    except (OSError, struct.error):
+        return None
+    return time.monotonic() - ago_ms / 1000 + _TICKS_MARGIN
 
 
 class _Generation:
@@ -73,6 +99,8 @@ class BeatSockets(Generic[T]):
         self._turn = 0
         self._looks = 0
         self._always: dict[int, None] = {}
+        self._parked: set[int] = set()  # out of the epoll: a relay vouches for them
+        self._fed: set[int] = set()  # parked ones read with bytes since the last `starved`
         self.rang = False  # the last look saw urgent data unread on some socket
 
     def __len__(self) -> int:
@@ -91,6 +119,7 @@ class BeatSockets(Generic[T]):
         """Stop watching `fd`; call before its socket is closed (the number may be reused)."""
         if self._owners.pop(fd, None) is not None:
             self._last.pop(fd, None)
+            self._parked.discard(fd)
             self._rounds[self._round_of.pop(fd)].pop(fd, None)
             self._always.pop(fd, None)
             with contextlib.suppress(OSError):
@@ -107,6 +136,9 @@ class BeatSockets(Generic[T]):
         at that read, up to a silence late."""
         if fd not in self._owners:
             return
+        if fd in self._parked:  # its relay's word, not ours; its round checks it had bytes
+            self._fed.add(fd)
+            return
         if at is not None:
             for kept in self._generations:  # a dozen: the silence's looks
                 if kept.when >= at:
@@ -119,6 +151,44 @@ class BeatSockets(Generic[T]):
             gen = self._between = self._new(now)
         gen.when = self._when[gen.number] = now  # not earlier than anything heard in it
         gen.fds[fd] = self._last[fd] = gen.number
+
+    def park(self, fd: int) -> bool:
+        """Stop hearing `fd` (its relay vouches for it): out of the epoll and of the silence's
+        reckoning, still read in its round. Whether it was watched and is parked now."""
+        if fd not in self._owners or fd in self._parked:
+            return False
+        with contextlib.suppress(OSError):
+            self._epoll.unregister(fd)
+        self._parked.add(fd)
+        self._last.pop(fd, None)
+        return True
+
+    def unpark(self, fd: int, at: float | None) -> bool:
+        """Hear `fd` again: back in the epoll, heard as of `at` (when its newest bytes came;
+        None: now). Read it after (`read`): edge-triggered, its bytes already there would
+        otherwise be reported at the next look, as if they had just come."""
+        if fd not in self._parked:
+            return False
+        self._parked.discard(fd)
+        with contextlib.suppress(FileExistsError):  # its park could not take it out
+            self._epoll.register(fd, _EDGE)
+        self.heard(fd, at)
+        return True
+
+    def is_parked(self, fd: int) -> bool:
+        return fd in self._parked
+
+    @property
+    def parked(self) -> int:
+        """How many sockets are parked."""
+        return len(self._parked)
+
+    def starved(self, fds: set[int]) -> list[T]:
+        """The owners of the parked sockets among `fds` (a look's round) that no read found
+        bytes on since the last call."""
+        found = [self._owners[fd] for fd in (fds & self._parked) - self._fed]
+        self._fed.clear()
+        return found
 
     def read_always(self, fd: int) -> None:
         """Read `fd` at every look that finds bytes arrived on it, not once a round."""
@@ -148,9 +218,9 @@ class BeatSockets(Generic[T]):
 
     def heard_all(self, now: float) -> None:
         """Count every socket as heard `now` (the watcher was not running: their bytes may
-        be waiting unseen)."""
+        be waiting unseen), but the parked ones: their relays speak for them."""
         gen = self._new(now)
-        gen.fds = dict.fromkeys(self._owners, gen.number)
+        gen.fds = dict.fromkeys(self._owners.keys() - self._parked, gen.number)
         self._last.update(gen.fds)
         while self._generations[0] is not gen:
             self._forget_oldest()
@@ -180,6 +250,8 @@ class BeatSockets(Generic[T]):
     def close(self) -> None:
         self._owners.clear()
         self._last.clear()
+        self._parked.clear()
+        self._fed.clear()
         self._epoll.close()
 
     def _new(self, now: float) -> _Generation:

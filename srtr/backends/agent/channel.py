@@ -26,6 +26,8 @@ bytes came, which the lease below needs), or when a read took its bytes before t
 SILENCE + WATCH after its last heartbeat. The socket itself is read once every READ_PERIOD,
 a slice of the connections at each look: docs/agents.md, "One connection per agent", has
 the design, its figures and its limits.
+From 16 nodes on, relays (`relayed`) take a node's socket out of that epoll while its
+relay vouches for it, never deciding a loss: docs/agents.md, "Relays".
 
 The lease, kept by TCP: an agent whose heartbeats the controller's kernel has stopped
 acknowledging for LEASE seconds fences itself (`node`, "The lease"), so the controller knows,
@@ -47,14 +49,15 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from srtr.backends.agent import protocol as p
-from srtr.backends.agent.beats import BeatSockets
+from srtr.backends.agent.beats import BeatSockets, newest_arrival
 from srtr.backends.agent.coalesced import CoalescedReader
 from srtr.backends.agent.frames import KEY, ForgedBeat, Splitter
+from srtr.backends.agent.relayed import Relays, SocketSwitch
 from srtr.backends.agent.tls_bytes import TlsBytes
 from srtr.net.listen_gate import Gate, Limits, Ticket, listen, shown
 
@@ -194,8 +197,10 @@ class AgentServer:
         lease: float = LEASE,
         tls: ssl.SSLContext | None = None,
         read_period: float | None = None,
+        relayed: Sequence[str] = (),
     ) -> None:
-        """`read_period`: how often each socket is read (`READ_PERIOD` unless given)."""
+        """`read_period`: how often each socket is read (`READ_PERIOD` unless given);
+        `relayed`: the allocation's nodes, in order, for the relay groups (`relayed`)."""
         self._token = token
         self.tls = tls
         self._handler = handler
@@ -211,6 +216,8 @@ class AgentServer:
         rounds = max(1, round((read_period or READ_PERIOD) / self.period))
         self.beats: BeatSockets[_AgentProtocol] = BeatSockets(rounds)
         self.draining = False  # while the watcher reads its round's sockets
+        switch = SocketSwitch(self.beats, self._read)
+        self.relays: Relays[_AgentProtocol] = Relays(relayed, switch, heartbeat)
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str) -> tuple[str, int]:
@@ -328,7 +335,12 @@ class AgentServer:
             if now - last > 2 * period + 0.1:
                 # We were not running: the agents' bytes may be waiting unseen.
                 self.beats.heard_all(now)
+                self.relays.stalled(now)
             else:
+                try:
+                    self.relays.check(now, self.beats.starved(due))
+                except Exception:  # a bug there must not end the watcher (and so NodeLost)
+                    log.exception("agents: checking the relays failed")
                 cutoff = now - self.silence
                 for agent in self.beats.silent(cutoff):
                     agent.silenced(now)
@@ -359,26 +371,6 @@ class AgentServer:
 # same callback, and a plain protocol's read would allocate 256 KiB per heartbeat instead.
 _RECEIVED = bytearray(64 * 1024)
 _RECEIVED_VIEW = memoryview(_RECEIVED)
-
-
-# struct tcp_info: `tcpi_last_data_recv` (ms since the newest data came, counted in the
-# kernel's ticks) is the 4th u32 after 8 u8s and 9 u32s. A tick is 1-10 ms (CONFIG_HZ):
-# the margin keeps the estimate no earlier than the bytes came, as the lease needs.
-_TCP_INFO_BYTES = 60
-_LAST_DATA_RECV = 52
-_TICKS_MARGIN = 0.02
-
-
-def _newest_arrival(sock: socket.socket | None) -> float | None:
-    """When (monotonic) the newest bytes on `sock` came, at the latest; None if unknown."""
-    if sock is None:
-        return None
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES)
-        ago_ms: int = struct.unpack_from("I", info, _LAST_DATA_RECV)[0]
-    except (OSError, struct.error):
-        return None
-    return time.monotonic() - ago_ms / 1000 + _TICKS_MARGIN
 
 
 class _AgentProtocol(asyncio.BufferedProtocol):
@@ -438,8 +430,9 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             # read took (a heartbeat read with the message after it, on its doorbell). The
             # watcher's own read takes bytes that may have waited since an earlier look:
             # heard as of when the newest came (TCP's record), not at the read.
-            arrived = _newest_arrival(self._sock) if self._server.draining else None
-            self._server.beats.heard(self._fd, arrived)
+            beats, fd = self._server.beats, self._fd
+            drained = self._server.draining and not beats.is_parked(fd)  # parked: `relayed`
+            beats.heard(fd, newest_arrival(self._sock) if drained else None)
         if conn is not None:
             conn.beats += self._frames.beats - before
             if stream and self._server.draining and self._watched:
@@ -516,7 +509,10 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             except p.ProtocolError as exc:
                 self._fail(f"its agent sent garbage: {exc}")
                 return
-            self._server._handler.received(conn, message)
+            if isinstance(message, p.Relaying | p.Relayed):
+                self._server.relays.received(self, message)
+            else:
+                self._server._handler.received(conn, message)
 
     def _hello(self, line: bytes) -> None:
         assert self._transport is not None and self._io is not None
@@ -548,8 +544,21 @@ class _AgentProtocol(asyncio.BufferedProtocol):
             self._server.beats.add(self._fd, self)
             self._watched = True
             self.conn.heard_at = self._last_heard
+            self._server.relays.joined(hello.node, self)
+
+    @property
+    def sock(self) -> socket.socket | None:
+        return self._sock
+
+    def send(self, message: p.Message) -> None:
+        if self.conn is not None:
+            self.conn.send(message)
 
     def _last_heard(self) -> float | None:
+        """When it was last heard: by the watcher, or, while its relay vouches for it (its
+        socket parked), as of its socket's newest bytes (the kernel's count)."""
+        if self._watched and self._server.beats.is_parked(self._fd):
+            return newest_arrival(self._sock)
         if self._watched:
             return self._server.beats.heard_at(self._fd)
         return self._heard
@@ -557,7 +566,8 @@ class _AgentProtocol(asyncio.BufferedProtocol):
     def _unwatch(self) -> None:
         """Out of the watcher's sight, keeping when it last heard this connection."""
         if self._watched:
-            self._heard = self._server.beats.heard_at(self._fd)
+            self._heard = self._last_heard()
+            self._server.relays.left(self)
             self._server.beats.remove(self._fd)
             self._watched = False
 

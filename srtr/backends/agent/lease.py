@@ -25,7 +25,7 @@ import signal
 import termios
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from srtr.backends.agent import protocol as p
@@ -69,6 +69,9 @@ class Lease:
         self.gave_up = False  # no word for the lease and the adopt window: stop for good
         self.graces: dict[str, float] = {}  # each live instance's SIGTERM-to-SIGKILL
         self.muted = False  # sends no heartbeat (hollow mode's frozen node)
+        # After each heartbeat sent, with how long ago the newest acknowledged one went
+        # (`relay.Role.beat`: a member tells its relay it is alive only while that is recent).
+        self.on_beat: Callable[[float], None] | None = None
         self._done: asyncio.Future[str] | None = None  # `beat`'s end: why the session ends
         self._sent: float | None = None  # when the last heartbeat went
         self._ticker: _Ticker | None = None
@@ -112,6 +115,8 @@ class Lease:
             self._renewed(self._sent)
         if beat and self._write_beat():
             self._sent = now
+            if self.on_beat is not None:
+                self.on_beat(now - self.since)
         if self.length <= 0 or self._done is None or self._done.done():
             return
         expires = self.since + self.length

@@ -57,6 +57,7 @@ from srtr.backends.agent.dial import HANDSHAKE_TIMEOUT, Wire, connect, read_rend
 from srtr.backends.agent.lease import Lease
 from srtr.backends.agent.node_env import inherited_env
 from srtr.backends.agent.node_watch import Probes, Watches
+from srtr.backends.agent.relay import Role
 from srtr.backends.base import LaunchError, LaunchSpec
 from srtr.backends.prober import ProbeRunner
 from srtr.backends.procgroup import (
@@ -165,6 +166,8 @@ class Agent:
         self._outbox: list[bytes] = []  # lines sent in this turn of the loop (`_send`)
         self._tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(node, self._groups, self._window)
+        self._relay = Role(node, self._send, self._post)  # its part in a relay group
+        self._lease.on_beat = self._relay.beat
 
     async def run(self, host: str, port: int) -> int:
         """Serve the controller at host:port, and the ones that adopt the job after it, until
@@ -207,6 +210,7 @@ class Agent:
         self._writer = writer
         self._outbox = []  # what the last session did not write yet goes nowhere now
         self._wire = None  # until the Welcome gives the session's key
+        self._relay.reset()  # the last controller's relay groups are no more
         try:
             if self._fingerprint is not None:
                 try:
@@ -219,6 +223,7 @@ class Agent:
             raise
         self._lease.beats = writer
         self._wire = self._lease.wire = Wire(writer, welcome.beat_key)
+        self._relay.period = welcome.heartbeat
         log.info("agent %s: serving the controller at %s:%d", self.node, host, port)
         return reader, writer, welcome.heartbeat
 
@@ -311,6 +316,9 @@ class Agent:
                 self._groups.signal(message.name, message.signum)
         elif isinstance(message, p.Watch):
             self._watches.watch(message)
+        elif isinstance(message, p.Relay | p.RelayTo):
+            host = self._writer.get_extra_info("sockname")[0] if self._writer else ""
+            self._relay.handle(message, str(host))
         elif isinstance(message, p.Probe):
             task = asyncio.create_task(self._probe(message))
             self._tasks.add(task)
@@ -375,6 +383,7 @@ class Agent:
 
     async def _stop(self) -> None:
         self._watches.close()
+        self._relay.reset()
         for task in list(self._tasks):
             task.cancel()
         await self._groups.close()
@@ -397,6 +406,14 @@ class Agent:
         lines, self._outbox = self._outbox, []
         if lines:
             self._write(lines[0] if len(lines) == 1 else b"".join(lines))
+
+    def _post(self, message: p.Message) -> None:
+        """Write `message` at once and ring no doorbell: the controller's watcher reads it at
+        its next look (a relay's record, once a second, must not wake the controller's loop)."""
+        writer = self._writer
+        if writer is not None and not writer.is_closing():
+            with contextlib.suppress(OSError):
+                writer.write(p.encode(message))
 
     def _write(self, line: bytes) -> None:
         writer = self._writer

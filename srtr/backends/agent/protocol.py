@@ -22,6 +22,11 @@ Controller → agent: `Launch`, `Signal`, `Probe`, `Watch`, `Shutdown`. Agent �
 (same `seq` as its `Probe`), `Health` (a `Watch`'s transitions), `Bye` (after a `Shutdown`,
 when every instance of the node has been reaped and reported).
 
+Relays (a fan-in of heartbeats for large jobs: `relay`, `relayed`, docs/agents.md "Relays"):
+controller → agent `Relay` (be your group's relay) and `RelayTo` (tell your group's relay you
+are alive); agent → controller `Relaying` (the relay's UDP port) and `Relayed` (once a
+second: the members it did not hear).
+
 Heartbeats are not messages: a frame between the stream's records every heartbeat period,
 on the same connection, tagged with the `Welcome`'s `beat_key` (`frames`; the controller
 holds one descriptor per agent and never wakes for a heartbeat: `channel`, "Heartbeats").
@@ -44,7 +49,7 @@ import orjson
 from srtr.backends.base import LaunchSpec
 from srtr.resources.objects import ProbeKind, ProbeSpec
 
-VERSION = 3  # 3: heartbeats on the one connection, as tagged frames
+VERSION = 4  # 4: relays (a fan-in of heartbeats, `relay`); 3: heartbeats as tagged frames
 # The longest line either side reads: a launch with a large environment fits.
 MAX_LINE = 16 * 1024 * 1024
 TOKEN_ENV = "SRTR_AGENT_TOKEN"
@@ -211,6 +216,46 @@ class Bye:
     TYPE: ClassVar[str] = "bye"
 
 
+@dataclass(frozen=True)
+class Relay:
+    """Relay the liveness of the `count` members of your group (indexes 0..count-1; yours is
+    `index`), whose datagrams carry tags under `key` (hex); `count` 0: stop relaying."""
+
+    TYPE: ClassVar[str] = "relay"
+    key: str
+    count: int
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Relaying:
+    """A relay's answer to `Relay`: the UDP port it listens on (0: it could not bind one)."""
+
+    TYPE: ClassVar[str] = "relaying"
+    port: int
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class RelayTo:
+    """Send your group's relay at host:port a datagram a second, as member `index`, tagged
+    under `key` (hex), while your lease holds; `port` 0: stop."""
+
+    TYPE: ClassVar[str] = "relay_to"
+    host: str
+    port: int
+    key: str = ""
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """A relay's record, once a second: the members (indexes) it did not hear lately."""
+
+    TYPE: ClassVar[str] = "relayed"
+    missing: list[int] = field(default_factory=list)
+
+
 Message = (
     Challenge
     | Hello
@@ -226,6 +271,10 @@ Message = (
     | Health
     | Shutdown
     | Bye
+    | Relay
+    | Relaying
+    | RelayTo
+    | Relayed
 )
 _TYPES: dict[str, type[Any]] = {
     cls.TYPE: cls
@@ -244,6 +293,10 @@ _TYPES: dict[str, type[Any]] = {
         Health,
         Shutdown,
         Bye,
+        Relay,
+        Relaying,
+        RelayTo,
+        Relayed,
     )
 }
 
@@ -373,6 +426,10 @@ __all__ = [
     "Probe",
     "ProbeResult",
     "ProtocolError",
+    "Relay",
+    "RelayTo",
+    "Relayed",
+    "Relaying",
     "Shutdown",
     "Signal",
     "Watch",

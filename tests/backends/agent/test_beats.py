@@ -191,3 +191,37 @@ def test_a_read_of_bytes_that_waited_counts_as_of_when_they_came() -> None:
         beats.heard(fd, at=second + 3600)  # after the newest look: heard now, not later
         now = beats.heard_at(fd)
         assert now is not None and second < now < second + 3600
+
+
+def test_a_parked_socket_is_neither_reported_nor_silent_and_comes_back_heard_as_of_at() -> None:
+    with watched(3) as (beats, peers):
+        fd = _fd(beats, 1)
+        assert beats.park(fd) and not beats.park(fd) and beats.parked == 1
+        peers[1].send(b"\0" * 9)
+        now, _ = beats.look()
+        assert beats.heard_at(fd) is None  # out of the epoll: its bytes are not seen
+        assert 1 not in beats.silent(now + 100)  # nor is its silence counted
+        assert fd in _round(beats, 0)  # still read in its round
+        # Back: heard as of when its newest bytes came (here: before the look), not now.
+        assert beats.unpark(fd, now - 0.5) and not beats.unpark(fd, now)
+        heard = beats.heard_at(fd)
+        assert heard is not None and heard <= now
+        assert sorted(beats.silent(now + 1e-3)) == [0, 1, 2]
+
+
+def test_a_parked_socket_no_read_found_bytes_on_is_starved() -> None:
+    with watched(2) as (beats, _peers):
+        fed, starved = _fd(beats, 0), _fd(beats, 1)
+        beats.park(fed)
+        beats.park(starved)
+        beats.heard(fed)  # a read found its bytes (its heartbeats)
+        assert beats.starved({fed, starved}) == [1]
+        assert sorted(beats.starved({fed, starved})) == [0, 1]  # until the next reads
+
+
+def test_a_stalled_watcher_leaves_the_parked_sockets_to_their_relays() -> None:
+    with watched(2) as (beats, _peers):
+        beats.park(_fd(beats, 1))
+        now, _ = beats.look()
+        beats.heard_all(now)
+        assert beats.silent(now + 100) == [0]  # a parked one never ages into a loss

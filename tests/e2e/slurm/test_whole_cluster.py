@@ -10,12 +10,14 @@ a pool node mid-job and the spare takes its place; SIGINT tears the whole job do
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from srtr.backends.agent.relayed import groups
 from tests.support import slurm_util
 from tests.support.e2e_util import Run, events, wait_for
 from tests.support.slurm_launchers import LAUNCHERS, drain, no_job_left, up
@@ -73,6 +75,14 @@ def agent_peers(run: Run) -> list[str]:
     return sorted(line.split()[-1].rsplit(":", 1)[0] for line in text.splitlines())
 
 
+def relays_speaking(run: Run) -> dict[str, int]:
+    """relay node -> how many of its group's nodes' sockets left the controller's epoll."""
+    path = run.run_dir / "logs" / "srtr.log"
+    text = path.read_text() if path.exists() else ""
+    found = re.finditer(r"the relay on (\S+) speaks for (\d+) of its group", text)
+    return {m[1]: int(m[2]) for m in found}
+
+
 def said(run: Run, name: str) -> str:
     path = run.run_dir / "logs" / f"{name}.out"
     return path.read_text() if path.exists() else ""
@@ -104,6 +114,20 @@ def test_a_pool_on_every_node_loses_one_to_its_spare(tmp_path: Path, launcher: s
             assert len(peers) == len(nodes), peers
             if hosts:
                 assert peers == sorted(slurm_util.node_ip(n) for n in nodes)
+            # From 16 nodes on, relays: every group's members' datagrams crossed the hosts'
+            # network to their relay, and their sockets left the controller's epoll.
+            cut = groups(nodes)
+            speaking = (
+                wait_for(
+                    lambda: len(relays_speaking(run)) >= len(cut) and relays_speaking(run),
+                    60,
+                    f"{len(cut)} relays",
+                )
+                if cut
+                else {}
+            )
+            assert all(count >= 1 for count in speaking.values()), speaking
+            assert {next(g for g in cut if r in g)[0] for r in speaking} == {g[0] for g in cut}
         victim = owners[len(owners) // 2]
         drain(victim)
         state = run.wait_state(
