@@ -39,6 +39,7 @@ import socket
 import struct
 import time
 from collections import deque
+from collections.abc import Set as AbstractSet
 from typing import Generic, TypeVar
 
 # Urgent data too: the kernel computes it for every report anyway, and a look that sees a
@@ -85,7 +86,7 @@ class BeatSockets(Generic[T]):
     """Sockets added with what each one is for (`T`); when each was last heard; which are
     silent; which to read at a look."""
 
-    def __init__(self, rounds: int = 1) -> None:
+    def __init__(self, rounds: int = 1, parked_laps: int = 1) -> None:
         self._epoll = select.epoll()
         self._owners: dict[int, T] = {}
         self._last: dict[int, int] = {}  # fd -> the number of its newest generation
@@ -100,6 +101,7 @@ class BeatSockets(Generic[T]):
         self._looks = 0
         self._always: dict[int, None] = {}
         self._parked: set[int] = set()  # out of the epoll: a relay vouches for them
+        self._parked_laps = max(1, parked_laps)  # a parked socket is read every nth round
         self._fed: set[int] = set()  # parked ones read with bytes since the last `starved`
         self.rang = False  # the last look saw urgent data unread on some socket
 
@@ -211,10 +213,12 @@ class BeatSockets(Generic[T]):
         self._last.update(gen.fds)
         # In C: the events of a look are nearly all plain EPOLLIN, so a handful of values.
         self.rang = any(events & _PRI for events in set(heard.values()))
-        due = self._rounds[self._looks % len(self._rounds)]
+        lap, turn = divmod(self._looks, len(self._rounds))
         self._looks += 1
-        read = due.keys() | (self._always.keys() & heard.keys())
-        return now, read
+        due: AbstractSet[int] = self._rounds[turn].keys()
+        if lap % self._parked_laps and self._parked:
+            due = due - self._parked
+        return now, (self._always.keys() & heard.keys()) | due
 
     def heard_all(self, now: float) -> None:
         """Count every socket as heard `now` (the watcher was not running: their bytes may

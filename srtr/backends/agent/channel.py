@@ -88,6 +88,11 @@ _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 # of receive memory measured). A connection whose read found a message no doorbell
 # announced is read at every look that saw bytes arrive on it (docs/agents.md).
 READ_PERIOD = 16.0
+# A socket whose relay vouches for it (`relayed`) is read every RELAYED_LAPS rounds (64 s):
+# its heartbeats say nothing the relay does not, its doorbells come again once their byte
+# could be late (`dial.Wire`), and at 10,000 agents the rounds' reads were most of an idle
+# controller's CPU (docs/design/relays.md).
+RELAYED_LAPS = 4
 # What wakes the loop for an agent's socket (`coalesced`): a message's doorbell (urgent
 # data), or its end. Not plain bytes: a heartbeat must not wake it.
 _DOORBELL = select.EPOLLPRI | select.EPOLLRDHUP
@@ -214,7 +219,7 @@ class AgentServer:
         self.reader = CoalescedReader(_RECEIVED, handler.awaiting)
         self.period = min(WATCH, heartbeat / 2)  # the watcher's
         rounds = max(1, round((read_period or READ_PERIOD) / self.period))
-        self.beats: BeatSockets[_AgentProtocol] = BeatSockets(rounds)
+        self.beats: BeatSockets[_AgentProtocol] = BeatSockets(rounds, RELAYED_LAPS)
         self.draining = False  # while the watcher reads its round's sockets
         switch = SocketSwitch(self.beats, self._read)
         self.relays: Relays[_AgentProtocol] = Relays(relayed, switch, heartbeat)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
 import socket
 import ssl
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from srtr.backends.agent import protocol as p
 from srtr.net import tls
 
 HANDSHAKE_TIMEOUT = 30.0
+_SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in a socket's send queue not sent yet
 
 
 class Wire:
@@ -44,6 +47,7 @@ class Wire:
         if self._raw is None and writer.get_extra_info("ssl_object") is None:
             self._raw = transport  # in the clear, the stream's transport is the socket's
         self._owed = False  # a doorbell that could not go yet
+        self.doubted = False  # the last doorbell went behind bytes not sent yet
 
     def _clear(self) -> bool:
         """Whether a frame written now follows everything written before it whole."""
@@ -58,7 +62,11 @@ class Wire:
         )
 
     def beat(self) -> None:
-        """One heartbeat."""
+        """One heartbeat; before it, the last doorbell again if it went behind bytes not sent
+        yet and they are all sent now: its signal may have come before its byte, whose
+        arrival signals nothing, and a doorbell with nothing before it comes with its byte."""
+        if self.doubted and _unsent(self._raw) == 0:
+            self.ring()
         if not self._key or not self._clear():
             self._writer.write(p.BEAT)
         else:
@@ -75,11 +83,24 @@ class Wire:
             return
         with contextlib.suppress(OSError, AttributeError):  # a socket closing meanwhile
             fd = self._raw.get_extra_info("socket").fileno()
+            # Bytes not sent yet before it: the segments they go in carry its urgent pointer,
+            # and so its signal, before the byte itself can go (a congestion window full).
+            self.doubted = _unsent(self._raw) > 0
             sock = socket.socket(fileno=fd)  # a view of the transport's socket, never closed
             try:
                 sock.send(bytes((frames.BELL,)), socket.MSG_OOB)
             finally:
                 sock.detach()
+
+
+def _unsent(transport: Any) -> int:
+    """Bytes written to `transport`'s socket that its kernel has not sent yet (-1: unknown)."""
+    try:
+        fd = transport.get_extra_info("socket").fileno()
+        answer = fcntl.ioctl(fd, _SIOCOUTQNSD, bytes(4))
+    except (OSError, AttributeError, ValueError):
+        return -1
+    return int.from_bytes(answer, sys.byteorder, signed=True)
 
 
 def read_rendezvous(path: Path) -> tuple[str, int] | None:

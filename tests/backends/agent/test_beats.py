@@ -16,10 +16,12 @@ from srtr.backends.agent.beats import BeatSockets
 
 
 @contextmanager
-def watched(n: int, rounds: int = 1) -> Iterator[tuple[BeatSockets[int], list[socket.socket]]]:
+def watched(
+    n: int, rounds: int = 1, parked_laps: int = 1
+) -> Iterator[tuple[BeatSockets[int], list[socket.socket]]]:
     """`n` sockets watched for owners 0..n-1, and their peers (what an agent writes on)."""
     made = [socket.socketpair() for _ in range(n)]
-    beats: BeatSockets[int] = BeatSockets(rounds)
+    beats: BeatSockets[int] = BeatSockets(rounds, parked_laps)
     for k, (ours, _) in enumerate(made):
         ours.setblocking(False)
         beats.add(ours.fileno(), k)
@@ -113,6 +115,16 @@ def test_every_socket_is_read_once_a_round() -> None:
         assert sorted(read) == sorted(_fd(beats, k) for k in range(8))
         again = [fd for _ in range(4) for fd in beats.look()[1]]
         assert sorted(again) == sorted(read)
+
+
+def test_a_parked_socket_is_read_every_few_rounds_and_a_watched_one_every_round() -> None:
+    with watched(8, rounds=2, parked_laps=3) as (beats, _):
+        parked = {_fd(beats, k) for k in (0, 1, 2, 3)}
+        for fd in parked:
+            beats.park(fd)
+        laps = [beats.look()[1] | beats.look()[1] for _ in range(6)]
+        everyone = {_fd(beats, k) for k in range(8)}
+        assert laps == [everyone, everyone - parked, everyone - parked] * 2
 
 
 def test_a_socket_read_always_is_read_at_every_arrival_and_only_then() -> None:
