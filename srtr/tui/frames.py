@@ -3,10 +3,13 @@ frame to show (`viewmodel.frame`) when state.json changed, or when asked to anyw
 tick). The App's event loop only applies the frames built here.
 
 A large job's state takes long to read and build (tens of MB for 80,000 instances), and
-under `srtr up` the job runs on the same host: after a snapshot that took `cost` seconds to
-read and build, the next one is read no sooner than STATE_PAUSE × `cost` later, so the TUI
-never takes more than a fifth of a core for it, and a small job is read at every poll as
-before. Events and the followed log are read at every poll regardless. Under `srtr up` the
+under `srtr up` the job runs on the same host: after a snapshot that took `cost` seconds of
+the reading thread's CPU to read and build, the next one is read no sooner than
+STATE_PAUSE × `cost` later, so the TUI never takes more than a fifth of a core for it, and a
+small job is read at every poll as before. CPU, not the time it took: niced on a busy host
+a read takes several times its CPU, and a pause as many times longer left the TUI showing
+the job's last change seconds after it was written (and working on it once the job was
+idle). Events and the followed log are read at every poll regardless. Under `srtr up` the
 reading thread also runs niced (`nice`), once the first frame is up."""
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ class FrameReader:
 
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
-        started = time.monotonic()
+        started, cpu = time.monotonic(), time.thread_time()
         self.source.state_due = started >= self._next_state_at
         poll = self.source.poll()
         if poll.state is None and self.source.state_due and self._built is not None:
@@ -124,6 +127,6 @@ class FrameReader:
             # them all again and again as the screen's small garbage comes and goes. They
             # hold no cycles: reference counting still frees them when replaced.
             gc.freeze()
-            ended = time.monotonic()
-            self._next_state_at = ended + STATE_PAUSE * (ended - started)
+            cost = time.thread_time() - cpu
+            self._next_state_at = time.monotonic() + STATE_PAUSE * cost
         return poll, self._built
