@@ -9,7 +9,9 @@ STATE_PAUSE × `cost` later, so the TUI never takes more than a fifth of a core 
 small job is read at every poll as before. CPU, not the time it took: niced on a busy host
 a read takes several times its CPU, and a pause as many times longer left the TUI showing
 the job's last change seconds after it was written (and working on it once the job was
-idle). Events and the followed log are read at every poll regardless. Under `srtr up` the
+idle). Nor is a change paused once the job holds still (`_settled`: a big job's summary.json
+says so, as of a change not read yet): a launch's last writes are read at once. Events and
+the followed log are read at every poll regardless. Under `srtr up` the
 reading thread also runs niced (`nice`), once the first frame is up."""
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from srtr.store.rundir import RunState
+from srtr.store.rundir import RunState, read_summary
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource, controller_beats
 
@@ -53,6 +55,7 @@ class FrameReader:
         self._built: vm.Frame | None = None  # the last frame built
         self._retired: deque[vm.Frame] = deque(maxlen=3)
         self._next_state_at = float("-inf")  # time.monotonic() from which to read state.json
+        self._early = False  # the last look found the job holding still: read it now
         # Added to a reading thread's niceness before its next read (the App sets it once its
         # first frame is up, under `srtr up`). Linux nices one thread, not the process: the
         # App's own thread, which answers the keys, keeps its priority.
@@ -61,8 +64,23 @@ class FrameReader:
 
     def quiet(self) -> bool:
         """Nothing to read (a few stats): the loop need not hand a read to the thread."""
-        self.source.state_due = time.monotonic() >= self._next_state_at
+        self._early = time.monotonic() < self._next_state_at and self._settled()
+        self.source.state_due = self._early or time.monotonic() >= self._next_state_at
         return self.source.unchanged()
+
+    def _settled(self) -> bool:
+        """The job holds still as of a change not read yet: its summary (a big job's
+        summary.json, a few KB) says every instance is where it should be, at a later change
+        than the state read. Its last writes are then read at once, not a pause later (a
+        launch of 80,000 ends with writes of 20,000 records: the pause after reading one
+        left the TUI catching up seconds after the job went idle)."""
+        if self.state is None or self.state.seq is None or self.source.state_unchanged():
+            return False
+        summary = read_summary(self._run_dir)
+        if summary is None or summary.get("not_desired_count") != 0:
+            return False
+        seq = summary.get("seq")
+        return isinstance(seq, int) and seq > self.state.seq
 
     @property
     def warmed(self) -> bool:
@@ -92,7 +110,8 @@ class FrameReader:
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
         started, cpu = time.monotonic(), time.thread_time()
-        self.source.state_due = started >= self._next_state_at
+        self.source.state_due = self._early or started >= self._next_state_at
+        self._early = False
         poll = self.source.poll()
         if poll.state is None and self.source.state_due and self._built is not None:
             # Once the state holds still: every row built, for a sort or a filter to read
