@@ -3,16 +3,14 @@ frame to show (`viewmodel.frame`) when state.json changed, or when asked to anyw
 tick). The App's event loop only applies the frames built here.
 
 A large job's state takes long to read and build (tens of MB for 80,000 instances), and
-under `srtr up` the job runs on the same host: after a snapshot that took `cost` seconds of
-the reading thread's CPU to read and build, the next one is read no sooner than
-STATE_PAUSE × `cost` later, so the TUI never takes more than a fifth of a core for it, and a
-small job is read at every poll as before. CPU, not the time it took: niced on a busy host
-a read takes several times its CPU, and a pause as many times longer left the TUI showing
-the job's last change seconds after it was written (and working on it once the job was
-idle). Nor is a change paused once the job holds still (`_settled`: a big job's summary.json
-says so, as of a change not read yet): a launch's last writes are read at once. Events and
-the followed log are read at every poll regardless. Under `srtr up` the
-reading thread also runs niced (`nice`), once the first frame is up."""
+under `srtr up` the job runs on the same host: after a snapshot that took `cost` seconds to
+read and build, the next one is read no sooner than STATE_PAUSE × `cost` later, so the TUI
+never takes more than a fifth of a core for it, and a small job is read at every poll as
+before. Nor is a change paused once the job holds still (`_settled`: a big job's
+summary.json says so, as of a change not read yet): a launch's last writes are read at once,
+not seconds later when the job is idle. Events and the followed log are read at every poll
+regardless. Under `srtr up` the reading thread also runs niced (`nice`), once the first
+frame is up."""
 
 from __future__ import annotations
 
@@ -109,7 +107,7 @@ class FrameReader:
 
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
-        started, cpu = time.monotonic(), time.thread_time()
+        started = time.monotonic()
         self.source.state_due = self._early or started >= self._next_state_at
         self._early = False
         poll = self.source.poll()
@@ -146,6 +144,6 @@ class FrameReader:
             # them all again and again as the screen's small garbage comes and goes. They
             # hold no cycles: reference counting still frees them when replaced.
             gc.freeze()
-            cost = time.thread_time() - cpu
-            self._next_state_at = time.monotonic() + STATE_PAUSE * cost
+            ended = time.monotonic()
+            self._next_state_at = ended + STATE_PAUSE * (ended - started)
         return poll, self._built
