@@ -55,7 +55,7 @@ from benchmarks.common import (
     write_yaml,
 )
 from benchmarks.hollow import pids_with
-from srtr.store.rundir import state_version
+from srtr.store.rundir import StateFileError, read_state, read_summary, state_version
 
 COLUMNS, LINES = 160, 50
 FIRST_FRAME_TARGET = 2.0  # s
@@ -302,7 +302,7 @@ def measure(ctx: Context, nodes: int, per_node: int, *, headless: bool = False) 
         )
         # Idle is the job holding still: its state's last writes (instances that finished
         # starting after the last Launched) and the frames they cause are not idle.
-        out["settled_after_s"] = settled(where / "tui")
+        out["settled_after_s"] = settled(where / "tui", running=total)
         out["idle"] = idle_of_up(tui.pid, 10.0)
         ctx.log(
             f"tui_scale: idle {out['idle']['cpu_percent']:.1f}% CPU, "
@@ -316,12 +316,17 @@ def measure(ctx: Context, nodes: int, per_node: int, *, headless: bool = False) 
     return out
 
 
-def settled(run_dir: Path, quiet: float = 2.0, timeout: float = 120.0) -> float:
-    """Wait until the run dir's state files went `quiet` seconds unchanged (then one more
-    second for the TUI's frame of the last change); the seconds it took."""
+def settled(
+    run_dir: Path, quiet: float = 2.0, timeout: float = 120.0, running: int | None = None
+) -> float:
+    """Wait until the run dir's state files went `quiet` seconds unchanged and (`running`)
+    say that many instances are Running (then one more second for the TUI's frame of the
+    last change); the seconds it took. The controller spaces its writes by eight times the
+    last one's cost, so a big job's last write (the records of the instances that became
+    Running after the last Launched) can come more than `quiet` after the one before."""
     start = time.monotonic()
     seen, since = state_version(run_dir), start
-    while time.monotonic() - since < quiet:
+    while time.monotonic() - since < quiet or (running is not None and _running(run_dir) < running):
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"{run_dir}: the state still changes after {timeout:.0f}s")
         time.sleep(0.2)
@@ -330,6 +335,18 @@ def settled(run_dir: Path, quiet: float = 2.0, timeout: float = 120.0) -> float:
             seen, since = now, time.monotonic()
     time.sleep(1.0)
     return time.monotonic() - start
+
+
+def _running(run_dir: Path) -> int:
+    """The instances Running in the state as written: summary.json's counts for a big job
+    (at most 2 s behind its state files), else state.json's records."""
+    summary = read_summary(run_dir)
+    if summary is not None:
+        return sum(int(s.get("phases", {}).get("Running", 0)) for s in summary["services"])
+    try:
+        return sum(i.get("phase") == "Running" for i in read_state(run_dir).instances)
+    except StateFileError:
+        return 0
 
 
 def big_state(template: Path, nodes: int, per_node: int) -> dict[str, Any]:

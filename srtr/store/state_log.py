@@ -193,9 +193,10 @@ class StateWriter:
             self._remove_stale()
         self._copy(text, whole=True)
 
-    def _snapshot(self, head: dict[str, Any]) -> None:
+    def _snapshot(self, head: dict[str, Any], *, folded: bool = False) -> None:
         """state.json from the kept records: whole while it is small; else (a compaction)
-        the snapshot, then a new (empty) delta log."""
+        the snapshot, then a new (empty) delta log. `folded`: the log's last line holds
+        every change the snapshot has (it takes that line's seq, not a new one)."""
         self.sections = {k: v for k, v in head.items() if k != "instances"}
         texts = list(self.texts.values())
         if sum(map(len, texts)) < self.limit:  # small: state.json whole, as ever
@@ -205,7 +206,7 @@ class StateWriter:
                 self.written = len(text)
                 self._become_small(text)
                 return
-        self.seq += 1
+        self.seq += 0 if folded else 1
         text = compose(head, texts, self.seq)
         write_atomic(self.run_dir / STATE_FILE, text)
         self.large = True
@@ -243,12 +244,6 @@ class StateWriter:
             self.written = self._summary(head, now=self._final)  # one that waited, if due
             return
         line = self._line(changed, *sections)
-        # The log never outgrows the snapshot (a reader reads at most twice a document);
-        # a teardown's lines may, as its last write compacts anyway.
-        tearing_down = self._deferred_at is not None
-        if self._log_bytes + len(line) > self._snapshot_bytes and not tearing_down:
-            self._snapshot(head)
-            return
         self.seq += 1
         line = f'{{"{SEQ}":{self.seq},' + line[1:]
         data = line.encode("utf-8")
@@ -259,6 +254,15 @@ class StateWriter:
             raise
         self._log_bytes += len(data)
         self._copy(line, whole=False)
+        # The log outgrows the snapshot by this line at most (a reader reads at most twice a
+        # document); a teardown's lines may, as its last write compacts anyway. The line is
+        # written first and the snapshot includes no more than it (the same seq), so that a
+        # reader that holds the log open and read this line has the snapshot's state without
+        # reading it (`state_follow`).
+        if self._log_bytes > self._snapshot_bytes and self._deferred_at is None:
+            self._snapshot(head, folded=True)
+            self.written += len(data)
+            return
         self.written = len(data) + self._summary(head, now=False)
         if self.clock() - self._synced_at >= self.sync_period:
             self._synced_at = self.clock()

@@ -6,8 +6,11 @@ A large job's state takes long to read and build (tens of MB for 80,000 instance
 under `srtr up` the job runs on the same host: after a snapshot that took `cost` seconds to
 read and build, the next one is read no sooner than STATE_PAUSE × `cost` later, so the TUI
 never takes more than a fifth of a core for it, and a small job is read at every poll as
-before. Events and the followed log are read at every poll regardless. Under `srtr up` the
-reading thread also runs niced (`nice`), once the first frame is up."""
+before. Nor is a change paused once the job holds still (`_settled`: a big job's
+summary.json says so, as of a change not read yet): a launch's last writes are read at once,
+not seconds later when the job is idle. Events and the followed log are read at every poll
+regardless. Under `srtr up` the reading thread also runs niced (`nice`), once the first
+frame is up."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from srtr.store.rundir import RunState
+from srtr.store.rundir import RunState, read_summary
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource, controller_beats
 
@@ -50,6 +53,7 @@ class FrameReader:
         self._built: vm.Frame | None = None  # the last frame built
         self._retired: deque[vm.Frame] = deque(maxlen=3)
         self._next_state_at = float("-inf")  # time.monotonic() from which to read state.json
+        self._early = False  # the last look found the job holding still: read it now
         # Added to a reading thread's niceness before its next read (the App sets it once its
         # first frame is up, under `srtr up`). Linux nices one thread, not the process: the
         # App's own thread, which answers the keys, keeps its priority.
@@ -58,8 +62,23 @@ class FrameReader:
 
     def quiet(self) -> bool:
         """Nothing to read (a few stats): the loop need not hand a read to the thread."""
-        self.source.state_due = time.monotonic() >= self._next_state_at
+        self._early = time.monotonic() < self._next_state_at and self._settled()
+        self.source.state_due = self._early or time.monotonic() >= self._next_state_at
         return self.source.unchanged()
+
+    def _settled(self) -> bool:
+        """The job holds still as of a change not read yet: its summary (a big job's
+        summary.json, a few KB) says every instance is where it should be, at a later change
+        than the state read. Its last writes are then read at once, not a pause later (a
+        launch of 80,000 ends with writes of 20,000 records: the pause after reading one
+        left the TUI catching up seconds after the job went idle)."""
+        if self.state is None or self.state.seq is None or self.source.state_unchanged():
+            return False
+        summary = read_summary(self._run_dir)
+        if summary is None or summary.get("not_desired_count") != 0:
+            return False
+        seq = summary.get("seq")
+        return isinstance(seq, int) and seq > self.state.seq
 
     @property
     def warmed(self) -> bool:
@@ -89,7 +108,8 @@ class FrameReader:
     def read(self, now: float, rebuild_anyway: bool) -> tuple[Poll, vm.Frame | None]:
         """Read what changed, and build the frame if there is one."""
         started = time.monotonic()
-        self.source.state_due = started >= self._next_state_at
+        self.source.state_due = self._early or started >= self._next_state_at
+        self._early = False
         poll = self.source.poll()
         if poll.state is None and self.source.state_due and self._built is not None:
             # Once the state holds still: every row built, for a sort or a filter to read

@@ -366,6 +366,10 @@ class RunSource:
             return False
         return self._events.unchanged() and (not self.state_due or self._state.unchanged())
 
+    def state_unchanged(self) -> bool:
+        """Whether the state's files hold still since its last read (two stats)."""
+        return self._state.unchanged()
+
     @property
     def behind(self) -> bool:
         """More appended bytes are waiting: poll again at once."""

@@ -1,5 +1,6 @@
 """The TUI's reader on a big job's run dir: a change that only the delta log holds (state.json
-left as it was) is a new state on the next poll, and no change is no state."""
+left as it was) is a new state on the next poll, and no change is no state; a change the
+read pause holds back is read at once when the job holds still."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
 from srtr.store.persist import head
 from srtr.store.state_log import StateWriter
+from srtr.tui import frames
 from srtr.tui.source import RunSource
 from tests.support.big_state import JOB
 from tests.support.controller_harness import Harness
@@ -94,3 +98,40 @@ def test_a_look_finds_each_kind_of_change_a_poll_would_read(tmp_path: Path) -> N
     assert not source.unchanged()
     source.state_due = False  # a reader pacing its state reads: not a change for now
     assert source.unchanged()
+
+
+def test_a_change_the_pause_holds_back_is_read_at_once_when_the_job_holds_still(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big job's state is read no sooner than a pause after the last read (its cost), but
+    not once its summary says the job holds still as of a change not read yet."""
+    monkeypatch.setattr(frames, "STATE_PAUSE", 1e9)  # after a read: paused for good
+
+    async def body() -> None:
+        h = Harness(JOB, tmp_path)
+        writer = StateWriter(tmp_path, limit=1, summary_period=0)  # summary.json at once
+
+        def write() -> None:
+            writer.write(dict(head(h.store, backend="fake", controller_pid=1)), h.store)
+
+        await h.settle()
+        write()
+        reader = frames.FrameReader(RunSource(tmp_path), tmp_path, watch_controller=False)
+        reader.quiet()
+        assert reader.read(0.0, False)[0].state is not None
+        h.exit("service_web", 3)  # BackOff: the job does not hold still
+        await h.settle()
+        write()
+        assert reader.quiet()  # the change waits: a poll now would not read it
+        assert reader.read(0.0, False)[0].state is None
+        for _ in range(100):
+            await h.advance(10)
+            if "service_web" in h.backend.live:
+                break
+        write()  # Running again: every instance where it should be
+        assert not reader.quiet()  # read now, the pause notwithstanding
+        state = reader.read(0.0, False)[0].state
+        assert state is not None and _phase(state, "service_web") == "Running"
+        assert reader.state is not None and reader.state.seq == writer.seq
+
+    asyncio.run(body())

@@ -208,6 +208,30 @@ def test_frame_carries_what_changed_since_the_previous_frame() -> None:
     assert third.changed is None
 
 
+def test_a_state_read_whole_rebuilds_only_the_grid_rows_of_changed_instances(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A state read whole again (every document new, most equal) is compared by name: the
+    grid's rows are built again for the changed instances' nodes only (and its changes
+    only when read: the grid's widget draws the rows on screen from the grid itself)."""
+    from srtr.tui.viewmodel import grid
+
+    first = vm.frame(state(POOL), NOW)
+    assert first.grid.rows["node1"]  # the page on screen: node1's row alone is built
+    built: list[str] = []
+    row = grid._row
+    monkeypatch.setattr(grid, "_row", lambda node, *a: built.append(node["name"]) or row(node, *a))
+    docs = [dict(d) for d in POOL]  # a whole read: equal documents, none the same object
+    docs[5]["phase"] = "BackOff"
+    second = vm.frame(state(docs), NOW, previous=first)
+    assert second.changed == {"worker_0"}
+    assert built == []
+    assert second.grid_changes is not None
+    assert [(node, col) for node, col, _ in second.grid_changes] == [("node3", 1)]
+    assert built == ["node3", "node3"]  # its new row and its old one, no other node's
+    assert dict(second.grid.rows) == dict(vm.node_grid(state(docs)).rows)
+
+
 def test_sorting_is_natural_and_numeric() -> None:
     docs = [
         inst("n10", node="node10", restarts=10),

@@ -9,11 +9,11 @@ instances' rows, their nodes' grid rows and the pool counts they move, nothing e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from srtr.store.status import JOB_ENDED, JobPhase
-from srtr.tui.viewmodel.grid import GridCell, NodeGrid, diff_grid, node_grid
+from srtr.tui.viewmodel.grid import GridCell, GridChanges, NodeGrid, node_grid
 from srtr.tui.viewmodel.header import HeaderView, header
 from srtr.tui.viewmodel.panels import PlanView, TierView, plan_view, teardown
 from srtr.tui.viewmodel.phases import Doc
@@ -29,7 +29,8 @@ class Frame:
 
     `changed` and `grid_changes` are the differences from the previous frame (None: start
     over), computed where the frame is built (a worker thread), so the UI's work per frame
-    is proportional to what changed, not to 80,000 rows.
+    is proportional to what changed, not to 80,000 rows; the grid's cells only when read
+    (`GridChanges`: the grid's widget draws its page from the grid itself).
     """
 
     header: HeaderView
@@ -41,7 +42,7 @@ class Frame:
     plan: PlanView | None
     instances: dict[str, Doc]  # by name, for the detail pane
     changed: frozenset[str] | None = None
-    grid_changes: list[tuple[str, int, GridCell]] | None = None
+    grid_changes: Sequence[tuple[str, int, GridCell]] | None = None
     state: Doc | None = None  # the snapshot this frame shows (a new one: rows may change)
     # The widest text of each column that follows its text (`rowset.text_widths`).
     widths: tuple[int, ...] = ()
@@ -87,13 +88,15 @@ def frame(
     docs = state.get("instances", [])
     instances = {str(i["name"]): i for i in docs}
     rows, names = _rows(instances, now, previous)
-    grid = _grid(state, instances, names, previous)
+    grid, touched = _grid(state, instances, names, previous)
     positions = {name: at for at, name in enumerate(instances)}
-    grid_changes: list[tuple[str, int, GridCell]] | None = None
+    grid_changes: GridChanges | None = None
     if previous is not None:
         old = previous.grid
         if old.columns == grid.columns and old.rows.keys() == grid.rows.keys():
-            grid_changes = diff_grid(old.rows, grid.rows)
+            # Only the rows of the changed instances' nodes can differ (a state read whole
+            # compared by name): not 10,000 rows built twice to find the few.
+            grid_changes = GridChanges(old.rows, grid.rows, touched)
     gated = frozenset(_gated(instances, instances))
     tally = Tally.of(docs)
     return Frame(
@@ -166,7 +169,7 @@ def _known(state: Doc, now: float, previous: Frame, changed: frozenset[str]) -> 
         plan=plan_view(state),
         instances=instances,
         changed=changed,
-        grid_changes=diff_grid(previous.grid.rows, grid.rows, touched),
+        grid_changes=GridChanges(previous.grid.rows, grid.rows, touched),
         state=state,
         widths=text_widths(by_name.values(), previous.widths),
         gated=gated,
@@ -175,15 +178,15 @@ def _known(state: Doc, now: float, previous: Frame, changed: frozenset[str]) -> 
 
 def _grid(
     state: Doc, instances: dict[str, Doc], changed: frozenset[str] | None, previous: Frame | None
-) -> NodeGrid:
+) -> tuple[NodeGrid, set[str] | None]:
     """The node grid, built again only for the nodes of changed instances when the nodes
-    and where each instance runs are as in `previous`."""
+    and where each instance runs are as in `previous`; and those nodes (None: all)."""
     touched = None
     if previous is not None and changed is not None:
         touched = _touched(state, instances, changed, previous)
     if previous is None or touched is None:
-        return node_grid(state, instances=instances)
-    return node_grid(state, previous.grid, touched, instances)
+        return node_grid(state, instances=instances), None
+    return node_grid(state, previous.grid, touched, instances), touched
 
 
 def _touched(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, overload
 
 from srtr.tui.viewmodel.phases import PHASE_GLYPH, PHASE_SHORT, PHASE_STYLE, SEVERITY, Doc
 from srtr.tui.viewmodel.text import end_cut
@@ -160,6 +161,39 @@ def diff_grid(
             (node, i, c) for i, (a, c) in enumerate(zip(before, cells, strict=True)) if a != c
         )
     return out
+
+
+class GridChanges(Sequence[tuple[str, int, GridCell]]):
+    """`diff_grid` of two grids, worked out when first read. The grid's widget draws the
+    page on screen from the grid itself and reads none of it: a change that touches every
+    node (a stage's last write at 10,000 nodes) would otherwise build 10,000 rows of both
+    grids, seconds of CPU, for a list nobody reads."""
+
+    def __init__(
+        self,
+        old: Mapping[str, tuple[GridCell, ...]],
+        new: Mapping[str, tuple[GridCell, ...]],
+        nodes: Iterable[str] | None = None,
+    ) -> None:
+        self._args: tuple[Any, ...] | None = (old, new, nodes)
+        self._changes: list[tuple[str, int, GridCell]] = []
+
+    def _list(self) -> list[tuple[str, int, GridCell]]:
+        if self._args is not None:
+            self._changes, self._args = diff_grid(*self._args), None  # the old grid let go
+        return self._changes
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[str, int, GridCell]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[str, int, GridCell]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._list()[index]
+
+    def __len__(self) -> int:
+        return len(self._list())
 
 
 def column_label(service: str) -> str:

@@ -11,6 +11,8 @@ or 10,000.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 from textual.message import Message
 
@@ -38,7 +40,9 @@ class NodeGridTable(VirtualTable):
     def row_count(self) -> int:
         return len(self._node_names)
 
-    def show(self, grid: NodeGrid, changes: list[tuple[str, int, GridCell]] | None = None) -> None:
+    def show(
+        self, grid: NodeGrid, changes: Sequence[tuple[str, int, GridCell]] | None = None
+    ) -> None:
         """Show `grid` (`changes`, its cells that differ from the previous grid, are not
         needed: only the lines on screen are drawn, from the grid itself)."""
         old = self._grid
