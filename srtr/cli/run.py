@@ -24,7 +24,8 @@ from srtr.cli.run_state import read_run
 # dir's (srtr.store) do too: every verb builds this module's parsers, `srtr plan` included.
 
 if TYPE_CHECKING:
-    from srtr.runtime.request import JobRequest
+    from srtr.runtime.assembly import Job
+    from srtr.runtime.request import JobRequest, PlanWatcher
     from srtr.store.rundir import RunState
 
 
@@ -165,7 +166,13 @@ def _tui(args: argparse.Namespace) -> bool:
     return True
 
 
-def _request(args: argparse.Namespace, run_dir: Path, *, tui: bool = False) -> JobRequest:
+def _request(
+    args: argparse.Namespace,
+    run_dir: Path,
+    *,
+    tui: bool = False,
+    watcher: PlanWatcher | None = None,
+) -> JobRequest:
     """The job `up` is asked for; adopting, what the crashed job recorded decides the rest."""
     from srtr.cli.run_dir import slurm_flags
     from srtr.runtime.request import JobRequest
@@ -184,6 +191,7 @@ def _request(args: argparse.Namespace, run_dir: Path, *, tui: bool = False) -> J
         metrics_listen=args.metrics_port,
         hollow=args.hollow,
         tui=tui,
+        plan_watcher=watcher,
     )
 
 
@@ -219,15 +227,17 @@ def _up(args: argparse.Namespace) -> int:
     if args.nodes is not None and args.nodes < 1:
         raise _bad("--nodes", "must be at least 1")
     run_dir = run_dir_path(args, recipe.name)
-    tui = _tui(args)
-    job = new_job(_request(args, run_dir, tui=tui), text, recipe)
-    if tui:
+    if _tui(args):
         from srtr.tui.launch import run_with_tui
 
-        return run_with_tui(run_dir, job, theme=args.theme)
+        # The TUI starts as the job plans, and shows the plan until the first state.json.
+        def make(watcher: PlanWatcher) -> Job:
+            return new_job(_request(args, run_dir, tui=True, watcher=watcher), text, recipe)
+
+        return run_with_tui(run_dir, make, theme=args.theme)
     import asyncio
 
-    return asyncio.run(job)
+    return asyncio.run(new_job(_request(args, run_dir), text, recipe))
 
 
 def _crashed_job(args: argparse.Namespace) -> RunState | None:

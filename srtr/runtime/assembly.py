@@ -124,7 +124,7 @@ def _new_local(request: JobRequest, source: _Source, recipe: Recipe, launcher: s
     try:
         local = LocalBackend(source.count, block=block)
         allocation = _allocation(local)
-        desired = _plan(source, allocation)
+        desired = _plan(source, allocation, request, "local", None)
         grows = recipe.resources.grow != "never"
         provisioner = _local_provisioner(len(allocation) + 1, block) if grows else None
         cert = _new_run_dir(request.run_dir, source.pins)
@@ -181,7 +181,7 @@ def _new_on_slurm(request: JobRequest, source: _Source, recipe: Recipe, launcher
     )
     allocation = _allocation(slurm)
     try:
-        desired = _plan(source, allocation)
+        desired = _plan(source, allocation, request, "slurm", slurm.job_id)
         cert = _new_run_dir(request.run_dir, source.pins)
     except BaseException:  # an allocation srtr made is released even so
         slurm.release_allocation()
@@ -207,8 +207,16 @@ def _allocation(backend: Backend) -> Allocation:
     return [(n.name, n.ip) for n in backend.nodes()]
 
 
-def _plan(source: _Source, allocation: Allocation) -> DesiredState:
+def _plan(
+    source: _Source, allocation: Allocation, request: JobRequest, backend: str, job_id: str | None
+) -> DesiredState:
+    """The job's plan; the request's watcher told as it begins and what it is."""
+    watcher = request.plan_watcher
+    if watcher is not None:
+        watcher.planning()
     _, desired = plan_text_source(source.text, source.path, allocation, pins=source.pins)
+    if watcher is not None:
+        watcher.planned(desired, backend, job_id)
     return desired
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from srtr.resources.objects import DesiredState
 
 
 class SlurmResources(Protocol):
@@ -21,6 +24,15 @@ class SlurmResources(Protocol):
 
     @property
     def time_limit(self) -> str | None: ...
+
+
+class PlanWatcher(Protocol):
+    """Told when a new job starts planning and what it planned: the TUI of `srtr up` starts
+    beside the plan and shows it until the job's first state.json."""
+
+    def planning(self) -> None: ...
+
+    def planned(self, desired: DesiredState, backend: str, slurm_job_id: str | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class JobRequest:
         --metrics-address, else the port's HOST:, else loopback (no authentication).
     hollow: one process simulates every node's agent (a testing and benchmark tool).
     tui: the TUI shows the job (no progress lines on stdout).
+    plan_watcher: told when a new job plans, and what it planned (the TUI's first frame).
     """
 
     recipe: str | None
@@ -71,6 +84,7 @@ class JobRequest:
     metrics_listen: tuple[str, int] | None = None
     hollow: bool = False
     tui: bool = False
+    plan_watcher: PlanWatcher | None = None
 
     def apply_auto(self) -> bool:
         """Whether live edits apply at once (else after a yes in the TUI)."""

@@ -10,8 +10,10 @@ the job but through the intents the job itself checks:
   from any host, the 0600 socket on the controller's own, also for the TUI of `srtr up`),
   the destructive ones after a confirmation.
 
-The keys are in `keys.py`, what the intent keys ask before they send, in `intents.py`; what
-happens when the job of `srtr up` ends, in `job_end.py`.
+The keys are in `keys.py`, the intent keys' actions in `app_intents.py` (this App's base),
+what they ask before they send, in `intents.py`; what happens when the job of `srtr up`
+ends, in `job_end.py`. Under `srtr up` the first frame may be the job's plan (`planned.py`),
+until state.json exists.
 
 Decisions:
 - In `srtr up` the job runs in the parent process (`up_process.py`); `job` resolves with
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
@@ -48,14 +50,13 @@ from textual.widget import Widget
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from srtr.runtime.control import ControlError, send
 from srtr.store.rundir import EventDoc, RunState
 from srtr.tui import intents, job_end, keys, themes
 from srtr.tui import viewmodel as vm
+from srtr.tui.app_intents import IntentApp
 from srtr.tui.frames import FrameReader
 from srtr.tui.source import Poll, RunSource
 from srtr.tui.terminal import HangupSafeDriver, detach_terminal
-from srtr.tui.widgets.confirm import ConfirmModal
 from srtr.tui.widgets.detail_pane import DetailPane
 from srtr.tui.widgets.events_pane import EventsPane
 from srtr.tui.widgets.filter_bar import FilterBar
@@ -82,7 +83,7 @@ RESTART_READER_AFTER = 2.0
 Clock = Callable[[], float]
 
 
-class SrtrApp(App[int]):
+class SrtrApp(IntentApp):
     """Watch and drive one run dir. `job` is the running job's outcome in `srtr up` mode."""
 
     CSS_PATH = "app.tcss"
@@ -97,6 +98,7 @@ class SrtrApp(App[int]):
         run_dir: Path,
         *,
         job: asyncio.Future[int] | None = None,
+        plan: asyncio.Future[int] | None = None,
         clock: Clock = time.time,
         poll_interval: float = POLL_INTERVAL,
         exit_after: float = EXIT_AFTER,
@@ -108,6 +110,8 @@ class SrtrApp(App[int]):
     ) -> None:
         """`source` and `state`: a reader of `run_dir` that read its state.json already,
         and what it read (`srtr tui` checks the run dir so: a large one is parsed once).
+        `plan`: under `srtr up`, the descriptor of the job's plan once the controller has
+        made it (`planned.py`): the first frame until state.json exists.
         `nice`: added to the niceness of the App's thread and of its reading threads once
         the first frame is on screen (Linux nices one thread at a time)."""
         super().__init__()
@@ -115,6 +119,7 @@ class SrtrApp(App[int]):
         self.theme = themes.resolve(theme_name, self.available_themes)
         self.run_dir = run_dir
         self.job = job
+        self._plan = plan
         self.clock = clock
         self.poll_interval = poll_interval
         self.exit_after = exit_after
@@ -199,7 +204,14 @@ class SrtrApp(App[int]):
         self._fit(self.size.width, self.size.height)
         if self.job is not None:
             self.job.add_done_callback(lambda _task: self.call_later(self._job_finished))
+        if self._plan is not None:
+            self._plan.add_done_callback(self._planned)
         self._follow()
+
+    def _planned(self, plan: asyncio.Future[int]) -> None:
+        if not plan.cancelled() and plan.exception() is None:
+            self._reader.plan_fd = plan.result()
+            self._wake.set()
 
     # -- fitting the terminal ---------------------------------------------------------------
 
@@ -422,16 +434,7 @@ class SrtrApp(App[int]):
                 header = self.frame.header if self.frame else None
                 self.query_one(JobHeader).show(header, self._banner)
 
-    @property
-    def job_running(self) -> bool:
-        if self.job is not None:
-            return not self.job.done()
-        return self.frame is not None and not self.frame.ended
-
-    # -- actions ------------------------------------------------------------------------
-
-    def _selected(self) -> str | None:
-        return self.query_one(InstancesTable).selected
+    # -- actions (the intents' are in app_intents.py) -------------------------------------
 
     def action_filter(self) -> None:
         if self.screen.maximized is not None:
@@ -522,79 +525,3 @@ class SrtrApp(App[int]):
     def action_help(self) -> None:
         note = intents.help_note(job_running=self.job_running, in_process=self.job is not None)
         self.push_screen(HelpScreen(keys.help_keys(self.BINDINGS, self.OTHER_KEYS), note))
-
-    def action_restart(self) -> None:
-        name = self._selected()
-        if name is not None:
-            self._confirm(intents.restart(name), name)
-
-    def action_stop(self) -> None:
-        name = self._selected()
-        if name is not None:
-            self._confirm(intents.stop(name), name)
-
-    def action_teardown(self, ctrl_c: bool = False) -> None:
-        self._confirm(intents.teardown(ctrl_c=ctrl_c, in_process=self.job is not None))
-
-    def action_kill(self, ctrl_c: bool = False) -> None:
-        self._confirm(intents.kill(ctrl_c=ctrl_c))
-
-    def action_interrupt(self) -> None:
-        screen = self.screen
-        if isinstance(screen, ConfirmModal):
-            if screen.ctrl_c_confirms:
-                screen.dismiss(True)
-            else:
-                screen.dismiss(False)
-            return
-        if not self.job_running:
-            self.exit(self._exit_code())
-            return
-        tearing = self._teardown_sent or (self.frame is not None and self.frame.tearing_down)
-        if tearing:
-            self.action_kill(ctrl_c=True)
-        else:
-            self.action_teardown(ctrl_c=True)
-
-    async def action_quit(self) -> None:
-        if self.job is not None and self.job_running:
-            ask = intents.quit_in_process()
-
-            def answered(yes: bool | None) -> None:
-                if yes:
-                    self._quit_when_done = True
-                    self._send(ask.op, None)
-
-            self.push_screen(ConfirmModal(ask.question, ask.detail), answered)
-            return
-        self.exit(self._exit_code())
-
-    def _exit_code(self) -> int:
-        return self._job_code if self._job_code is not None else 0
-
-    def _confirm(self, ask: intents.Ask, instance: str | None = None) -> None:
-        if not self.job_running:
-            self.notify("the job has ended: nothing to do", severity="warning")
-            return
-        if isinstance(self.screen, ConfirmModal):
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._send(ask.op, instance)
-
-        modal = ConfirmModal(ask.question, ask.detail, ctrl_c_confirms=ask.ctrl_c)
-        self.push_screen(modal, answered)
-
-    @work(group="intents", exit_on_error=False)
-    async def _send(self, op: str, instance: str | None) -> None:
-        """Send one intent through the control socket, off the loop (it may serve it)."""
-        if op in ("teardown", "interrupt", "kill"):
-            self._teardown_sent = True
-        try:
-            message = await asyncio.to_thread(send, self.run_dir, op, instance)
-        except ControlError as exc:
-            self.notify(str(exc), title=f"{op} refused", severity="error")
-        else:
-            self.notify(message, title=op, timeout=3)
-        self._wake.set()

@@ -24,6 +24,7 @@ from collections import deque
 from pathlib import Path
 
 from srtr.store.rundir import RunState, read_summary
+from srtr.tui import planned
 from srtr.tui import viewmodel as vm
 from srtr.tui.source import Poll, RunSource, controller_beats
 
@@ -59,12 +60,15 @@ class FrameReader:
         # App's own thread, which answers the keys, keeps its priority.
         self.nice = 0
         self._niced: set[int] = set()  # the reading threads niced already
+        # Under `srtr up`: the descriptor of the job's plan (`planned.py`), the first frame
+        # while there is no state.json yet; shown once.
+        self.plan_fd: int | None = None
 
     def quiet(self) -> bool:
         """Nothing to read (a few stats): the loop need not hand a read to the thread."""
         self._early = time.monotonic() < self._next_state_at and self._settled()
         self.source.state_due = self._early or time.monotonic() >= self._next_state_at
-        return self.source.unchanged()
+        return self.plan_fd is None and self.source.unchanged()
 
     def _settled(self) -> bool:
         """The job holds still as of a change not read yet: its summary (a big job's
@@ -111,6 +115,10 @@ class FrameReader:
         self.source.state_due = self._early or started >= self._next_state_at
         self._early = False
         poll = self.source.poll()
+        if self.plan_fd is not None:
+            plan = self._plan(poll, now)
+            if plan is not None:
+                return poll, plan
         if poll.state is None and self.source.state_due and self._built is not None:
             # Once the state holds still: every row built, for a sort or a filter to read
             # (not while it changes: each change would be built twice, and the job wants
@@ -147,3 +155,24 @@ class FrameReader:
             ended = time.monotonic()
             self._next_state_at = ended + STATE_PAUSE * (ended - started)
         return poll, self._built
+
+    def _plan(self, poll: Poll, now: float) -> vm.Frame | None:
+        """The plan's frame, while no state.json was read (once: then state.json's frames
+        follow; what they change is relative to the state read, never to the plan)."""
+        fd, self.plan_fd = self.plan_fd, None
+        if fd is None or poll.state is not None or self.state is not None:
+            if fd is not None:
+                os.close(fd)
+            return None
+        # A million new objects that live until the first state.json: the cyclic
+        # collector's passes over them as they come would triple the time (as for a
+        # snapshot, below).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            built = vm.frame(planned.read(fd), now)
+        finally:
+            if collecting:
+                gc.enable()
+        gc.freeze()
+        return built

@@ -15,30 +15,52 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from srtr.runtime import detach
 from srtr.runtime.control import ControlError, send
+from srtr.runtime.progress import detach_terminal
+from srtr.runtime.request import PlanWatcher
 from srtr.store.rundir import RunState, StateFileError
 from srtr.tui import job_end, up_process
-from srtr.tui.app import SrtrApp
 from srtr.tui.source import RunSource
-from srtr.tui.terminal import detach_terminal
+
+# The App (Textual: a third of a second of imports) is imported where it runs, in the TUI's
+# process: the controller of `srtr up` runs none of it. Whether it is installed is known here.
+if importlib.util.find_spec("textual") is None:
+    raise ImportError("No module named 'textual'")
 
 EXIT_GONE = 2
+Job = Coroutine[Any, Any, int]
 
 
-def run_with_tui(run_dir: Path, job: Coroutine[Any, Any, int], *, theme: str | None = None) -> int:
+def run_with_tui(
+    run_dir: Path, make_job: Callable[[PlanWatcher], Job], *, theme: str | None = None
+) -> int:
     """`srtr up` on a terminal: the job runs here, headless, and the TUI in a process of its
-    own on the same terminal (`up_process`), started before the job; the job's code."""
-    tui, write = up_process.start(run_dir, theme)
-    return asyncio.run(_up(run_dir, job, tui, write))
+    own on the same terminal (`up_process`), started as the job starts planning
+    (`make_job` plans it, and tells the watcher it is given), at the latest before the
+    job runs; the job's code."""
+    tui = up_process.UpTui(run_dir, theme)
+    try:
+        job = make_job(tui)
+    except BaseException:
+        tui.abandon()  # the terminal as it was, for the error that follows
+        raise
+    try:
+        tui.start()
+    except BaseException:
+        job.close()
+        raise
+    assert tui.proc is not None
+    return asyncio.run(_up(run_dir, job, tui.proc, tui.write))
 
 
 async def _up(
@@ -86,11 +108,14 @@ def follow_up(run_dir: Path, read: int, *, theme: str | None = None) -> int:
 
 
 async def _follow_up(run_dir: Path, read: int, theme: str | None) -> int:
-    job = up_process.outcome(read)
+    plan: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    job = up_process.outcome(read, plan)
+    from srtr.tui.app import SrtrApp
+
     # The job before its view, once the first frame is up: on a busy host the controller
     # and its nodes get the CPU first, and the TUI what they leave (it lags; it never slows
     # the job): its own thread and its reading threads alike.
-    app = SrtrApp(run_dir, job=job, theme_name=theme, nice=up_process.NICE)
+    app = SrtrApp(run_dir, job=job, plan=plan, theme_name=theme, nice=up_process.NICE)
     await app.run_async()
     if app.detached:
         return up_process.DETACHED
@@ -127,6 +152,8 @@ def attach(
     """`srtr tui RUN_DIR`: watch and drive a running job, or read a finished one (read-only:
     the post-mortem). 2 when the run dir has no readable state.json. `source` and `state`:
     a reader of `run_dir` and the state it read already (the CLI checks the run dir so)."""
+    from srtr.tui.app import SrtrApp
+
     source = source or RunSource(run_dir)
     try:
         # A clear error for a run dir with no readable state.

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from textual.theme import BUILTIN_THEMES
-
 ENV = "SRTR_THEME"
 THEMES: dict[str, str] = {"dark": "textual-dark", "light": "textual-light", "terminal": "ansi-dark"}
 DEFAULT = "dark"
@@ -25,16 +23,22 @@ class ThemeError(ValueError):
 
 def resolve(
     name: str | None,
-    available: Iterable[str] = BUILTIN_THEMES,
+    available: Iterable[str] | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> str:
     """The Textual theme for `name` (None: SRTR_THEME, else the default).
 
-    Raises ThemeError for a name that is neither srtr's nor one of `available` (Textual's).
+    Raises ThemeError for a name that is neither srtr's nor one of `available` (default:
+    Textual's own, imported only then: `srtr up` checks the name before it starts, and
+    Textual is the TUI process's to import, not the controller's).
     """
     chosen = name if name is not None else (env.get(ENV) or DEFAULT)
     if chosen in THEMES:
         return THEMES[chosen]
+    if available is None:
+        from textual.theme import BUILTIN_THEMES
+
+        available = BUILTIN_THEMES
     known = set(available)
     if chosen in known:
         return chosen

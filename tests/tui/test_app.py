@@ -421,7 +421,7 @@ def test_ctrl_c_asks_then_a_second_ctrl_c_tears_down(
         sent.append((op, instance))
         return f"{op} sent"
 
-    monkeypatch.setattr("srtr.tui.app.send", fake_send)
+    monkeypatch.setattr("srtr.tui.app_intents.send", fake_send)
     app = fixed_app(fake_run_dir(tmp_path))
     asyncio.run(ctrl_c_scenario(app, sent))
     assert ("kill", None) not in sent[:-1]  # "n" refused the first kill
@@ -457,7 +457,7 @@ def test_a_finished_job_in_srtr_up_closes_by_itself_with_its_code(
         enders[-1]()  # the fake job ends when told to tear down
         return "tearing down"
 
-    monkeypatch.setattr("srtr.tui.app.send", fake_send)
+    monkeypatch.setattr("srtr.tui.app_intents.send", fake_send)
     for user in ("nothing", "reading", "ctrl+c"):
         assert asyncio.run(up_scenario(run_dir, enders, user)) == 3, user
 

@@ -9,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from srtr.tui import viewmodel as vm
+from srtr.tui.viewmodel.rows import SORT_KEYS
+from srtr.tui.viewmodel.rowset import Rows
 from srtr.tui.viewmodel.table import RowIndex
 from tests.tui.test_viewmodel import NOW, inst, state
 
@@ -144,3 +146,46 @@ def test_a_frame_told_what_changed_equals_one_built_from_scratch(
         assert dict(told.grid.rows) == dict(fresh.grid.rows)
         assert told.header == fresh.header
         built = told
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    column=st.sampled_from(range(len(vm.COLUMNS))),
+    reverse=st.booleans(),
+    edits=st.lists(
+        st.tuples(
+            st.integers(0, 29),
+            st.sampled_from(PHASES),
+            st.integers(0, 4),
+            st.one_of(st.none(), st.integers(-9, 200)),
+            st.one_of(st.none(), st.floats(NOW - 1e5, NOW)),
+            st.booleans(),
+        ),
+        max_size=12,
+    ),
+)
+def test_a_sort_reads_the_documents_and_builds_no_row(
+    column: int, reverse: bool, edits: list[tuple[int, str, int, int | None, float | None, bool]]
+) -> None:
+    """A sort keystroke on rows not built yet (`rowset.Rows`: 80,000 of them right after a
+    snapshot) takes each row's value from its document (`rows.SORT_KEYS`): the same order as
+    the rows' own sort values, and not one row built for it."""
+    items = docs(30)
+    for n, phase, restarts, code, started, ready in edits:
+        items[n] = {
+            **items[n],
+            "phase": phase,
+            "restarts": restarts,
+            "exit_code": code,
+            "started_at": started,
+            "ready": ready,
+        }
+    for item in items:
+        built = vm.instance_row(item, NOW)
+        assert built.sort == tuple(key(item) for key in SORT_KEYS)
+    lazy = Rows({str(i["name"]): i for i in items}, NOW)
+    index = RowIndex()
+    index.replace(lazy)
+    index.sort(column, reverse)
+    assert not lazy.warmed and len(lazy.every()) == len(items)
+    assert index.names() == full(vm.instance_rows(items, NOW), index)

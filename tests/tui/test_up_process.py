@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import site
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import srtr
 from srtr.tui import up_process
 
 
@@ -102,3 +105,29 @@ def test_sighup_to_itself_while_the_job_handles_it() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "1", done
+
+
+def test_the_plan_line_hands_over_its_descriptor_and_the_outcome_still_comes() -> None:
+    async def main() -> tuple[int, int]:
+        read, write = os.pipe()
+        plan: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        got = up_process.outcome(read, plan)
+        os.write(write, up_process.PLAN + b"7")
+        await asyncio.sleep(0)  # a line in pieces: the reader may see the first alone
+        os.write(write, b"\n0\n")
+        os.close(write)
+        await asyncio.wait_for(asyncio.wait((got,)), 10)
+        return plan.result(), got.result()
+
+    assert asyncio.run(main()) == (7, 0)
+
+
+def test_the_tuis_process_gets_this_srtr_first_unless_a_site_directory_has_it() -> None:
+    repo = str(Path(srtr.__file__).resolve().parent.parent)
+    env = up_process.child_env({"PYTHONPATH": "/elsewhere"})
+    if repo in {str(Path(p).resolve()) for p in site.getsitepackages()}:
+        assert env["PYTHONPATH"] == "/elsewhere"  # installed: nothing shadows PYTHONPATH
+    else:
+        assert env["PYTHONPATH"] == f"{repo}{os.pathsep}/elsewhere"
+    # Named already: not twice.
+    assert up_process.child_env({"PYTHONPATH": repo}) == {"PYTHONPATH": repo}

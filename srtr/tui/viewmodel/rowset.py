@@ -10,9 +10,10 @@ A later snapshot's `Rows` keeps every row whose instance did not change.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Any
 
 from srtr.tui.viewmodel.phases import Doc
-from srtr.tui.viewmodel.rows import COLUMN_KEYS, InstanceRow, instance_row
+from srtr.tui.viewmodel.rows import COLUMN_KEYS, SORT_KEYS, InstanceRow, instance_row
 
 # The columns whose width follows their text (the others have a fixed width, see
 # `widgets.instances_table`), and the instance field each shows.
@@ -87,6 +88,15 @@ class Rows(Mapping[str, InstanceRow]):
         """Every row (in no particular order): a plain dict, for a loop over them all."""
         self.warm()
         return self._valid
+
+    def sort_values(self, column: int) -> list[Any]:
+        """Every row's value in `column`, in state order, read from the documents: a sort
+        keystroke on 80,000 rows not built yet costs a tenth of a second, not two."""
+        if self.warmed:
+            valid = self._valid
+            return [valid[name].sort[column] for name in self._docs]
+        key = SORT_KEYS[column]
+        return [key(doc) for doc in self._docs.values()]
 
     def updated(self, docs: Mapping[str, Doc], changed: Iterable[str], now: float) -> Rows:
         """The rows of `docs`, which differ from this one's only in `changed`."""

@@ -120,13 +120,19 @@ class RowIndex:
         values: list[Any]
         if column is None:
             values = [None] * len(names)
+        elif isinstance(self.rows, Rows):
+            values = self.rows.sort_values(column)  # no row built for it
         else:
-            rows = _every(self.rows)
-            values = [rows[name].sort[column] for name in names]
+            values = [self.rows[name].sort[column] for name in names]
         entries = list(zip(values, map(self._seq.__getitem__, names), names, strict=True))
         self._entry = dict(zip(names, entries, strict=True))
-        # Without a sort column the entries are in state order already.
-        self._sorted = sorted(entries) if column is not None else entries
+        # Without a sort column the entries are in state order already. With one: a stable
+        # sort by the values alone is the entries' order (equal values stay in state
+        # order), and it never compares two entries' state indexes: thousands of rows
+        # share a phase or a service.
+        if column is not None:
+            entries = [entries[i] for i in sorted(range(len(values)), key=values.__getitem__)]
+        self._sorted = entries
         self._refilter()
 
     def _refilter(self) -> None:
