@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from srtr.backends.agent import frames
 from srtr.backends.agent.dial import Wire, _unsent
@@ -15,8 +17,10 @@ from tests.support.e2e_util import wait_for_async as wait_for
 _BULK = 64 * 1024  # its kernel takes it all; a 4 KiB receive buffer takes only some
 
 
-async def _pair() -> tuple[socket.socket, asyncio.StreamWriter]:
-    """(the receiving socket, urgent data inline, not read yet; the sender's writer)."""
+@asynccontextmanager
+async def _wired() -> AsyncIterator[tuple[socket.socket, asyncio.StreamWriter, bytes, Wire]]:
+    """(the receiving socket, urgent data inline, not read yet; the sender's writer; its
+    heartbeat key; its `Wire`), closed after."""
     lsock = socket.create_server(("127.0.0.1", 0))
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by the accepted
     _, writer = await asyncio.open_connection(*lsock.getsockname())
@@ -24,7 +28,12 @@ async def _pair() -> tuple[socket.socket, asyncio.StreamWriter]:
     lsock.close()
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_OOBINLINE, 1)
     ours.setblocking(False)
-    return ours, writer
+    key = secrets.token_bytes(frames.KEY)
+    try:
+        yield ours, writer, key, Wire(writer, key.hex())
+    finally:
+        writer.close()
+        ours.close()
 
 
 def _read_all(sock: socket.socket, into: bytearray) -> None:
@@ -40,11 +49,8 @@ def _read_all(sock: socket.socket, into: bytearray) -> None:
 
 def test_a_doorbell_behind_unsent_bytes_rings_again_once_they_are_sent() -> None:
     async def main() -> None:
-        ours, writer = await _pair()
-        key = secrets.token_bytes(frames.KEY)
-        wire = Wire(writer, key.hex())
-        received = bytearray()
-        try:
+        async with _wired() as (ours, writer, key, wire):
+            received = bytearray()
             writer.write(b"x" * _BULK)
             await wait_for(lambda: writer.transport.get_write_buffer_size() == 0, 10, "kernel")
             assert _unsent(writer.transport) > 0  # the receiver reads nothing yet
@@ -70,20 +76,14 @@ def test_a_doorbell_behind_unsent_bytes_rings_again_once_they_are_sent() -> None
             # The first doorbell, the first heartbeat (it went while bytes were unsent), then
             # the second doorbell before the second heartbeat.
             assert bytes(received[_BULK:]) == bell + beat0 + bell + beat1
-        finally:
-            writer.close()
-            ours.close()
 
     asyncio.run(main())
 
 
 def test_a_doorbell_with_nothing_unsent_before_it_rings_once() -> None:
     async def main() -> None:
-        ours, writer = await _pair()
-        key = secrets.token_bytes(frames.KEY)
-        wire = Wire(writer, key.hex())
-        received = bytearray()
-        try:
+        async with _wired() as (ours, writer, key, wire):
+            received = bytearray()
             writer.write(b"a message\n")
             await wait_for(lambda: _unsent(writer.transport) == 0, 10, "sent")
             wire.ring()
@@ -91,8 +91,5 @@ def test_a_doorbell_with_nothing_unsent_before_it_rings_once() -> None:
             wire.beat()
             await wait_for(lambda: (_read_all(ours, received), len(received))[1] >= 20, 10, "all")
             assert bytes(received) == b"a message\n" + bytes((frames.BELL,)) + frames.beat(key, 0)
-        finally:
-            writer.close()
-            ours.close()
 
     asyncio.run(main())
