@@ -6,6 +6,7 @@ path is over 100 characters (no control.sock at all). `srtr status` sees the job
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +115,11 @@ def test_down_from_another_node_offers_scancel_when_the_controller_is_dead(
 ) -> None:
     """The controller (on node1, under sbatch) is killed -9. From node3, `srtr down` cannot
     reach it and says so, with its last heartbeat and the SLURM job's state, and offers
-    `scancel <id>` (exit 1); it signals nothing. That scancel ends everything."""
+    `scancel <id>` (exit 1); it signals nothing. That scancel ends everything.
+
+    The controller is the batch script's process, so its death ends the batch step: SLURM
+    reports the job RUNNING until slurmd tells slurmctld, then COMPLETING; either is the
+    state `srtr down` must report, as squeue gives it."""
     run_dir = tmp_path / ("g" * 50) / ("h" * 40) / "run"
     recipe = tmp_path / "hold.yaml"
     recipe.write_text(HOLD)
@@ -144,10 +149,11 @@ def test_down_from_another_node_offers_scancel_when_the_controller_is_dead(
         down = srtr_on("node3", "down", str(run_dir))
         assert down.returncode == 1, down.stdout + down.stderr
         assert "cannot reach the controller" in down.stderr
-        assert f"SLURM job {job_id}: RUNNING" in down.stderr
+        said = re.search(rf"SLURM job {job_id}: (\w+)\.", down.stderr)
+        assert said and said[1] in ("RUNNING", "COMPLETING"), down.stderr
         assert f"`scancel {job_id}`" in down.stderr
-        assert slurm_util.squeue("-j", str(job_id), "-o", "%T").strip() == "RUNNING"
-        subprocess.run(["scancel", str(job_id)], check=True, timeout=30)
+        # a job already COMPLETING makes scancel say so and fail: what counts is that it ends
+        subprocess.run(["scancel", str(job_id)], check=False, timeout=30)
     finally:
         subprocess.run(["scancel", "-n", "srtr-hgone"], check=False)
     no_job_left("srtr-hgone")
