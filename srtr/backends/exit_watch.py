@@ -28,8 +28,9 @@ closes fds in whichever thread frees their objects. Two ways that happens, both 
   finalizer of what it frees. On this thread, a socket the process leaked in a reference
   cycle would close its number here: a pidfd (that exit never seen), the socket the pidfds
   arrive on, or the epoll. So a collection that starts on this thread first freezes every
-  tracked object (`gc.freeze`) and finds nothing to free; they are unfrozen when it ends and
-  collected later on another thread. (srtr freezes nothing itself.)
+  tracked object (`gc.freeze`) and finds nothing to free; they are unfrozen into the oldest
+  generation when it ends, and a later collection on another thread frees what is garbage.
+  (srtr freezes nothing itself; this unfreezes what another library froze.)
 - The thread's own sockets and epoll, kept alive past its end by a traceback that a log
   record or an excepthook holds, would close their numbers in the process's table when
   freed there. The thread closes them itself before it ends, whatever ends it.
@@ -369,6 +370,7 @@ def exit_watcher() -> ExitWatcher:
 def _forget_in_child() -> None:
     global _watcher
     _watcher = None  # a forked child has no such thread
+    _guarded.clear()  # nor its ident, which a thread of the child's could get
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
