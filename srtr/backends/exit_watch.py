@@ -22,6 +22,19 @@ blocks every signal: the kernel may hand a process-directed signal (Ctrl+C, SIGT
 thread that does not block it, and Python's handler would then write the signal's wakeup
 byte to an fd number this table does not hold, so the loop would never learn of it.
 
+An fd number also means another file when Python closes it on the wrong side, and Python
+closes fds in whichever thread frees their objects. Two ways that happens, both kept out:
+- The cyclic garbage collector runs on the thread whose allocation triggers it, with every
+  finalizer of what it frees. On this thread, a socket the process leaked in a reference
+  cycle would close its number here: a pidfd (that exit never seen), the socket the pidfds
+  arrive on, or the epoll. So a collection that starts on this thread first freezes every
+  tracked object (`gc.freeze`) and finds nothing to free; they are unfrozen into the oldest
+  generation when it ends, and a later collection on another thread frees what is garbage.
+  (srtr freezes nothing itself; this unfreezes what another library froze.)
+- The thread's own sockets and epoll, kept alive past its end by a traceback that a log
+  record or an excepthook holds, would close their numbers in the process's table when
+  freed there. The thread closes them itself before it ends, whatever ends it.
+
 Where unshare is refused (a seccomp filter), the thread works the same in the shared
 table: slower launches, same behaviour.
 """
@@ -32,6 +45,7 @@ import array
 import asyncio
 import contextlib
 import ctypes
+import gc
 import itertools
 import logging
 import os
@@ -151,16 +165,41 @@ class ExitWatcher:
 
     def _run(self, rx: int) -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        _guarded.add(threading.get_ident())  # before unshare: no collection frees here after
         try:
             self._serve(rx)
         except Exception:  # a bug here would silently stop every exit report: say so
             log.exception("the exit watcher failed: exits are no longer seen")
             raise
+        finally:
+            _guarded.discard(threading.get_ident())
 
     def _serve(self, rx: int) -> None:
         self.private = _own_tables(rx)
         self._started.set()
-        _Thread(rx).serve()
+        thread = _Thread(rx)
+        try:
+            thread.serve()
+        finally:
+            thread.close()  # here, in this table: see the module doc
+
+
+# The idents of the watcher threads, on which a collection must free nothing (module doc).
+_guarded: set[int] = set()
+
+
+def _hold_collection(phase: str, info: dict[str, int]) -> None:
+    """A `gc.callbacks` hook: a collection that starts on a watcher thread finds every
+    object frozen, so no finalizer runs there; they are unfrozen when it stops."""
+    if threading.get_ident() not in _guarded:
+        return
+    if phase == "start":
+        gc.freeze()
+    else:
+        gc.unfreeze()
+
+
+gc.callbacks.append(_hold_collection)
 
 
 def _own_tables(rx: int) -> bool:
@@ -263,6 +302,20 @@ class _Thread:
         self.by_fd[sock.fileno()] = reports
         self.epoll.register(sock.fileno(), select.EPOLLRDHUP)
 
+    def close(self) -> None:
+        """Close every fd this thread holds: its pidfds, report ends, epoll and socket."""
+        for pidfd in self.watched:
+            with contextlib.suppress(OSError):
+                os.close(pidfd)
+        self.watched.clear()
+        self.pidfds.clear()
+        for reports in self.channels.values():
+            reports.sock.close()
+        self.channels.clear()
+        self.by_fd.clear()
+        self.epoll.close()
+        self.sock.close()
+
     def _drop(self, reports: _Reports) -> None:
         fd = reports.sock.fileno()
         self.epoll.unregister(fd)
@@ -317,6 +370,7 @@ def exit_watcher() -> ExitWatcher:
 def _forget_in_child() -> None:
     global _watcher
     _watcher = None  # a forked child has no such thread
+    _guarded.clear()  # nor its ident, which a thread of the child's could get
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

@@ -5,13 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from srtr.backends import exit_watch
 from srtr.backends.exit_watch import ExitWatcher, exit_watcher
 from tests.support.e2e_util import wait_for
 
@@ -146,3 +152,94 @@ def test_the_watcher_thread_takes_no_signal() -> None:
     blocked = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", status, re.M)[1], 16)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
         assert blocked & (1 << (signum - 1)), signum.name
+
+
+class _Finalized:
+    """Garbage in a reference cycle that notes the thread that finalized it."""
+
+    def __init__(self, where: list[str]) -> None:
+        self.where = where
+        self.cycle = self
+
+    def __del__(self) -> None:
+        self.where.append(threading.current_thread().name)
+
+
+def test_a_collection_on_the_watcher_thread_finalizes_nothing_there() -> None:
+    """A collection runs every finalizer on the thread whose allocation started it. On the
+    watcher thread, a socket leaked in a cycle would close its fd number in the thread's own
+    table: a pidfd (its exit never reported) or the socket the pidfds arrive on."""
+    assert exit_watcher()._thread.ident in exit_watch._guarded
+    where: list[str] = []
+
+    def collect_as_a_watcher() -> None:
+        exit_watch._guarded.add(threading.get_ident())
+        try:
+            _Finalized(where)
+            gc.collect()
+        finally:
+            exit_watch._guarded.discard(threading.get_ident())
+
+    helper = threading.Thread(target=collect_as_a_watcher, name="as-a-watcher")
+    helper.start()
+    helper.join()
+    assert where == []  # held, not freed there
+    gc.collect()
+    assert where == ["MainThread"]
+    assert gc.get_freeze_count() == 0  # unfrozen when that collection ended
+
+
+def test_the_watcher_thread_closes_its_own_fds_when_it_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failed watcher thread's sockets and epoll, kept alive by its traceback (a log
+    record, an excepthook) and freed on another thread, must not close those numbers in the
+    process's table: one was this test worker's pipe to pytest-xdist's controller."""
+    watcher = ExitWatcher()
+    assert watcher.private
+    table = f"/proc/self/task/{watcher._thread.native_id}/fd"
+    theirs = {int(name) for name in os.listdir(table)}
+    ours: dict[int, int] = {}  # an fd of ours at each of the thread's numbers → its inode
+    spare: list[int] = []
+    while not theirs <= set(ours):
+        fd = os.open(os.devnull, os.O_RDONLY)
+        spare.append(fd)
+        ours = {n: os.fstat(n).st_ino for n in theirs if _is_open(n)}
+    failures: list[Any] = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    quiet = logging.Logger("exit-watch-test")  # pytest's log capture would hold the traceback
+    quiet.addHandler(logging.NullHandler())
+    monkeypatch.setattr(exit_watch, "log", quiet)
+
+    def fail(self: object) -> bool:
+        raise RuntimeError("a bug in the watcher")
+
+    monkeypatch.setattr(exit_watch._Thread, "_receive", fail)
+    proc = subprocess.Popen(["sleep", "1000"])
+    try:
+
+        async def body() -> None:
+            with contextlib.suppress(OSError):
+                watcher.watch(proc.pid, asyncio.get_running_loop(), lambda: None)
+
+        asyncio.run(body())
+        watcher._thread.join(10)
+        assert not watcher._thread.is_alive()
+        assert [type(f.exc_value) for f in failures] == [RuntimeError]
+        failures.clear()  # the traceback, and the thread's objects, freed here
+        gc.collect()
+        assert {n: os.fstat(n).st_ino for n in theirs} == ours
+    finally:
+        proc.kill()
+        proc.wait()
+        for fd in spare:
+            with contextlib.suppress(OSError):  # closed by the bug this test catches
+                os.close(fd)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
