@@ -9,7 +9,9 @@ from typing import Any
 
 from textual.geometry import Region
 
+from srtr.tui import viewmodel as vm
 from srtr.tui.app import SrtrApp
+from srtr.tui.widgets.events_pane import AGE_WIDTH, EventsPane
 from srtr.tui.widgets.instances_table import AGE_COLUMN, InstancesTable
 from srtr.tui.widgets.virtual_table import PAD
 from tests.tui.test_app import NOW, SIZE, fake_run_dir, loaded
@@ -57,5 +59,42 @@ def test_an_ages_tick_repaints_only_the_age_cells_that_changed(tmp_path: Path) -
             assert painted == [], "drawn already: a second tick repaints nothing"
             table.refresh = real_refresh  # type: ignore[method-assign]
             assert later[0] in table.render_line(1).text
+
+    asyncio.run(scenario())
+
+
+def test_an_ages_tick_repaints_only_the_ages_of_the_events_in_view(tmp_path: Path) -> None:
+    app = SrtrApp(fake_run_dir(tmp_path), clock=lambda: NOW, check_controller=False)
+
+    async def scenario() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.pause()
+            pane = app.query_one(EventsPane)
+            before = pane._shown
+            assert before, "the fake job has events"
+            painted: list[tuple[Region, ...]] = []
+            real_refresh = pane.refresh
+
+            def spy(*regions: Region, **kw: Any) -> Any:
+                painted.append(regions)
+                return real_refresh(*regions, **kw)
+
+            pane.refresh = spy  # type: ignore[method-assign]
+            later = vm.event_lines(list(app.events), NOW + 7)
+            pane.show(later)
+            height = pane.scrollable_content_region.height
+            changed = sum(a.age != b.age for a, b in zip(before[:height], later, strict=False))
+            assert changed > 0
+            assert len(painted) == changed
+            for regions in painted:
+                (region,) = regions
+                assert (region.x, region.width, region.height) == (0, AGE_WIDTH + 1, 1)
+            assert pane.text.splitlines()[0].strip().startswith(later[0].age)
+
+            painted.clear()
+            pane.show(vm.event_lines(list(app.events), NOW + 7))
+            assert painted == [], "the same ages again: nothing repainted"
+            pane.refresh = real_refresh  # type: ignore[method-assign]
 
     asyncio.run(scenario())
