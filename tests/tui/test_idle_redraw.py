@@ -98,3 +98,34 @@ def test_an_ages_tick_repaints_only_the_ages_of_the_events_in_view(tmp_path: Pat
             pane.refresh = real_refresh  # type: ignore[method-assign]
 
     asyncio.run(scenario())
+
+
+def test_a_line_drawn_again_draws_only_its_new_cells(tmp_path: Path) -> None:
+    now = [NOW]
+    app = SrtrApp(fake_run_dir(tmp_path), clock=lambda: now[0], check_controller=False)
+
+    async def scenario() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.pause()
+            table = app.query_one(InstancesTable)
+            line = 1 + next(p for p in range(table.row_count) if table._age_at(p))
+            drawn: list[str] = []
+            real_cell = table._cell
+
+            def spy(cell: Any, width: int, style: Any) -> Any:
+                drawn.append(cell.plain)
+                return real_cell(cell, width, style)
+
+            table._cell = spy  # type: ignore[method-assign]
+            first = table.render_line(line).text
+            drawn.clear()
+            assert table.render_line(line).text == first
+            assert drawn == [], "the same line again: every cell drawn already"
+            now[0] += 7
+            table.now = now[0]
+            second = table.render_line(line).text
+            assert drawn == [table._age_at(line - 1)], "only the AGE cell is new"
+            assert second != first and len(second) == len(first)
+
+    asyncio.run(scenario())
