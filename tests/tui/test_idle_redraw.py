@@ -1,5 +1,6 @@
 """An idle TUI repaints only what time passing changed on screen: the AGE cells whose text
-is new, never whole lines or the whole table."""
+is new, never whole lines or the whole table; the detail pane's and the header's lines that
+changed; nothing for a log read that brought nothing."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from textual.geometry import Region
 
 from srtr.tui import viewmodel as vm
 from srtr.tui.app import SrtrApp
+from srtr.tui.source import LogChunk
+from srtr.tui.widgets.detail_pane import DetailPane
 from srtr.tui.widgets.events_pane import AGE_WIDTH, EventsPane
 from srtr.tui.widgets.instances_table import AGE_COLUMN, InstancesTable
+from srtr.tui.widgets.job_header import JobHeader
+from srtr.tui.widgets.log_view import LogView
 from srtr.tui.widgets.virtual_table import PAD
 from tests.tui.test_app import NOW, SIZE, fake_run_dir, loaded
 
@@ -127,5 +132,79 @@ def test_a_line_drawn_again_draws_only_its_new_cells(tmp_path: Path) -> None:
             second = table.render_line(line).text
             assert drawn == [table._age_at(line - 1)], "only the AGE cell is new"
             assert second != first and len(second) == len(first)
+
+    asyncio.run(scenario())
+
+
+def test_an_ages_tick_repaints_only_the_detail_lines_and_header_line_that_changed(
+    tmp_path: Path,
+) -> None:
+    now = [NOW]
+    app = SrtrApp(fake_run_dir(tmp_path), clock=lambda: now[0], check_controller=False)
+
+    async def scenario() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.pause()
+            assert app.frame is not None
+            body = app.query_one(DetailPane)._body
+            header = app.query_one(JobHeader)
+            lines_before = [body.render_line(y).text for y in range(body.size.height)]
+            painted: dict[str, list[tuple[tuple[Region, ...], dict[str, Any]]]] = {}
+            for name, widget in (("body", body), ("header", header)):
+                real = widget.refresh
+                painted[name] = []
+
+                def spy(*regions: Region, _real: Any = real, _to: Any = painted[name], **kw: Any):
+                    _to.append((regions, kw))
+                    return _real(*regions, **kw)
+
+                widget.refresh = spy  # type: ignore[method-assign]
+            app._show_detail()
+            header.show(app.frame.header)
+            assert painted == {"body": [], "header": []}, "the same time: nothing repainted"
+
+            now[0] += 60  # the selected instance's age and the job's elapsed time tick
+            app._show_detail()
+            header.show(vm.frame(app.frame.state, now[0]).header)
+            for name, widget in (("body", body), ("header", header)):
+                assert painted[name], f"the {name} shows an age"
+                for regions, kw in painted[name]:
+                    assert not kw.get("layout"), f"{name}: the same height: no layout"
+                    (region,) = regions  # a line, never the whole widget
+                    assert (region.x, region.height, region.width) == (0, 1, widget.size.width)
+            lines_after = [body.render_line(y).text for y in range(body.size.height)]
+            changed = {
+                y for y, (a, b) in enumerate(zip(lines_before, lines_after, strict=True)) if a != b
+            }
+            assert changed == {regions[0].y for regions, _ in painted["body"]}
+            assert len(changed) < len(lines_after), "most lines stay as they were"
+            assert [r[0].y for r, _ in painted["header"]] == [0], "the elapsed time's line"
+
+    asyncio.run(scenario())
+
+
+def test_a_log_read_that_brings_nothing_repaints_nothing(tmp_path: Path) -> None:
+    app = SrtrApp(fake_run_dir(tmp_path), clock=lambda: NOW, check_controller=False)
+
+    async def scenario() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.pause()
+            log = app.query_one(LogView)
+            assert app.source.want_log is not None
+            painted: list[tuple[Region, ...]] = []
+            real = log.refresh
+
+            def spy(*regions: Region, **kw: Any) -> Any:
+                painted.append(regions)
+                return real(*regions, **kw)
+
+            log.refresh = spy  # type: ignore[method-assign]
+            log.apply(LogChunk(app.source.want_log, [], reset=False))
+            assert painted == [], "no new line: the pane and its title stay as drawn"
+            log.apply(LogChunk(app.source.want_log, ["one more line"], reset=False))
+            assert painted, "a new line is drawn"
+            assert log.lines[-1] == "one more line"
 
     asyncio.run(scenario())
