@@ -8,11 +8,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.geometry import Region
 
 from srtr.tui import viewmodel as vm
 from srtr.tui.app import SrtrApp
 from srtr.tui.source import LogChunk
+from srtr.tui.widgets import events_pane
 from srtr.tui.widgets.detail_pane import DetailPane
 from srtr.tui.widgets.events_pane import AGE_WIDTH, EventsPane
 from srtr.tui.widgets.instances_table import AGE_COLUMN, InstancesTable
@@ -206,5 +208,38 @@ def test_a_log_read_that_brings_nothing_repaints_nothing(tmp_path: Path) -> None
             log.apply(LogChunk(app.source.want_log, ["one more line"], reset=False))
             assert painted, "a new line is drawn"
             assert log.lines[-1] == "one more line"
+
+    asyncio.run(scenario())
+
+
+def test_an_events_tick_draws_the_new_ages_in_front_of_the_rest_drawn_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = SrtrApp(fake_run_dir(tmp_path), clock=lambda: NOW, check_controller=False)
+
+    async def scenario() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.pause()
+            pane = app.query_one(EventsPane)
+            width = pane.scrollable_content_region.width
+            first = pane.render_line(0).text
+            assert len(first) == width
+            drawn: list[str] = []
+            real = events_pane._after_age
+
+            def spy(line: vm.EventLine) -> Any:
+                drawn.append(line.reason)
+                return real(line)
+
+            monkeypatch.setattr(events_pane, "_after_age", spy)
+            later = vm.event_lines(list(app.events), NOW + 7)
+            pane.show(later)
+            second = pane.render_line(0).text
+            assert drawn == [], "the rest of the line is as drawn before"
+            whole = events_pane.line_text(later[0])
+            whole.truncate(width, overflow="ellipsis", pad=True)
+            assert second == whole.plain, "the same line as drawn whole"
+            assert second != first and second[AGE_WIDTH:] == first[AGE_WIDTH:]
 
     asyncio.run(scenario())

@@ -19,6 +19,7 @@ from srtr.tui.viewmodel import EventLine
 
 EMPTY = Text("no events yet", style="dim")
 AGE_WIDTH = 6  # a line starts with its age, right-aligned in this many columns
+AGE_STYLE = "dim"
 
 
 def _ages_alone(old: list[EventLine], new: list[EventLine]) -> bool:
@@ -34,7 +35,18 @@ def _ages_alone(old: list[EventLine], new: list[EventLine]) -> bool:
 
 def line_text(line: EventLine) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append(f"{line.age:>{AGE_WIDTH}} ", style="dim")
+    text.append(_age(line), style=AGE_STYLE)
+    text.append_text(_after_age(line))
+    return text
+
+
+def _age(line: EventLine) -> str:
+    return f"{line.age:>{AGE_WIDTH}} "
+
+
+def _after_age(line: EventLine) -> Text:
+    """The line after its age: what an ages tick leaves as it was."""
+    text = Text(no_wrap=True, overflow="ellipsis")
     if line.alarm:
         text.append(f"{line.reason:<{REASON_WIDTH}}", style="bold red")
         text.append(f" {line.object}: ", style="bold")
@@ -57,6 +69,9 @@ class EventsPane(ScrollView, can_focus=True):
         super().__init__(id=id)
         self._shown: list[EventLine] = []
         self._texts: dict[int, Text] = {}
+        # Each line's segments after its age, as drawn at a width and base style: a tick
+        # draws the new age alone in front of them.
+        self._drawn: dict[int, tuple[tuple[int, Style], Style, list[Segment]]] = {}
         self.ages_repainted = 0  # ages repainted alone, by ticks (for tests)
 
     @property
@@ -74,6 +89,7 @@ class EventsPane(ScrollView, can_focus=True):
             return
         self._shown = lines
         self._texts = {}
+        self._drawn = {}
         size = Size(0, max(1, len(lines)))  # lines are cut to the width: no sideways scroll
         if size != self.virtual_size:
             self.virtual_size = size
@@ -99,6 +115,10 @@ class EventsPane(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         index = round(self.scroll_y) + y
+        if index < len(self._shown) and width > AGE_WIDTH + 1:
+            age = _age(self._shown[index])
+            if len(age) == AGE_WIDTH + 1:  # the rest of the line stays in its columns
+                return self._age_and_rest(index, age, width)
         if not self._shown:
             text = EMPTY if index == 0 else Text()
         elif index < len(self._shown):
@@ -107,11 +127,24 @@ class EventsPane(ScrollView, can_focus=True):
             )
         else:
             return Strip.blank(width, self.rich_style)
+        return Strip(self._segments(text, width), width)
+
+    def _age_and_rest(self, index: int, age: str, width: int) -> Strip:
+        """The line at `index`: its `age`, then the rest as drawn before (drawn now if not)."""
+        base = self.rich_style
+        drawn = self._drawn.get(index)
+        if drawn is None or drawn[0] != (width, base):
+            rest = self._segments(_after_age(self._shown[index]), width - len(age))
+            style = base + self.app.console.get_style(AGE_STYLE)
+            drawn = self._drawn[index] = ((width, base), style, rest)
+        return Strip([Segment(age, drawn[1]), *drawn[2]], width)
+
+    def _segments(self, text: Text, width: int) -> list[Segment]:
+        """`text` cut or padded to `width` cells, in this pane's style."""
         line = text.copy()
         line.truncate(width, overflow="ellipsis", pad=True)
         own = self.app.console.get_style(line.style) if isinstance(line.style, str) else line.style
-        segments = [
+        return [
             Segment(s.text, self.rich_style + own + (s.style or Style()))
             for s in line.render(self.app.console)
         ]
-        return Strip(segments, width)
