@@ -243,3 +243,22 @@ def test_an_events_tick_draws_the_new_ages_in_front_of_the_rest_drawn_before(
             assert second != first and second[AGE_WIDTH:] == first[AGE_WIDTH:]
 
     asyncio.run(scenario())
+
+
+def test_the_detail_pane_draws_anew_in_another_theme(tmp_path: Path) -> None:
+    app = SrtrApp(fake_run_dir(tmp_path), clock=lambda: NOW, check_controller=False)
+
+    async def scenario() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.pause()
+            body = app.query_one(DetailPane)._body
+            dark = body.render_line(0)
+            app.theme = "textual-light"
+            await pilot.pause()
+            light = body.render_line(0)
+            assert light.text == dark.text
+            assert light != dark, "the lines drawn in the dark theme are not kept"
+            assert light == body.render_line(0)
+
+    asyncio.run(scenario())

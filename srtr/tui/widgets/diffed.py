@@ -13,6 +13,7 @@ layout of every pane cost more than the rest of an idle second). The lines are d
 from __future__ import annotations
 
 from itertools import zip_longest
+from typing import Self
 
 from rich.console import RenderableType
 from textual.geometry import Region, Size
@@ -30,11 +31,12 @@ class DiffedStatic(Widget):
     }
     """
 
+    _lines: list[Strip] | None = None  # as drawn at `_drawn_at`
+    _drawn_at: Size | None = None
+
     def __init__(self, content: RenderableType = "", *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._content: RenderableType = content
-        self._lines: list[Strip] | None = None  # as drawn at `_drawn_at`
-        self._drawn_at: Size | None = None
         self.lines_repainted = 0  # lines repainted alone, by updates (for tests)
 
     @property
@@ -50,20 +52,22 @@ class DiffedStatic(Widget):
         height (or nothing was drawn yet): then the screen is laid out again."""
         self._content = content
         old = self._lines if self._drawn_at == self.size else None
-        self._lines = None
-        if old is None:
-            self.refresh(layout=True)
-            return
+        new = None if old is None else self._draw(None)
         width, height = self.size
-        new = self._draw(None)
-        if len(new) != height:
-            self._lines = None
+        if old is None or new is None or len(new) != height:
             self.refresh(layout=True)
             return
         for y, (before, after) in enumerate(zip_longest(old, new)):
             if before != after:
                 self.lines_repainted += 1
                 self.refresh(Region(0, y, width, 1))
+
+    def refresh(
+        self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
+    ) -> Self:
+        if not regions:
+            self._lines = None  # a whole repaint (a selection, a theme...) draws anew
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
