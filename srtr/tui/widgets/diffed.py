@@ -49,13 +49,16 @@ class DiffedStatic(Widget):
 
     def update(self, content: RenderableType) -> None:
         """Show `content`: only its lines that changed are repainted, unless it has another
-        height (or nothing was drawn yet): then the screen is laid out again."""
+        height (or nothing was drawn yet): then it is repainted whole, and the screen laid
+        out again unless the widget's height is fixed."""
         self._content = content
         old = self._lines if self._drawn_at == self.size else None
         new = None if old is None else self._draw(None)
         width, height = self.size
         if old is None or new is None or len(new) != height:
-            self.refresh(layout=True)
+            # A height of its own (CSS) stays: the screen need not be laid out again.
+            fixed = self.styles.height is not None and not self.styles.height.is_auto
+            self.refresh(layout=not fixed)
             return
         for y, (before, after) in enumerate(zip_longest(old, new)):
             if before != after:
