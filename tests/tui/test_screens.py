@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -558,15 +559,29 @@ def test_at_80x24_the_side_panes_fold_and_name_phase_ready_stay(
     tmp_path: Path, programs: list[tuple[PtyProgram, Path]]
 ) -> None:
     program = fleet(tmp_path, programs, 80, 24)
-    screen = program.wait_for_text("service_train…ong_name_node1", "Running")
+    program.wait_for_text("service_train…ong_name_node1", "Running")
+    # The needles may show before the rest of the frame that brings them is read: the
+    # rows are looked at once the screen has every row whole (or not, after a while).
+    deadline = time.monotonic() + 30
+    while not _rows_whole(program.screen.display) and time.monotonic() < deadline:
+        program.pump()
+    screen = program.text()
     assert "╭─ pools" not in screen and "╭─ nodes" not in screen, screen
     heading = next(line for line in program.screen.display if "NAME" in line and "PHASE" in line)
     assert "READY" in heading, screen
     rows = [line for line in program.screen.display if "…ong_name_node" in line]
     assert rows, screen
     for row in rows:  # the name is cut in the middle, PHASE and READY are on screen
-        assert re.search(r"service_train…ong_name_node\d +[A-Z][A-Za-z]+ +(yes|no) ", row), row
+        assert re.search(ROW_80, row), row
     stop(program)
+
+
+ROW_80 = r"service_train…ong_name_node\d +[A-Z][A-Za-z]+ +(yes|no) "
+
+
+def _rows_whole(display: list[str]) -> bool:
+    rows = [line for line in display if "…ong_name_node" in line]
+    return bool(rows) and all(re.search(ROW_80, row) for row in rows)
 
 
 def test_the_node_grid_has_a_column_per_rider_abbreviated_and_failures_filled(

@@ -7,18 +7,20 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from srtr.tui.viewmodel import DetailView, phase_style
+from srtr.tui.widgets.diffed import DiffedStatic
 
 
 class DetailPane(VerticalScroll):
-    """Renders a `DetailView`; re-renders only when the view changed."""
+    """Renders a `DetailView`; re-renders only when the view changed, and repaints only
+    the lines whose text changed when only ages ticked."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self._body = Static("", id="detail-body")
+        self._body = DiffedStatic("", id="detail-body")
         self._shown: DetailView | None = None
+        self._title: str | None = None  # the border's title, once shown
 
     def compose(self) -> ComposeResult:
         yield self._body
@@ -26,13 +28,14 @@ class DetailPane(VerticalScroll):
     def show(self, view: DetailView | None) -> None:
         if view == self._shown and view is not None:
             return
-        # Ages tick every second; a view whose every text kept its length wraps the same, so
-        # the screen need not be laid out again (a layout of every pane, every second).
-        layout = _shape(view) != _shape(self._shown)
+        # Ages tick every second: the body repaints the lines whose text changed, and lays
+        # the screen out again only if its height changed.
         self._shown = view
-        self.border_title = view.title if view else "detail"
+        title = view.title if view else "detail"
+        if title != self._title:  # setting it repaints the whole pane, even to the same text
+            self._title = self.border_title = title
         body = self._build(view) if view else Text("no instance selected", "dim")
-        self._body.update(body, layout=layout)
+        self._body.update(body)
 
     @staticmethod
     def _build(view: DetailView) -> RenderableType:
@@ -71,14 +74,3 @@ class DetailPane(VerticalScroll):
             parts.append(Text("\nconditions", style="bold"))
             parts.extend(Text("  " + line, style="dim") for line in view.conditions)
         return Group(*parts)
-
-
-def _shape(value: object) -> object:
-    """`value` with every string replaced by its length (and None kept)."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, list | tuple):
-        return [_shape(v) for v in value]
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    return [_shape(getattr(value, name)) for name in value.__slots__]  # type: ignore[attr-defined]

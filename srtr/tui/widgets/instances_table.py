@@ -4,7 +4,8 @@ Rows live in a `viewmodel.RowIndex`, keyed by instance name: a refresh hands ove
 that changed, each moves to its place in the sort order and the filtered list by bisection,
 and the table redraws the 40-odd lines in view. Its cost follows what changed and what is
 on screen, not the 80,000 rows of a large job. AGE is drawn from each row's start (and end)
-at draw time, so time passing changes no row. The cursor follows its instance wherever a
+at draw time, so time passing changes no row: a tick repaints just the AGE cells on screen
+whose text is not the one drawn there. The cursor follows its instance wherever a
 re-sort or a filter moves it.
 """
 
@@ -16,6 +17,7 @@ from typing import ClassVar
 from rich.text import Text
 from textual.binding import BindingType
 from textual.coordinate import Coordinate
+from textual.geometry import Region
 from textual.message import Message
 
 from srtr.tui import keys
@@ -31,7 +33,7 @@ from srtr.tui.viewmodel import (
     phase_style,
 )
 from srtr.tui.viewmodel.table import RowIndex
-from srtr.tui.widgets.virtual_table import Column, VirtualTable
+from srtr.tui.widgets.virtual_table import PAD, Column, VirtualTable
 
 # Columns whose text changes while a row lives get a fixed width, so an update never needs
 # the whole column re-measured (and never gets cropped).
@@ -84,7 +86,10 @@ class InstancesTable(VirtualTable):
         self._index = RowIndex()
         self._widths = [len(label) for _, label in COLUMNS]
         self._last_selected: str | None = None
-        self._ages_drawn: list[str] = []  # the AGE cells on screen at the last tick
+        # The AGE text last drawn at each position (a tick repaints the cells it differs
+        # from); any other redraw draws whole lines and writes it again.
+        self._ages_drawn: dict[int, str] = {}
+        self.ages_repainted = 0  # AGE cells repainted alone, by ticks (for tests)
         self.now = 0.0  # the clock of the last frame: AGE is drawn from it
 
     def on_mount(self) -> None:
@@ -134,10 +139,8 @@ class InstancesTable(VirtualTable):
         selected = self.selected
         same = rows is self._index.rows  # the same snapshot again (ages tick): nothing moved
         if same and changed is not None and not changed:
-            ages = self._ages_in_view()
-            if ages == self._ages_drawn:
-                return  # not one cell on screen would change: no redraw
-            self._ages_drawn = ages
+            self._tick_ages()
+            return
         # A frame's `changed` implies the same names; a count that differs is a bug's guard.
         if changed is None or (not same and len(rows) != len(self._index.rows)):
             self._index.replace(rows)
@@ -195,21 +198,30 @@ class InstancesTable(VirtualTable):
 
     # -- drawing ------------------------------------------------------------------------
 
-    def _ages_in_view(self) -> list[str]:
-        """The AGE cells of the rows on screen (time passing changes those alone)."""
+    def _age_at(self, position: int) -> str:
+        row = self._index.rows[self._index.name_at(position)]
+        return "" if row.started is None else age_since(row.started, row.ended or self.now)
+
+    def _tick_ages(self) -> None:
+        """Time passed, nothing else: repaint the AGE cells on screen whose text is not
+        the one drawn there, and nothing more (no other cell, no other line). A whole
+        redraw of the page every second was most of an idle TUI's work."""
         top = round(self.scroll_y)
-        out = []
-        for position in range(top, min(top + self.page + 1, self.row_count)):
-            row = self._index.rows[self._index.name_at(position)]
-            started = row.started
-            out.append("" if started is None else age_since(started, row.ended or self.now))
-        return out
+        left = sum(c.width + 2 * PAD for c in self.columns[:AGE_COLUMN]) - round(self.scroll_x)
+        width = self.columns[AGE_COLUMN].width + 2 * PAD if len(self.columns) > AGE_COLUMN else 0
+        for position in range(top, min(top + self.page, self.row_count)):
+            if self._age_at(position) != self._ages_drawn.get(position):
+                self.ages_repainted += 1
+                self.refresh(Region(left, position - top + 1, width, 1))
 
     def row_cells(self, position: int) -> list[Text]:
         row = self._index.rows[self._index.name_at(position)]
         cells = [self._build(i, text) for i, text in enumerate(row.cells)]
-        if row.started is not None:
-            cells[AGE_COLUMN] = Text(age_since(row.started, row.ended or self.now))
+        age = self._age_at(position)
+        cells[AGE_COLUMN] = Text(age)
+        if len(self._ages_drawn) > 4 * self.page:  # rows long scrolled away
+            self._ages_drawn.clear()
+        self._ages_drawn[position] = age
         return cells
 
     @staticmethod

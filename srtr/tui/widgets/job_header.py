@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from srtr.tui.viewmodel import HeaderView
+from srtr.tui.widgets.diffed import DiffedStatic
 
 
-class JobHeader(Static):
+class JobHeader(DiffedStatic):
     """Two lines about the job; the second carries the stage, the reason and a banner."""
 
     _shown: tuple[HeaderView | None, str] | None = None
@@ -46,5 +46,6 @@ class JobHeader(Static):
         second = Text("  ", no_wrap=True, overflow="ellipsis").join(
             Text(part, style=style) for part, style in parts if part
         )
-        # Two lines, always (app.tcss): the elapsed time ticking needs no new layout.
-        self.update(Text("\n").join([text, second]), layout=False)
+        # Two lines, always (app.tcss): the elapsed time ticking needs no new layout, and
+        # repaints only the line it is on.
+        self.update(Text("\n").join([text, second]))

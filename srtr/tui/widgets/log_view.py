@@ -93,6 +93,7 @@ class LogView(ScrollView, can_focus=True):
         self._more_earlier = False  # earlier lines of this view are not loaded
         self._cache: LRUCache[int, Strip] = LRUCache(1024)
         self.border_title = "log"
+        self._titles: tuple[str, str] | None = None  # the border's title and subtitle shown
 
     @property
     def lines(self) -> list[str]:
@@ -102,6 +103,8 @@ class LogView(ScrollView, can_focus=True):
     # -- content ------------------------------------------------------------------------
 
     def apply(self, chunk: LogChunk) -> None:
+        if not (chunk.lines or chunk.reset or chunk.earlier):
+            return  # a look that found nothing new: nothing on screen changes
         lines = [_clean(line) for line in display_lines(chunk.lines)]
         if chunk.reset:
             self.model.clear()
@@ -203,8 +206,11 @@ class LogView(ScrollView, can_focus=True):
             state = "before the last restart"
         else:
             state = "following" if self.follow else "paused"
-        self.border_title = f"log {state} · {self.instance or ''}"
-        self.border_subtitle = self._subtitle()
+        title, subtitle = f"log {state} · {self.instance or ''}", self._subtitle()
+        # Setting a border title repaints the whole pane, even to the same text.
+        if (title, subtitle) != self._titles:
+            self._titles = (title, subtitle)
+            self.border_title, self.border_subtitle = title, subtitle
 
     def _subtitle(self) -> str:
         parts: list[str] = []

@@ -24,6 +24,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 PAD = 1  # blank columns either side of a cell, as DataTable draws them
+# Cells drawn, kept by text, style and width: a line drawn again (an AGE that ticked) draws
+# only its new cells. Most cells of a page repeat (phase, ready, service), so a few pages'
+# worth is plenty; the theme changing changes the styles, hence the keys.
+CELLS_KEPT = 4096
 
 
 @dataclass
@@ -80,6 +84,7 @@ class VirtualTable(ScrollView, can_focus=True):
         self.columns: list[Column] = []
         self.cursor_row = 0
         self.cursor_column = 0
+        self._cells_drawn: dict[tuple[object, ...], list[Segment]] = {}
 
     # -- what subclasses give -------------------------------------------------------------
 
@@ -232,18 +237,30 @@ class VirtualTable(ScrollView, can_focus=True):
 
     def _strip(self, cells: list[Text], style: Style, cursor: tuple[int, Style] | None) -> Strip:
         segments: list[Segment] = []
-        console = self.app.console
+        cache = self._cells_drawn
         for index, (column, cell) in enumerate(zip(self.columns, cells, strict=False)):
             cell_style = style
             if cursor is not None and cursor[0] == index:
                 cell_style = style + cursor[1]
-            text = cell.copy()
-            text.truncate(column.width, overflow="ellipsis", pad=True)
-            text.pad_left(PAD)
-            text.pad_right(PAD)
-            # `Text.render` leaves out the Text's own style (only its spans): add it here.
-            own = console.get_style(cell.style) if isinstance(cell.style, str) else cell.style
-            cell_style += own
-            for segment in text.render(console):
-                segments.append(Segment(segment.text, cell_style + (segment.style or Style())))
+            key = (cell.plain, cell.style, tuple(cell.spans), column.width, cell_style)
+            drawn = cache.get(key)
+            if drawn is None:
+                if len(cache) >= CELLS_KEPT:
+                    cache.clear()
+                drawn = cache[key] = self._cell(cell, column.width, cell_style)
+            segments += drawn
         return Strip(segments)
+
+    def _cell(self, cell: Text, width: int, cell_style: Style) -> list[Segment]:
+        console = self.app.console
+        text = cell.copy()
+        text.truncate(width, overflow="ellipsis", pad=True)
+        text.pad_left(PAD)
+        text.pad_right(PAD)
+        # `Text.render` leaves out the Text's own style (only its spans): add it here.
+        own = console.get_style(cell.style) if isinstance(cell.style, str) else cell.style
+        cell_style += own
+        return [
+            Segment(segment.text, cell_style + (segment.style or Style()))
+            for segment in text.render(console)
+        ]
