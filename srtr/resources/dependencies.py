@@ -144,13 +144,15 @@ def start_graph(
 ) -> tuple[list[InstanceSpec], tuple[DependencySpec, ...]]:
     """The dependency edges of a valid recipe on its instances, and the instances with the
     init services' (those depended on with `completed`) marked run-to-completion."""
+    services = [service for service, _ in effective_services(recipe)]
+    linked = {name for s in services if s.depends_on for name in (s.name, *s.depends_on)}
     members: dict[str, list[str]] = {}
-    for spec in instances:
-        if spec.kind is not InstanceKind.SETUP:
+    for spec in instances if linked else ():  # most recipes have no dependencies
+        if spec.kind is not InstanceKind.SETUP and spec.service in linked:
             members.setdefault(spec.service, []).append(spec.name)
     edges: list[DependencySpec] = []
     init: set[str] = set()
-    for service, _ in effective_services(recipe):
+    for service in services:
         for name, dependency in service.depends_on.items():
             edges.append(
                 DependencySpec(

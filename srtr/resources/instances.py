@@ -8,7 +8,7 @@ here, once per service, so a 1,000-node pool does not redo it 1,000 times. Pure.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,14 @@ from srtr.resources.effective import (
     Resolved,
 )
 from srtr.resources.liveness import Liveness
-from srtr.resources.objects import InstanceKind, InstanceSpec, ProbeKind, ProbeSpec, RestartSpec
+from srtr.resources.objects import (
+    InstanceKind,
+    InstanceSpec,
+    ProbeKind,
+    ProbeSpec,
+    RestartSpec,
+    filler,
+)
 from srtr.resources.recipe import Leader, Readiness, Recipe, RestartPolicy
 from srtr.resources.setup_steps import workdir
 
@@ -92,6 +99,11 @@ def liveness_spec(liveness: Liveness | None, values: dict[str, str]) -> ProbeSpe
 
 
 Template = str | None  # a text's placeholder template, None when it names no placeholder
+# The placeholder values that differ from one node (or worker) to the next, which
+# `expand._Expander.node_values` works out for each.
+NODE_KEYS = frozenset({"node", "node_ip", "listen_ip", "listen_host", "node_id", "index"})
+# An instance made of its name, index, node, node IP and log (`objects.filler`).
+Maker = Callable[[str, int, str, str, str], InstanceSpec]
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,9 @@ class ServiceCommon:
     preamble: list[str]  # the kind's part, then the recipe's
     probe: ProbeSpec | None  # None with a per-node (file) probe, rendered per instance
     common: dict[str, Any]  # the other InstanceSpec fields, equal for every node
+    # When no field depends on the node but its name, index, node and address: the maker
+    # of its instances (`same`), which needs no placeholder values.
+    same: Maker | None = None
 
     def instance(
         self,
@@ -197,9 +212,11 @@ def service_common(
     keys: frozenset[str],
     discovery: Sequence[tuple[str, str]] = (),
     index: int = 0,
+    values: Mapping[str, str] | None = None,
 ) -> ServiceCommon:
     """`index` picks the head's (0) or the others' argv and default probe for a kind whose
-    head differs (ray)."""
+    head differs (ray). `values`: the placeholder values every node of the service shares
+    (`keys` are theirs): given, the result has the maker `same` where it can."""
     service, kind = resolved.service, resolved.kind
     leader = service.leader if index == 0 else None
     readiness, liveness = leader_fields(leader, resolved)
@@ -213,7 +230,7 @@ def service_common(
     stage = "workers" if with_workers else f"{resolved.start}/{service.name}"
     if leader is not None and leader.start == "first":  # its own stage, before the others
         stage, with_workers = f"{resolved.start}/{service.name}.leader", False
-    return ServiceCommon(
+    shared = ServiceCommon(
         readiness=readiness,
         liveness=liveness,
         probe=probe,
@@ -247,3 +264,31 @@ def service_common(
             "memory_limit": service.limits.memory if service.limits else None,
         },
     )
+    return shared if values is None else dataclasses.replace(shared, same=_same(shared, values))
+
+
+def _same(shared: ServiceCommon, values: Mapping[str, str]) -> Maker | None:
+    """The maker of `shared`'s instances when none of their fields but the node's own
+    depends on the node: no text names a value of `NODE_KEYS`, and no probe renders one.
+    Their argv, env, preamble and probes are then worked out once, with the values every
+    node shares (`values`), and are the same objects in every instance."""
+    texts = [a for a, _ in shared.argv] + [v for _, v, _ in (*shared.env, *shared.export_env)]
+    per_node = any(not NODE_KEYS.isdisjoint(placeholders.named(t)) for t in texts)
+    per_node |= any(not NODE_KEYS.isdisjoint(placeholders.named(p)) for p in shared.preamble)
+    per_node |= shared.readiness is not None and shared.readiness.file is not None
+    live = shared.liveness
+    if per_node or (live is not None and (live.exec is not None or live.file is not None)):
+        return None
+    preamble = "\n".join(placeholders.render(p, values).rstrip() for p in shared.preamble)
+    fixed = {
+        "argv": tuple([t.format_map(values) if t else a for a, t in shared.argv]),
+        "env": tuple([(k, t.format_map(values) if t else v) for k, v, t in shared.env]),
+        "export_env": tuple(
+            [(k, t.format_map(values) if t else v) for k, v, t in shared.export_env]
+        ),
+        "preamble": preamble.rstrip() or None,
+        "probe": shared.probe,
+        "liveness": liveness_spec(live, {}),
+        **shared.common,
+    }
+    return filler(InstanceSpec, ("name", "index", "node", "node_ip", "log"), fixed)

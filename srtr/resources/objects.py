@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -42,6 +42,32 @@ def _fills_slots(cls: type[_T]) -> type[_T]:
     init.__doc__ = cls.__init__.__doc__
     cls.__init__ = init  # type: ignore[method-assign]
     return cls
+
+
+def filler(cls: type[_T], own: Sequence[str], fixed: Mapping[str, Any]) -> Callable[..., _T]:
+    """A maker of `cls` (a frozen, slotted dataclass) objects that differ only in the fields
+    `own`, taken positionally in that order: each is `cls(*own, **fixed)`, every other field
+    its default. It fills the slots directly, with no keywords to match: half the time of
+    the `__init__`, for the tens of thousands of instances of one service that a pool has."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    names = {f.name for f in fields}
+    assert set(own) <= names and set(fixed) <= names and not set(own) & set(fixed), cls
+    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    lines = ["    made = _new(_cls)"]
+    for number, f in enumerate(fields):
+        scope[f"_set{number}"] = cls.__dict__[f.name].__set__
+        if f.name in own:
+            value = f.name
+        else:
+            default = fixed.get(f.name, f.default)
+            assert default is not dataclasses.MISSING, f.name
+            scope[f"_value{number}"] = default
+            value = f"_value{number}"
+        lines.append(f"    _set{number}(made, {value})")
+    source = f"def make({', '.join(own)}):\n" + "\n".join(lines) + "\n    return made\n"
+    exec(source, scope)  # as `_fills_slots` builds its __init__
+    make: Callable[..., _T] = scope["make"]
+    return make
 
 
 class InstanceKind(enum.StrEnum):

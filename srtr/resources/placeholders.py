@@ -57,6 +57,11 @@ def render(text: str, values: Mapping[str, str]) -> str:
     return "".join(out)
 
 
+def named(text: str) -> tuple[str, ...]:
+    """The keys `text` names, known or not (`{pool_ip:NAME}` as `pool_ip:NAME`)."""
+    return _parts(text)[1::2] if "{" in text else ()
+
+
 def field_name(key: str) -> str:
     """`key` as a `str.format_map` field: `pool_ip:NAME` → `pool_ip@NAME`."""
     return key.replace(":", "@")

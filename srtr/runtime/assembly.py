@@ -31,7 +31,6 @@ from srtr.backends.local.loopback import (
 )
 from srtr.backends.provision import LocalProvisioner, Provisioner, RequestState
 from srtr.backends.slurm.backend import SlurmBackend
-from srtr.controllers.context import Prober as CtxProber
 from srtr.net import certs
 from srtr.resources.effective import allocation_size
 from srtr.resources.loading import read_text
@@ -41,7 +40,6 @@ from srtr.resources.planning import plan_text_source
 from srtr.resources.recipe import Recipe
 from srtr.runtime import slurm_jobs
 from srtr.runtime.job_options import JobOptions
-from srtr.runtime.lifecycle import run_job
 from srtr.runtime.pins import decide_pins, read_pins, write_pins
 from srtr.runtime.request import JobRequest
 from srtr.runtime.run_dir_setup import create_run_dir
@@ -53,9 +51,25 @@ if TYPE_CHECKING:
     from srtr.backends.agent.backend import AgentBackend
     from srtr.backends.agent.starters import Starter
     from srtr.backends.slurm.provision import SlurmProvisioner
+    from srtr.controllers.context import Prober as CtxProber
 
 Job = Coroutine[Any, Any, int]
 Allocation = list[tuple[str, str]]
+
+
+def _run_job(
+    desired: DesiredState,
+    run_dir: Path,
+    backend: Backend,
+    options: JobOptions,
+    prober: CtxProber | None,
+) -> Job:
+    """The job's coroutine (`lifecycle.run_job`). The controller's modules (~0.1 s) are
+    imported here, once the job is planned: under `srtr up` on a terminal the plan is the
+    TUI's first frame, and it leaves for the TUI before them."""
+    from srtr.runtime.lifecycle import run_job
+
+    return run_job(desired, run_dir, backend, options, prober)
 
 
 @dataclass(frozen=True)
@@ -138,7 +152,7 @@ def _new_local(request: JobRequest, source: _Source, recipe: Recipe, launcher: s
         raise
     options = _new_options(request, source, allocation, launcher, cert, wired)
     options = replace(options, no_grow="" if grows else _NEVER, network=block)
-    return _holding(block, run_job(desired, request.run_dir, wired.backend, options, wired.prober))
+    return _holding(block, _run_job(desired, request.run_dir, wired.backend, options, wired.prober))
 
 
 def _claim_block(count: int) -> LoopbackBlock:
@@ -195,7 +209,7 @@ def _new_on_slurm(request: JobRequest, source: _Source, recipe: Recipe, launcher
     no_grow = _NEVER if not grows else "" if launcher == "agent" else _NO_AGENTS
     options = _new_options(request, source, allocation, launcher, cert, wired)
     options = replace(options, no_grow=no_grow, slurm_job_id=slurm.job_id, early_guard=early)
-    return run_job(desired, request.run_dir, wired.backend, options, wired.prober)
+    return _run_job(desired, request.run_dir, wired.backend, options, wired.prober)
 
 
 # Why a live edit cannot grow a pool past the allocation, for its refusal.
@@ -299,7 +313,7 @@ def adopted_job(request: JobRequest, state: RunState) -> Job:
         provisioned=grown.provisioned,
         network=network,
     )
-    job_run = run_job(desired, run_dir, wired.backend, options, wired.prober)
+    job_run = _run_job(desired, run_dir, wired.backend, options, wired.prober)
     return job_run if network is None else _holding(network, job_run)
 
 

@@ -112,15 +112,19 @@ def decode(data: bytes) -> Doc:
 
 
 def _instances(plan: Doc) -> list[Doc]:
+    """Each instance's document: a copy of its group's (service, command, environment,
+    all in the order state.json has them), then what is its own. A dict's copy is one
+    step in C: half the time of building 21 keys anew, on the first frame's path."""
     st = InstanceStatus()
-    phase = str(st.phase)
     services, places = plan["services"], plan["places"]
     commands, envs = plan["commands"], plan["envs"]
+    groups: dict[tuple[int, int, int], Doc] = {}
+    out: list[Doc] = []
     columns = zip(
         plan["names"],
         plan["index"],
-        map(services.__getitem__, plan["service"]),
-        map(places.__getitem__, plan["place"]),
+        plan["service"],
+        plan["place"],
         plan["log"],
         plan["command"],
         plan["env"],
@@ -128,29 +132,36 @@ def _instances(plan: Doc) -> list[Doc]:
         plan["liveness"],
         strict=True,
     )
-    return [
-        {
-            "name": name,
-            "service": group[0],
-            "kind": group[1],
-            "pool": group[2],
-            "index": index,
-            "node": place[0],
-            "node_ip": place[1],
-            "phase": phase,
-            "ready": False,
-            "restarts": st.restarts,
-            "exit_code": st.exit_code,
-            "log": log or f"logs/{name}.out",
-            "shutdown_tier": group[3],
-            "critical": group[4],
-            "terminal": group[5],
-            "command": commands[command],
-            "env": envs[env],
-            "probe": probe,
-            "started_at": st.started_at,
-            "attempt": st.attempt,
-            "liveness": liveness,
-        }
-        for name, index, group, place, log, command, env, probe, liveness in columns
-    ]
+    for name, index, service, place, log, command, env, probe, liveness in columns:
+        key = (service, command, env)
+        doc = groups.get(key)
+        if doc is None:
+            group = services[service]
+            doc = groups[key] = {
+                "name": None,
+                "service": group[0],
+                "kind": group[1],
+                "pool": group[2],
+                "index": None,
+                "node": None,
+                "node_ip": None,
+                "phase": str(st.phase),
+                "ready": False,
+                "restarts": st.restarts,
+                "exit_code": st.exit_code,
+                "log": None,
+                "shutdown_tier": group[3],
+                "critical": group[4],
+                "terminal": group[5],
+                "command": commands[command],
+                "env": envs[env],
+                "probe": None,
+                "started_at": st.started_at,
+                "attempt": st.attempt,
+                "liveness": None,
+            }
+        doc = doc.copy()
+        doc["name"], doc["index"], (doc["node"], doc["node_ip"]) = name, index, places[place]
+        doc["log"], doc["probe"], doc["liveness"] = log or f"logs/{name}.out", probe, liveness
+        out.append(doc)
+    return out
