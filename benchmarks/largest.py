@@ -8,10 +8,11 @@ Not part of the default full run (minutes, and it takes the machine): run it by 
 
 - the big one: pool `base` of N hollow nodes with M-1 riders of `sleep` (restart on-failure,
   backoff 0). Figures: `srtr up` → all N × M `Launched`; the controller's CPU and RSS while
-  idle (over one cycle of its periodic reads, 64 s); `srtr status RUN` (the summary), median of 3; the bytes the controller and the
-  hollow process write (/proc/PID/io `write_bytes`: the run dir is all they write) from one
-  instance's exit (hollow control line `exit`) until its relaunch is persisted (state.json
-  or its delta log written after its `Launched`, or 30 s); a hollow node frozen →
+  idle (over one cycle of its periodic reads, 64 s); `srtr status RUN` (the summary), median
+  of 3; the bytes the controller and the hollow process write (/proc/PID/io `write_bytes`:
+  the run dir is all they write) from one instance's exit (hollow control line `exit`)
+  until its relaunch is persisted (state.json or its delta log written after its
+  `Launched`, or 30 s); a hollow node frozen →
   `NodeLost`; SIGTERM → the controller and the hollow process gone. The TUI's figures
   (first frame, keystroke, idle CPU with the TUI on) come from `TUI_FIGURES` when set.
 - the pool: P hollow nodes, one service with `restart: {scope: pool}`, one member exits 1 →
