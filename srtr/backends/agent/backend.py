@@ -74,7 +74,7 @@ FENCE_MARGIN = 0.5
 # Launches in flight at once (`Capabilities.launches_in_flight`): one after another, 4,096
 # launches on 1,024 hollow agents paid a round trip each (~1.5 ms, both ends mostly idle);
 # together they share the loops' wake-ups, reads and writes.
-LAUNCHES_IN_FLIGHT = 64
+LAUNCHES_IN_FLIGHT = 256
 # A node whose agent died this many times (each replaced through a one-node step) is lost:
 # something there kills agents, and a fourth one would die too.
 MAX_RESPAWNS = 3
