@@ -139,6 +139,8 @@ class Ctx:
     # Called once the job is over and the backend has asked its agents to end (`closing`).
     on_closing: list[Callable[[], None]] = field(default_factory=list)
     closing: bool = False
+    # When `pace.wake_first` last queued each key at once (clock.now()).
+    woken_at: dict[str, float] = field(default_factory=dict)
 
     @functools.cached_property
     def run_dir_path(self) -> str:

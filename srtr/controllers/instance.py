@@ -36,7 +36,7 @@ from srtr.controllers.context import (
     pool_key,
     probe_key,
 )
-from srtr.controllers.pace import wake
+from srtr.controllers.pace import wake, wake_first
 from srtr.reconciler.workqueue import Result
 from srtr.resources.objects import InstanceSpec
 from srtr.store.store import Phase, UserAction
@@ -292,8 +292,9 @@ def _launched(ctx: Ctx, spec: InstanceSpec, pid: int) -> None:
     if len(ctx.launches) <= (spec.name in ctx.launches):
         # The last launch in flight wakes the job: its reconcile looks at every instance,
         # and once per answer it was most of a 10,000-node stage's launch. An answer in
-        # flight still ends in this step or in `_launch_failed`, which both queue it.
-        wake(ctx, JOB)
+        # flight still ends in this step or in `_launch_failed`, which both queue it. At
+        # once, when it did not run at once within the pace: likely a stage's end.
+        wake_first(ctx, JOB)
     if spec.pool:
         wake(ctx, pool_key(spec.pool))
     _wake_gang(ctx, spec)

@@ -27,3 +27,17 @@ def pace(instances: int) -> float:
 def wake(ctx: Ctx, key: str) -> None:
     """Queue `key` after the job's pace (a sooner request for it still counts)."""
     ctx.queue.add_after(key, pace(len(ctx.store.specs)))
+
+
+def wake_first(ctx: Ctx, key: str) -> None:
+    """Queue `key` at once, unless this did so within the job's pace: then after the pace,
+    as `wake`. For a change that is likely the last of its moment (a stage's last launch
+    answer in flight, whose job reconcile opens the next stage: paced, each of a 10,000-node
+    job's eight stages waited 0.32 s for it), never more than twice a pace."""
+    wait = pace(len(ctx.store.specs))
+    now = ctx.clock.now()
+    if now - ctx.woken_at.get(key, float("-inf")) >= wait:
+        ctx.woken_at[key] = now
+        ctx.queue.add(key)
+    else:
+        ctx.queue.add_after(key, wait)

@@ -119,6 +119,7 @@ class StateWriter:
         self.mirror: Mirror | None = None
         self.mirrored: list[str] = []  # the snapshot and the lines since: a new mirror's copy
         self.written = 0  # bytes written to the run dir by the last write
+        self.compacted = False  # the last write rewrote a big job's snapshot
 
     def attach(self, mirror: Mirror) -> None:
         """Copy every write to `mirror` too, starting with the current state."""
@@ -148,6 +149,7 @@ class StateWriter:
         Raises OSError with the files as they were (and the next write compacts)."""
         touched = self._deferred | store.take_touched()
         self._deferred = set()
+        self.compacted = False
         shape = (store.job.generation, len(store.specs))
         try:
             if self._first:
@@ -209,7 +211,7 @@ class StateWriter:
         self.seq += 0 if folded else 1
         text = compose(head, texts, self.seq)
         write_atomic(self.run_dir / STATE_FILE, text)
-        self.large = True
+        self.large = self.compacted = True
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.run_dir / DELTA_FILE)  # after: its lines are in the snapshot
         self._compact = False

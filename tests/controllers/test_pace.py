@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
-from srtr.controllers.pace import MAX_PACE, PACED_FROM, pace
+from srtr.controllers.context import Ctx
+from srtr.controllers.pace import MAX_PACE, PACED_FROM, pace, wake_first
 from tests.support.controller_harness import Harness
 
 RECIPE = """
@@ -47,3 +50,37 @@ def test_a_small_jobs_critical_exit_ends_it_at_once(tmp_path: Path) -> None:
 
 def test_a_big_jobs_critical_exit_ends_it_after_the_pace(tmp_path: Path) -> None:
     assert _failed_after_exit(tmp_path, PACED_FROM) == (False, True)
+
+
+class _Queue:
+    def __init__(self) -> None:
+        self.added: list[tuple[str, float]] = []
+
+    def add(self, key: str) -> None:
+        self.added.append((key, 0.0))
+
+    def add_after(self, key: str, seconds: float) -> None:
+        self.added.append((key, seconds))
+
+
+def test_wake_first_queues_at_once_then_no_more_than_the_pace_allows() -> None:
+    """A stage's last launch answer wakes the job at once (the next stage opens without the
+    pace's wait); another within the pace waits for it, as `wake` does."""
+    now = [100.0]
+    queue = _Queue()
+    ctx = cast(
+        Ctx,
+        SimpleNamespace(
+            store=SimpleNamespace(specs=dict.fromkeys(range(80_000))),
+            clock=SimpleNamespace(now=lambda: now[0]),
+            queue=queue,
+            woken_at={},
+        ),
+    )
+    wait = pace(80_000)
+    wake_first(ctx, "job")
+    now[0] += wait / 2
+    wake_first(ctx, "job")
+    now[0] += wait
+    wake_first(ctx, "job")
+    assert queue.added == [("job", 0.0), ("job", wait), ("job", 0.0)]

@@ -221,6 +221,7 @@ def test_the_log_is_compacted_once_it_outgrows_the_snapshot(tmp_path: Path) -> N
             if log.exists():
                 os.link(log, kept)  # what a reader that holds the log open still reads
             _check(h, writer, tmp_path)
+            assert writer.compacted == (not log.exists())  # what spaces the next write out
             if not log.exists():
                 compacted = True
                 break

@@ -73,8 +73,9 @@ CLOSE_TIMEOUT = 10.0  # for the agents to report their last exits after a Shutdo
 FENCE_MARGIN = 0.5
 # Launches in flight at once (`Capabilities.launches_in_flight`): one after another, 4,096
 # launches on 1,024 hollow agents paid a round trip each (~1.5 ms, both ends mostly idle);
-# together they share the loops' wake-ups, reads and writes.
-LAUNCHES_IN_FLIGHT = 64
+# together they share the loops' wake-ups, reads and writes. 64 left both ends of a
+# 10,000 x 8 hollow job idle a third of its stages (each waiting for the other's longer turns).
+LAUNCHES_IN_FLIGHT = 256
 # A node whose agent died this many times (each replaced through a one-node step) is lost:
 # something there kills agents, and a fourth one would die too.
 MAX_RESPAWNS = 3

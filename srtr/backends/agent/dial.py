@@ -25,6 +25,7 @@ from srtr.net import tls
 
 HANDSHAKE_TIMEOUT = 30.0
 _SIOCOUTQNSD = 0x894B  # linux/sockios.h: bytes in a socket's send queue not sent yet
+_FOUR = bytes(4)  # the ioctl's answer's room
 
 
 class Wire:
@@ -85,7 +86,7 @@ class Wire:
             fd = self._raw.get_extra_info("socket").fileno()
             # Bytes not sent yet before it: the segments they go in carry its urgent pointer,
             # and so its signal, before the byte itself can go (a congestion window full).
-            self.doubted = _unsent(self._raw) > 0
+            self.doubted = _queued(fd) > 0
             sock = socket.socket(fileno=fd)  # a view of the transport's socket, never closed
             try:
                 sock.send(bytes((frames.BELL,)), socket.MSG_OOB)
@@ -96,9 +97,16 @@ class Wire:
 def _unsent(transport: Any) -> int:
     """Bytes written to `transport`'s socket that its kernel has not sent yet (-1: unknown)."""
     try:
-        fd = transport.get_extra_info("socket").fileno()
-        answer = fcntl.ioctl(fd, _SIOCOUTQNSD, bytes(4))
+        return _queued(transport.get_extra_info("socket").fileno())
     except (OSError, AttributeError, ValueError):
+        return -1
+
+
+def _queued(fd: int) -> int:
+    """`_unsent` of the socket `fd`."""
+    try:
+        answer = fcntl.ioctl(fd, _SIOCOUTQNSD, _FOUR)
+    except (OSError, ValueError):
         return -1
     return int.from_bytes(answer, sys.byteorder, signed=True)
 

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent import relay
 from srtr.backends.agent.node import (
     Agent,
     EnvironmentOf,
@@ -85,7 +86,7 @@ _IGNORED = frozenset(
 )
 # At most this many agents do their handshake at once: a thousand at the same moment only
 # overflow the controller's accept queue and wait for TCP's SYN retries.
-JOIN_GATE = 64
+JOIN_GATE = 256
 # What each agent's TLS connection reads at once. asyncio's default (`SSLProtocol.max_size`,
 # 256 KiB, allocated and zeroed per connection) was 2.5 GB of the hollow process at 10,000
 # agents and a tenth of its CPU during the joins; a controller's messages to an agent are a
@@ -481,6 +482,7 @@ def _open_control(path: Path, hollow: Hollow) -> int:
 async def _main(args: argparse.Namespace, token: str, fingerprint: str = "") -> int:
     nodes = [n for n in args.nodes.split(",") if n]
     asyncio.sslproto.SSLProtocol.max_size = TLS_READ  # this process's agents only
+    relay.deliver_in_process()  # a member's relay here gets its datagram without the network
     hollow = Hollow(nodes, token, args, fingerprint)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -189,3 +189,34 @@ def test_an_error_in_one_leases_heartbeat_ends_its_session_not_the_others_heartb
         await _stop(tasks, leases)
 
     asyncio.run(body())
+
+
+def test_a_tick_steps_its_leases_in_slices_and_the_loop_runs_between_them(
+    monkeypatch: Any,
+) -> None:
+    """A hollow process's 10,000 steps must not hold its other callbacks (launch answers)
+    back for the whole tick: what was queued meanwhile runs between two slices."""
+    from srtr.backends.agent import lease as lease_module
+
+    monkeypatch.setattr(lease_module, "STEPS_PER_TURN", 2)
+    order: list[str] = []
+
+    class _Stepped:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def step(self, beat: bool) -> None:
+            order.append(self.name)
+            if self.name == "a":
+                asyncio.get_running_loop().call_soon(order.append, "other")
+
+    async def main() -> None:
+        ticker = lease_module._Ticker(asyncio.get_running_loop(), 60.0)
+        leases: Any = [_Stepped(n) for n in "abcde"]
+        ticker.leases = dict.fromkeys(leases)
+        ticker._step(list(leases), 0)
+        for _ in range(5):  # a turn of the loop each: more than the three slices need
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert order == ["a", "b", "other", "c", "d", "e"]

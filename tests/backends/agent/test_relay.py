@@ -5,9 +5,14 @@ keepalive). Real UDP sockets on loopback."""
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import time
 
+import pytest
+
 from srtr.backends.agent import protocol as p
+from srtr.backends.agent import relay as relay_module
 from srtr.backends.agent.relay import KEEPALIVE, STALE, Listening, Role, datagram
 
 KEY = bytes(range(16))
@@ -72,5 +77,38 @@ def test_a_relay_that_cannot_bind_says_so() -> None:
         role.handle(p.Relay(KEY.hex(), count=3, index=0), "192.0.2.1")  # not ours
         assert len(sent) == 1 and isinstance(sent[0], p.Relaying) and sent[0].port == 0
         assert role.listening is None
+
+    asyncio.run(main())
+
+
+def test_in_process_a_member_hands_its_relay_of_the_same_process_its_datagram(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hollow mode: no datagram on the network between two simulated agents of one process,
+    the same check of its tag and number; a relay gone is reached by the network again."""
+
+    async def main() -> None:
+        monkeypatch.setattr(relay_module, "_LOCAL", None)
+        relay_module.deliver_in_process()
+        posted: list[p.Message] = []
+        relay = Role("r", posted.append, posted.append)
+        member = Role("m", posted.append, posted.append)
+        relay.handle(p.Relay(KEY.hex(), count=2, index=0), "127.0.0.1")
+        listening = relay.listening
+        assert listening is not None
+        member.handle(p.RelayTo("127.0.0.1", listening.port, KEY.hex(), 1), "127.0.0.1")
+        member.beat(0.5)
+        assert listening.missing(time.monotonic(), 1.0) == []  # heard, with no read
+        assert not listening.take(datagram(KEY, 1, 1), time.monotonic())  # older: dropped
+        waiting = socket.socket(fileno=os.dup(listening._sock.fileno()))
+        try:
+            waiting.setblocking(False)
+            with pytest.raises(BlockingIOError):  # nothing went through the socket
+                waiting.recv(64)
+        finally:
+            waiting.close()
+        relay.reset()
+        assert relay_module._LOCAL == {}
+        member.beat(0.5)  # its relay gone: sent on the network, to nobody (no error)
 
     asyncio.run(main())
