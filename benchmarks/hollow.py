@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Context, Figure, Job, alive, idle_sample, write_yaml
-from srtr.backends.agent.channel import READ_PERIOD, RELAYED_LAPS
+from srtr.backends.agent.channel import READ_PERIOD
 
 SERVICES = ("base", "side1", "side2", "side3")
 RUNNING_TARGET = 10.0  # s
@@ -36,10 +36,9 @@ LOSS_TARGET = 3.0  # s
 
 
 def sizes(ctx: Context) -> tuple[int, float]:
-    """(nodes, idle seconds): the full run's idle sample spans one whole cycle of the
-    controller's periodic reads (the relayed sockets are read in one round of every
-    RELAYED_LAPS), so that its phase does not decide the figure."""
-    return (256, 5.0) if ctx.quick else (1024, READ_PERIOD * RELAYED_LAPS)
+    """(nodes, idle seconds): the full run's idle sample spans two whole laps of the
+    controller's periodic reads, so that its phase does not decide the figure."""
+    return (256, 5.0) if ctx.quick else (1024, 2 * READ_PERIOD)
 
 
 def recipe(path: Path, nodes: int) -> Path:

@@ -8,7 +8,7 @@ Not part of the default full run (minutes, and it takes the machine): run it by 
 
 - the big one: pool `base` of N hollow nodes with M-1 riders of `sleep` (restart on-failure,
   backoff 0). Figures: `srtr up` → all N × M `Launched`; the controller's CPU and RSS while
-  idle (over one cycle of its periodic reads, 64 s); `srtr status RUN` (the summary), median
+  idle (over two laps of its periodic reads, 32 s); `srtr status RUN` (the summary), median
   of 3; the bytes the controller and the hollow process write (/proc/PID/io `write_bytes`:
   the run dir is all they write) from one instance's exit (hollow control line `exit`)
   until its relaunch is persisted (state.json or its delta log written after its
@@ -36,7 +36,7 @@ from typing import Any
 from benchmarks.common import Context, Figure, Job, alive, idle_sample, srtr_argv, write_yaml
 from benchmarks.health import restart
 from benchmarks.hollow import control, node_lost, pids_with
-from srtr.backends.agent.channel import READ_PERIOD, RELAYED_LAPS
+from srtr.backends.agent.channel import READ_PERIOD
 from srtr.store.rundir import STATE_FILES
 
 SIZE_ENV = "SRTR_BENCH_LARGEST"  # "NODESxPER", e.g. "2000x8"
@@ -52,9 +52,10 @@ RESTART_BYTES_TARGET = 64 * 1024  # bytes
 SIGTERM_TARGET = 10.0  # s
 POOL_TARGET = 5.0  # s
 SETTLE = 10.0  # s after the last Launched: the last state.json writes are not idle
-# One whole cycle of the controller's periodic reads: the sockets relays vouch for are all
-# read in one round of every RELAYED_LAPS, so a shorter sample reads low or high by its phase.
-IDLE_SECONDS = READ_PERIOD * RELAYED_LAPS
+# Two whole laps of the controller's periodic reads (each lap reads every watched socket and
+# an even share of those relays vouch for): a sample of part of a lap reads low or high by
+# its phase.
+IDLE_SECONDS = 2 * READ_PERIOD
 
 # The TUI's figures at this size (`srtr up` on a terminal: first frame, a keystroke's answer,
 # idle CPU, time to all Running): the TUI's own harness provides them. It is called with the

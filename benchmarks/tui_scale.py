@@ -13,8 +13,8 @@ nobody reads would block the program). Figures:
   `o` (sort by the next column: the heading's arrow), `j` (the cursor to the next row:
   the detail pane's title) and a `/` filter (rows of only the matching service);
 - idle CPU and RSS of `srtr up` once all are Running and settled (its state files unchanged
-  for 2 s, `settled`, and its processes below a tenth of a core, `quiet`), over one cycle
-  of the controller's periodic reads (`IDLE_SECONDS`, 64 s): of every process it runs
+  for 2 s, `settled`, and its processes below a tenth of a core, `quiet`), over two laps
+  of the controller's periodic reads (`IDLE_SECONDS`, 32 s): of every process it runs
   (`up_processes`: the controller, the TUI's own process, a guard), but the simulated nodes
   (the hollow process), whose CPU a real job spends on its compute nodes. CPU is summed
   over them, RSS too.
@@ -58,17 +58,17 @@ from benchmarks.common import (
     write_yaml,
 )
 from benchmarks.hollow import pids_with
-from srtr.backends.agent.channel import READ_PERIOD, RELAYED_LAPS
+from srtr.backends.agent.channel import READ_PERIOD
 from srtr.store.rundir import StateFileError, read_state, read_summary, state_version
 
 COLUMNS, LINES = 160, 50
 FIRST_FRAME_TARGET = 2.0  # s
 KEY_TARGET = 200.0  # ms
 IDLE_TARGET = 3.0  # % of one core
-# The idle sample spans one whole cycle of the controller's periodic reads: the sockets that
-# relays vouch for are all read in one round of every RELAYED_LAPS (16 s of each 64 s, at
-# ~1.6 % of a core at 10,000 nodes), so a 10 s sample read 0.6 % or 2.2 % by its phase.
-IDLE_SECONDS = READ_PERIOD * RELAYED_LAPS
+# The idle sample spans two whole laps of the controller's periodic reads (each reads every
+# watched socket and an even share of those relays vouch for): a sample of part of a lap
+# reads low or high by its phase.
+IDLE_SECONDS = 2 * READ_PERIOD
 QUIET_SHARE = 0.1  # of a core: the processes are done with the launch's end below this
 RUNNING_RATIO_TARGET = 1.2  # × headless
 

@@ -24,6 +24,30 @@ from srtr.tui.widgets.virtual_table import PAD
 from tests.tui.test_app import NOW, SIZE, fake_run_dir, loaded
 
 
+class Painted(list[tuple[Region, ...]]):
+    """The regions of each `refresh` of a widget since it was made (and, in `kws`, each
+    call's keywords); every call still goes through to the widget."""
+
+    def __init__(self, widget: Any) -> None:
+        super().__init__()
+        self.kws: list[dict[str, Any]] = []
+        self._widget, self._real = widget, widget.refresh
+
+        def spy(*regions: Region, **kw: Any) -> Any:
+            self.append(regions)
+            self.kws.append(kw)
+            return self._real(*regions, **kw)
+
+        widget.refresh = spy
+
+    def clear(self) -> None:
+        super().clear()
+        self.kws.clear()
+
+    def stop(self) -> None:
+        self._widget.refresh = self._real
+
+
 def test_an_ages_tick_repaints_only_the_age_cells_that_changed(tmp_path: Path) -> None:
     now = [NOW]
     app = SrtrApp(fake_run_dir(tmp_path), clock=lambda: now[0], check_controller=False)
@@ -35,14 +59,7 @@ def test_an_ages_tick_repaints_only_the_age_cells_that_changed(tmp_path: Path) -
             table = app.query_one(InstancesTable)
             shown = [table._age_at(p) for p in range(table.row_count)]
             assert any(shown), "the fake job's rows have ages"
-            painted: list[tuple[Region, ...]] = []
-            real_refresh = table.refresh
-
-            def spy(*regions: Region, **kw: Any) -> Any:
-                painted.append(regions)
-                return real_refresh(*regions, **kw)
-
-            table.refresh = spy  # type: ignore[method-assign]
+            painted = Painted(table)
             rows = table._index.rows
             table.apply(rows, frozenset(), now[0])
             assert painted == [], "the same time again: nothing on screen changes"
@@ -64,7 +81,7 @@ def test_an_ages_tick_repaints_only_the_age_cells_that_changed(tmp_path: Path) -
             painted.clear()
             table.apply(rows, frozenset(), now[0])
             assert painted == [], "drawn already: a second tick repaints nothing"
-            table.refresh = real_refresh  # type: ignore[method-assign]
+            painted.stop()
             assert later[0] in table.render_line(1).text
 
     asyncio.run(scenario())
@@ -80,14 +97,7 @@ def test_an_ages_tick_repaints_only_the_ages_of_the_events_in_view(tmp_path: Pat
             pane = app.query_one(EventsPane)
             before = pane._shown
             assert before, "the fake job has events"
-            painted: list[tuple[Region, ...]] = []
-            real_refresh = pane.refresh
-
-            def spy(*regions: Region, **kw: Any) -> Any:
-                painted.append(regions)
-                return real_refresh(*regions, **kw)
-
-            pane.refresh = spy  # type: ignore[method-assign]
+            painted = Painted(pane)
             later = vm.event_lines(list(app.events), NOW + 7)
             pane.show(later)
             height = pane.scrollable_content_region.height
@@ -102,7 +112,7 @@ def test_an_ages_tick_repaints_only_the_ages_of_the_events_in_view(tmp_path: Pat
             painted.clear()
             pane.show(vm.event_lines(list(app.events), NOW + 7))
             assert painted == [], "the same ages again: nothing repainted"
-            pane.refresh = real_refresh  # type: ignore[method-assign]
+            painted.stop()
 
     asyncio.run(scenario())
 
@@ -152,16 +162,7 @@ def test_an_ages_tick_repaints_only_the_detail_lines_and_header_line_that_change
             body = app.query_one(DetailPane)._body
             header = app.query_one(JobHeader)
             lines_before = [body.render_line(y).text for y in range(body.size.height)]
-            painted: dict[str, list[tuple[tuple[Region, ...], dict[str, Any]]]] = {}
-            for name, widget in (("body", body), ("header", header)):
-                real = widget.refresh
-                painted[name] = []
-
-                def spy(*regions: Region, _real: Any = real, _to: Any = painted[name], **kw: Any):
-                    _to.append((regions, kw))
-                    return _real(*regions, **kw)
-
-                widget.refresh = spy  # type: ignore[method-assign]
+            painted = {"body": Painted(body), "header": Painted(header)}
             app._show_detail()
             header.show(app.frame.header)
             assert painted == {"body": [], "header": []}, "the same time: nothing repainted"
@@ -171,7 +172,7 @@ def test_an_ages_tick_repaints_only_the_detail_lines_and_header_line_that_change
             header.show(vm.frame(app.frame.state, now[0]).header)
             for name, widget in (("body", body), ("header", header)):
                 assert painted[name], f"the {name} shows an age"
-                for regions, kw in painted[name]:
+                for regions, kw in zip(painted[name], painted[name].kws, strict=True):
                     assert not kw.get("layout"), f"{name}: the same height: no layout"
                     (region,) = regions  # a line, never the whole widget
                     assert (region.x, region.height, region.width) == (0, 1, widget.size.width)
@@ -179,9 +180,9 @@ def test_an_ages_tick_repaints_only_the_detail_lines_and_header_line_that_change
             changed = {
                 y for y, (a, b) in enumerate(zip(lines_before, lines_after, strict=True)) if a != b
             }
-            assert changed == {regions[0].y for regions, _ in painted["body"]}
+            assert changed == {regions[0].y for regions in painted["body"]}
             assert len(changed) < len(lines_after), "most lines stay as they were"
-            assert [r[0].y for r, _ in painted["header"]] == [0], "the elapsed time's line"
+            assert [r[0].y for r in painted["header"]] == [0], "the elapsed time's line"
 
     asyncio.run(scenario())
 
@@ -195,14 +196,7 @@ def test_a_log_read_that_brings_nothing_repaints_nothing(tmp_path: Path) -> None
             await pilot.pause()
             log = app.query_one(LogView)
             assert app.source.want_log is not None
-            painted: list[tuple[Region, ...]] = []
-            real = log.refresh
-
-            def spy(*regions: Region, **kw: Any) -> Any:
-                painted.append(regions)
-                return real(*regions, **kw)
-
-            log.refresh = spy  # type: ignore[method-assign]
+            painted = Painted(log)
             log.apply(LogChunk(app.source.want_log, [], reset=False))
             assert painted == [], "no new line: the pane and its title stay as drawn"
             log.apply(LogChunk(app.source.want_log, ["one more line"], reset=False))

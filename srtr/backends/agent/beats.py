@@ -100,8 +100,12 @@ class BeatSockets(Generic[T]):
         self._turn = 0
         self._looks = 0
         self._always: dict[int, None] = {}
-        self._parked: set[int] = set()  # out of the epoll: a relay vouches for them
-        self._parked_laps = max(1, parked_laps)  # a parked socket is read every nth round
+        # Out of the epoll (a relay vouches for them), each read in one lap of every
+        # `_parked_laps`: its phase. Phases are dealt in turn, so every lap reads an even
+        # share of them and an idle controller's cost is the same in each round.
+        self._parked: dict[int, int] = {}
+        self._parked_laps = max(1, parked_laps)
+        self._deal = 0
         self._fed: set[int] = set()  # parked ones read with bytes since the last `starved`
         self.rang = False  # the last look saw urgent data unread on some socket
 
@@ -121,7 +125,7 @@ class BeatSockets(Generic[T]):
         """Stop watching `fd`; call before its socket is closed (the number may be reused)."""
         if self._owners.pop(fd, None) is not None:
             self._last.pop(fd, None)
-            self._parked.discard(fd)
+            self._parked.pop(fd, None)
             self._rounds[self._round_of.pop(fd)].pop(fd, None)
             self._always.pop(fd, None)
             with contextlib.suppress(OSError):
@@ -161,7 +165,8 @@ class BeatSockets(Generic[T]):
             return False
         with contextlib.suppress(OSError):
             self._epoll.unregister(fd)
-        self._parked.add(fd)
+        self._parked[fd] = self._deal
+        self._deal = (self._deal + 1) % self._parked_laps
         self._last.pop(fd, None)
         return True
 
@@ -171,7 +176,7 @@ class BeatSockets(Generic[T]):
         otherwise be reported at the next look, as if they had just come."""
         if fd not in self._parked:
             return False
-        self._parked.discard(fd)
+        del self._parked[fd]
         with contextlib.suppress(FileExistsError):  # its park could not take it out
             self._epoll.register(fd, _EDGE)
         self.heard(fd, at)
@@ -188,7 +193,7 @@ class BeatSockets(Generic[T]):
     def starved(self, fds: set[int]) -> list[T]:
         """The owners of the parked sockets among `fds` (a look's round) that no read found
         bytes on since the last call."""
-        found = [self._owners[fd] for fd in (fds & self._parked) - self._fed]
+        found = [self._owners[fd] for fd in (fds & self._parked.keys()) - self._fed]
         self._fed.clear()
         return found
 
@@ -216,8 +221,9 @@ class BeatSockets(Generic[T]):
         lap, turn = divmod(self._looks, len(self._rounds))
         self._looks += 1
         due: AbstractSet[int] = self._rounds[turn].keys()
-        if lap % self._parked_laps and self._parked:
-            due = due - self._parked
+        if self._parked_laps > 1 and self._parked:
+            phase, parked = lap % self._parked_laps, self._parked
+            due = {fd for fd in due if parked.get(fd, phase) == phase}
         return now, (self._always.keys() & heard.keys()) | due
 
     def heard_all(self, now: float) -> None:

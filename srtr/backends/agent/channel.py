@@ -88,11 +88,12 @@ _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 # of receive memory measured). A connection whose read found a message no doorbell
 # announced is read at every look that saw bytes arrive on it (docs/agents.md).
 READ_PERIOD = 16.0
-# A socket whose relay vouches for it (`relayed`) is read every RELAYED_LAPS rounds (64 s):
-# its heartbeats say nothing the relay does not, its doorbells come again once their byte
-# could be late (`dial.Wire`), and at 10,000 agents the rounds' reads were most of an idle
-# controller's CPU (docs/design/relays.md).
-RELAYED_LAPS = 4
+# A socket whose relay vouches for it (`relayed`) is read in one lap of every RELAYED_LAPS
+# (every 256 s; each lap reads an even share of them): its heartbeats say nothing the relay
+# does not, its doorbells come again once their byte could be late (`dial.Wire`), and at
+# 10,000 agents the rounds' reads were most of an idle controller's CPU. A read of 256
+# queued heartbeats costs what one of 64 does (docs/design/relays.md).
+RELAYED_LAPS = 16
 # What wakes the loop for an agent's socket (`coalesced`): a message's doorbell (urgent
 # data), or its end. Not plain bytes: a heartbeat must not wake it.
 _DOORBELL = select.EPOLLPRI | select.EPOLLRDHUP
