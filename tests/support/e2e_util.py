@@ -71,7 +71,10 @@ def events(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "events.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    # A line still being appended (a long one: a 10,000-node event) is not an event yet.
+    whole = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def instance(state: dict[str, Any], name: str) -> dict[str, Any]:
